@@ -1,0 +1,191 @@
+// Package config holds Vigil's configuration schema, its defaults, its
+// decoding and its validation.
+//
+// A configuration is built in layers, each overriding the one before:
+//
+//	defaults < file < environment < flags
+//
+// [Default] gives the defaults; [Load] reads a YAML file over them; [Config.ApplyEnv]
+// applies the VIGIL_* environment variables; command-line flags are applied by
+// cmd/vigil (it may use [ParseBackendFlag]); [Config.Validate] or
+// [Config.ValidateServe] checks the result. Load does not validate, so that later
+// layers can still fix what the file left out.
+//
+// Decoding is strict: an unknown key, a duplicate key or a value of the wrong type
+// is an error naming the key's path and line. Durations are Go duration strings
+// ("300ms", "5m"). A key given with no value (YAML null) keeps its default.
+//
+// Errors name the path of the offending key, with the file and line where there is
+// one, and several errors are joined with [errors.Join], one per line:
+//
+//	vigil.yaml:7: backends[1].urll: unknown key (did you mean "url"?)
+//	backends[0].url: must be an absolute http or https URL
+//
+// Each is a [*FieldError]; [ErrUnknownKey] marks unknown keys. Only a file that
+// cannot be read (wrapping the [os.ReadFile] error), or a YAML error without a line,
+// gives another error.
+//
+// The environment variables, read by [Config.ApplyEnv] (an empty value is unset):
+//
+//	VIGIL_LISTEN            listen
+//	VIGIL_REDIS_URL         state.redis.url
+//	VIGIL_ADMIN_TOKEN       admin.token
+//	VIGIL_BACKENDS          backends, replaced: comma-separated [name=]url[#kind]
+//	VIGIL_MAX_BODY_BYTES    limits.max_body_bytes
+//	VIGIL_UPSTREAM_TIMEOUT  limits.upstream_timeout
+//	VIGIL_BALANCER          balancer.strategy
+//	VIGIL_LOG_LEVEL         log.level
+//	VIGIL_SAMPLE_RATIO      tracing.sample_ratio
+//
+// The configuration is a plain value: once built it is read, not changed, and may be
+// shared by goroutines that only read it.
+package config
+
+import (
+	"strconv"
+	"time"
+)
+
+// Config is the whole of Vigil's configuration. The zero value is not usable;
+// start from [Default] or [Load].
+type Config struct {
+	Listen    string    `yaml:"listen"`
+	Backends  []Backend `yaml:"backends"`
+	Balancer  Balancer  `yaml:"balancer"`
+	State     State     `yaml:"state"`
+	Tracing   Tracing   `yaml:"tracing"`
+	Analyzers Analyzers `yaml:"analyzers"`
+	Alerts    Alerts    `yaml:"alerts"`
+	Admin     Admin     `yaml:"admin"`
+	Limits    Limits    `yaml:"limits"`
+	Health    Health    `yaml:"health"`
+	Log       Log       `yaml:"log"`
+}
+
+// Backend is one inference server.
+type Backend struct {
+	// Name identifies the backend in headers, metrics and logs; names are unique.
+	// Empty: "b<index>", index counting from 0 in the list.
+	Name string `yaml:"name"`
+	// URL is the server's base URL, e.g. http://127.0.0.1:8000.
+	URL string `yaml:"url"`
+	// Kind is "openai" (vLLM and other OpenAI-compatible servers) or "tgi".
+	// Empty: "openai".
+	Kind string `yaml:"kind"`
+	// Models lists the models this backend serves. Empty: every model.
+	Models []string `yaml:"models"`
+	// Weight is the base weight for balancing, > 0. Absent from the file: 100.
+	Weight float64 `yaml:"weight"`
+	// Agent is the URL of a node load agent. Empty: none.
+	Agent string `yaml:"agent"`
+	// Metrics is the URL of the server's Prometheus endpoint. Empty: none.
+	Metrics string `yaml:"metrics"`
+	// Reference names another backend to shadow-compare against. Empty: none.
+	Reference string `yaml:"reference"`
+}
+
+// Balancer selects how requests are spread over backends.
+type Balancer struct {
+	// Strategy is dynamic, round_robin or least_request.
+	Strategy string `yaml:"strategy"`
+}
+
+// State selects where windows and shared state live.
+type State struct {
+	Redis Redis `yaml:"redis"`
+}
+
+// Redis configures the Redis state store. An empty URL means in-memory state.
+type Redis struct {
+	// URL is redis://, rediss:// or unix://. Empty: in-memory state, not shared
+	// between gateway replicas.
+	URL string `yaml:"url"`
+	// Prefix starts every key Vigil writes.
+	Prefix string `yaml:"prefix"`
+}
+
+// Tracing configures OpenTelemetry tracing.
+type Tracing struct {
+	// SampleRatio is the fraction of requests traced, in [0, 1].
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// CaptureContent records prompts and completions on spans. They may hold
+	// personal data; off by default.
+	CaptureContent bool `yaml:"capture_content"`
+}
+
+// Analyzers configures the signal analyzers.
+type Analyzers struct {
+	// QueueSize bounds the queue between the request path and the analyzers;
+	// events beyond it are dropped and counted.
+	QueueSize int `yaml:"queue_size"`
+	// MaxCaptureBytes bounds the copy of a non-streaming response kept for analysis.
+	// Zero: no copy is kept.
+	MaxCaptureBytes int `yaml:"max_capture_bytes"`
+}
+
+// Alerts configures alert delivery.
+type Alerts struct {
+	// AlertmanagerURL is the Alertmanager base URL alerts are posted to. Empty: none.
+	AlertmanagerURL string `yaml:"alertmanager_url"`
+	// WebhookURL receives alerts as JSON. Empty: none.
+	WebhookURL string `yaml:"webhook_url"`
+	// Period is how often alert conditions are evaluated, > 0.
+	Period time.Duration `yaml:"period"`
+}
+
+// Admin configures the admin API.
+type Admin struct {
+	// Token, when set, is required as a bearer token on /admin routes.
+	// Empty: the admin API is open.
+	Token string `yaml:"token"`
+}
+
+// Limits bounds what clients and backends may cost.
+type Limits struct {
+	// MaxBodyBytes bounds a request body, > 0.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// UpstreamTimeout bounds the wait for a backend's response headers: the
+	// whole generation of a non-streaming request, the first byte of a stream. > 0.
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+}
+
+// Health configures active health checks of backends.
+type Health struct {
+	// Path is requested on each backend; 2xx means healthy. It starts with "/".
+	Path string `yaml:"path"`
+	// Interval between checks. Zero disables active checks.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout of one check, > 0.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Access enables the one-line-per-request JSON access log.
+	Access bool `yaml:"access"`
+}
+
+// Default returns the default configuration: no backends, in-memory state,
+// every request traced without content. Each call returns a new value.
+func Default() Config {
+	return Config{
+		Listen:    ":8080",
+		Balancer:  Balancer{Strategy: "dynamic"},
+		State:     State{Redis: Redis{Prefix: "vigil"}},
+		Tracing:   Tracing{SampleRatio: 1.0},
+		Analyzers: Analyzers{QueueSize: 4096, MaxCaptureBytes: 1 << 20},
+		Alerts:    Alerts{Period: 5 * time.Minute},
+		Limits:    Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
+		Health:    Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
+		Log:       Log{Level: "info", Access: true},
+	}
+}
+
+// defaultBackend is the backend at index in a list before its keys are applied.
+func defaultBackend(index int) Backend {
+	return Backend{Name: defaultName(index), Kind: "openai", Weight: 100}
+}
+
+func defaultName(index int) string { return "b" + strconv.Itoa(index) }

@@ -1,0 +1,96 @@
+package config_test
+
+import (
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
+
+	"github.com/vigil-gw/vigil/config"
+)
+
+// example.yaml claims to set every key to its default; these tests keep it true.
+
+func TestExampleYAMLLoadsAndValidates(t *testing.T) {
+	c, err := config.Load("example.yaml")
+	if err != nil {
+		t.Fatalf("Load(example.yaml): %v", err)
+	}
+	if err := c.ValidateServe(); err != nil {
+		t.Errorf("ValidateServe(example.yaml) = %v, want nil", err)
+	}
+
+	wantBackends := []config.Backend{{
+		Name: "a", URL: "http://127.0.0.1:8000", Kind: "openai", Models: []string{}, Weight: 100,
+	}}
+	if diff := cmp.Diff(wantBackends, c.Backends); diff != "" {
+		t.Errorf("example.yaml backends mismatch (-want +got):\n%s", diff)
+	}
+	// Apart from its one backend, the example is the defaults.
+	c.Backends = nil
+	if diff := cmp.Diff(config.Default(), c); diff != "" {
+		t.Errorf("example.yaml differs from Default() (-want +got):\n%s", diff)
+	}
+}
+
+func TestExampleYAMLHasEveryKey(t *testing.T) {
+	data, err := os.ReadFile("example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	nodeKeys(doc.Content[0], "", &got)
+	var want []string
+	schemaKeys(reflect.TypeFor[config.Config](), "", &want)
+	for _, k := range want {
+		if !slices.Contains(got, k) {
+			t.Errorf("example.yaml lacks %s", k)
+		}
+	}
+}
+
+// nodeKeys appends the path of every key under n, with list indexes as "[]".
+func nodeKeys(n *yaml.Node, prefix string, keys *[]string) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := join(prefix, n.Content[i].Value)
+			*keys = append(*keys, p)
+			nodeKeys(n.Content[i+1], p, keys)
+		}
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			nodeKeys(c, prefix+"[]", keys)
+		}
+	}
+}
+
+// schemaKeys appends the path of every yaml key of the struct type t.
+func schemaKeys(t reflect.Type, prefix string, keys *[]string) {
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		p := join(prefix, name)
+		*keys = append(*keys, p)
+		switch ft := f.Type; {
+		case ft.Kind() == reflect.Struct:
+			schemaKeys(ft, p, keys)
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			schemaKeys(ft.Elem(), p+"[]", keys)
+		}
+	}
+}
+
+func join(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}

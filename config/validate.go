@@ -1,0 +1,308 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// The allowed values of the enumerated settings.
+var (
+	kinds      = []string{"openai", "tgi"}
+	strategies = []string{"dynamic", "round_robin", "least_request"}
+	levels     = []string{"debug", "info", "warn", "error"}
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// Validate reports every invalid value in c, joined, each naming its path. It does
+// not require backends; [Config.ValidateServe] does.
+func (c *Config) Validate() error {
+	var l errList
+	l.add("listen", checkListen(c.Listen))
+	l.nest("backends", validateBackends(c.Backends))
+	l.nest("balancer", c.Balancer.Validate())
+	l.nest("state", c.State.Validate())
+	l.nest("tracing", c.Tracing.Validate())
+	l.nest("analyzers", c.Analyzers.Validate())
+	l.nest("alerts", c.Alerts.Validate())
+	l.nest("admin", c.Admin.Validate())
+	l.nest("limits", c.Limits.Validate())
+	l.nest("health", c.Health.Validate())
+	l.nest("log", c.Log.Validate())
+	return l.err()
+}
+
+// ValidateServe is [Config.Validate] for a gateway about to serve: it also requires
+// at least one backend.
+func (c *Config) ValidateServe() error {
+	var l errList
+	if len(c.Backends) == 0 {
+		l.add("backends", errors.New("at least one backend is required"))
+	}
+	l.nest("", c.Validate())
+	return l.err()
+}
+
+// validateBackends checks each backend and what needs them all: unique names and
+// references to existing backends. Paths start with the index, "[1].url".
+func validateBackends(bs []Backend) error {
+	var l errList
+	first := make(map[string]int, len(bs))
+	for i, b := range bs {
+		if _, dup := first[b.Name]; !dup && b.Name != "" {
+			first[b.Name] = i
+		}
+	}
+	for i, b := range bs {
+		p := indexPath("", i)
+		l.nest(p, b.Validate())
+		if j := first[b.Name]; b.Name != "" && j != i {
+			l.add(joinPath(p, "name"), fmt.Errorf("duplicate name %q (also backends[%d])", b.Name, j))
+		}
+		if b.Reference != "" {
+			switch j, ok := first[b.Reference]; {
+			case !ok:
+				l.add(joinPath(p, "reference"), fmt.Errorf("no backend named %q", b.Reference))
+			case j == i:
+				l.add(joinPath(p, "reference"), errors.New("a backend cannot reference itself"))
+			}
+		}
+	}
+	return l.err()
+}
+
+// Validate checks b alone. Unique names and references to other backends are
+// checked by [Config.Validate].
+func (b *Backend) Validate() error {
+	var l errList
+	l.add("name", checkName(b.Name))
+	l.add("url", checkHTTPURL(b.URL))
+	l.add("kind", oneOf(b.Kind, kinds))
+	for i, m := range b.Models {
+		if strings.TrimSpace(m) == "" {
+			l.add(indexPath("models", i), errors.New("must not be empty"))
+		}
+	}
+	if !(b.Weight > 0) { // also rejects NaN
+		l.add("weight", fmt.Errorf("must be > 0, got %v", b.Weight))
+	}
+	l.add("agent", checkOptionalHTTPURL(b.Agent))
+	l.add("metrics", checkOptionalHTTPURL(b.Metrics))
+	return l.err()
+}
+
+// Validate checks b.
+func (b *Balancer) Validate() error {
+	var l errList
+	l.add("strategy", oneOf(b.Strategy, strategies))
+	return l.err()
+}
+
+// Validate checks s.
+func (s *State) Validate() error {
+	var l errList
+	l.nest("redis", s.Redis.Validate())
+	return l.err()
+}
+
+// Validate checks r.
+func (r *Redis) Validate() error {
+	var l errList
+	l.add("url", checkRedisURL(r.URL))
+	return l.err()
+}
+
+// Validate checks t.
+func (t *Tracing) Validate() error {
+	var l errList
+	l.add("sample_ratio", checkRatio(t.SampleRatio))
+	return l.err()
+}
+
+// Validate checks a.
+func (a *Analyzers) Validate() error {
+	var l errList
+	if a.QueueSize <= 0 {
+		l.add("queue_size", fmt.Errorf("must be > 0, got %d", a.QueueSize))
+	}
+	if a.MaxCaptureBytes < 0 {
+		l.add("max_capture_bytes", fmt.Errorf("must be >= 0, got %d", a.MaxCaptureBytes))
+	}
+	return l.err()
+}
+
+// Validate checks a.
+func (a *Alerts) Validate() error {
+	var l errList
+	l.add("alertmanager_url", checkOptionalHTTPURL(a.AlertmanagerURL))
+	l.add("webhook_url", checkOptionalHTTPURL(a.WebhookURL))
+	if a.Period <= 0 {
+		l.add("period", fmt.Errorf("must be > 0, got %v", a.Period))
+	}
+	return l.err()
+}
+
+// Validate checks a.
+func (a *Admin) Validate() error {
+	var l errList
+	l.add("token", checkToken(a.Token))
+	return l.err()
+}
+
+// Validate checks lim.
+func (lim *Limits) Validate() error {
+	var l errList
+	l.add("max_body_bytes", checkPositiveInt(lim.MaxBodyBytes))
+	l.add("upstream_timeout", checkPositiveDuration(lim.UpstreamTimeout))
+	return l.err()
+}
+
+// Validate checks h.
+func (h *Health) Validate() error {
+	var l errList
+	if !strings.HasPrefix(h.Path, "/") {
+		l.add("path", fmt.Errorf("must start with \"/\", got %q", h.Path))
+	}
+	if h.Interval < 0 {
+		l.add("interval", fmt.Errorf("must be >= 0, got %v", h.Interval))
+	}
+	l.add("timeout", checkPositiveDuration(h.Timeout))
+	return l.err()
+}
+
+// Validate checks lg.
+func (lg *Log) Validate() error {
+	var l errList
+	l.add("level", oneOf(lg.Level, levels))
+	return l.err()
+}
+
+// The checks below return an error that names no path; the caller adds it.
+
+func oneOf(s string, allowed []string) error {
+	for _, a := range allowed {
+		if s == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not one of %s", s, strings.Join(allowed, ", "))
+}
+
+func checkListen(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("must be host:port, got %q", s)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("invalid port %q in %q", port, s)
+	}
+	return nil
+}
+
+func checkName(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if !nameRE.MatchString(s) {
+		return fmt.Errorf("invalid name %q: use letters, digits, '_', '.' and '-'", s)
+	}
+	return nil
+}
+
+// parseURL parses s, keeping the URL itself out of the error: it may hold a password.
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("invalid URL: %w", err)
+	}
+	return u, nil
+}
+
+func checkHTTPURL(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	u, err := parseURL(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("must be an absolute http or https URL, got %q", u.Redacted())
+	}
+	if u.Host == "" {
+		return fmt.Errorf("missing host in %q", u.Redacted())
+	}
+	return nil
+}
+
+func checkOptionalHTTPURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	return checkHTTPURL(s)
+}
+
+func checkRedisURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := parseURL(s)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+			if _, err := strconv.ParseUint(db, 10, 31); err != nil {
+				return fmt.Errorf("invalid database %q: want redis://host:port/N", db)
+			}
+		}
+	case "unix":
+		if u.Path == "" {
+			return errors.New("missing socket path: want unix:///path/to/socket")
+		}
+	default:
+		return fmt.Errorf("scheme must be redis, rediss or unix, got %q", u.Scheme)
+	}
+	return nil
+}
+
+func checkRatio(r float64) error {
+	if !(r >= 0 && r <= 1) { // also rejects NaN
+		return fmt.Errorf("must be in [0, 1], got %v", r)
+	}
+	return nil
+}
+
+func checkPositiveInt(n int64) error {
+	if n <= 0 {
+		return fmt.Errorf("must be > 0, got %d", n)
+	}
+	return nil
+}
+
+func checkPositiveDuration(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("must be > 0, got %v", d)
+	}
+	return nil
+}
+
+// checkToken rejects whitespace, which a bearer token cannot carry and which usually
+// means a stray newline from a file.
+func checkToken(s string) error {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return errors.New("must not contain whitespace or control characters")
+	}
+	return nil
+}

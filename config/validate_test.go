@@ -1,0 +1,206 @@
+package config_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/config"
+)
+
+// valid returns a configuration that passes ValidateServe, with two backends.
+func valid() config.Config {
+	c := config.Default()
+	c.Backends = []config.Backend{
+		{Name: "a", URL: "http://127.0.0.1:8000", Kind: "openai", Weight: 100, Reference: "b"},
+		{Name: "b", URL: "https://10.0.0.2:8080/v1", Kind: "tgi", Weight: 1, Models: []string{"m"},
+			Agent: "http://10.0.0.2:9400", Metrics: "http://10.0.0.2:8080/metrics"},
+	}
+	c.State.Redis.URL = "redis://:pw@127.0.0.1:6379/0"
+	c.Alerts.AlertmanagerURL = "http://127.0.0.1:9093"
+	c.Alerts.WebhookURL = "https://hooks.example.com/T1/B2"
+	c.Admin.Token = "s3cret"
+	return c
+}
+
+func TestValidateValid(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*config.Config)
+	}{
+		{"two backends", func(*config.Config) {}},
+		{"listen on all interfaces", func(c *config.Config) { c.Listen = "0.0.0.0:80" }},
+		{"listen on ipv6 loopback, any port", func(c *config.Config) { c.Listen = "[::1]:0" }},
+		{"rediss", func(c *config.Config) { c.State.Redis.URL = "rediss://user:pw@redis.internal:6380" }},
+		{"unix socket", func(c *config.Config) { c.State.Redis.URL = "unix:///run/redis.sock" }},
+		{"ratio bounds", func(c *config.Config) { c.Tracing.SampleRatio = 0 }},
+		{"no capture", func(c *config.Config) { c.Analyzers.MaxCaptureBytes = 0 }},
+		{"no health checks", func(c *config.Config) { c.Health.Interval = 0 }},
+		{"no alert targets", func(c *config.Config) { c.Alerts.AlertmanagerURL, c.Alerts.WebhookURL = "", "" }},
+		{"names with punctuation", func(c *config.Config) {
+			c.Backends[0].Name, c.Backends[1].Name, c.Backends[0].Reference = "gpu-0.a_1", "Q4", "Q4"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.mutate(&c)
+			if err := c.ValidateServe(); err != nil {
+				t.Errorf("ValidateServe() = %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*config.Config)
+		want   string
+	}{
+		{"listen without port", func(c *config.Config) { c.Listen = "8080" },
+			`listen: must be host:port, got "8080"`},
+		{"listen port out of range", func(c *config.Config) { c.Listen = ":99999" },
+			`listen: invalid port "99999" in ":99999"`},
+		{"listen named port", func(c *config.Config) { c.Listen = "localhost:http" },
+			`listen: invalid port "http" in "localhost:http"`},
+		{"backend url empty", func(c *config.Config) { c.Backends[1].URL = "" },
+			`backends[1].url: must not be empty`},
+		{"backend url relative", func(c *config.Config) { c.Backends[0].URL = "/v1" },
+			`backends[0].url: must be an absolute http or https URL, got "/v1"`},
+		{"backend url scheme", func(c *config.Config) { c.Backends[0].URL = "ftp://u:pw@h/" },
+			`backends[0].url: must be an absolute http or https URL, got "ftp://u:xxxxx@h/"`},
+		{"backend url without host", func(c *config.Config) { c.Backends[0].URL = "http:///v1" },
+			`backends[0].url: missing host in "http:///v1"`},
+		{"backend url unparsable", func(c *config.Config) { c.Backends[0].URL = "http://h:port" },
+			`backends[0].url: invalid URL: invalid port ":port" after host`},
+		{"backend kind", func(c *config.Config) { c.Backends[1].Kind = "vllm" },
+			`backends[1].kind: "vllm" is not one of openai, tgi`},
+		{"backend weight zero", func(c *config.Config) { c.Backends[0].Weight = 0 },
+			`backends[0].weight: must be > 0, got 0`},
+		{"backend weight negative", func(c *config.Config) { c.Backends[0].Weight = -1 },
+			`backends[0].weight: must be > 0, got -1`},
+		{"backend weight NaN", func(c *config.Config) { c.Backends[0].Weight = math.NaN() },
+			`backends[0].weight: must be > 0, got NaN`},
+		{"backend name empty", func(c *config.Config) { c.Backends[0].Name = "" },
+			`backends[0].name: must not be empty`},
+		{"backend name with space", func(c *config.Config) { c.Backends[1].Name, c.Backends[0].Reference = "b 2", "b 2" },
+			`backends[1].name: invalid name "b 2": use letters, digits, '_', '.' and '-'`},
+		{"backend names duplicate", func(c *config.Config) { c.Backends[1].Name = "a"; c.Backends[0].Reference = "" },
+			`backends[1].name: duplicate name "a" (also backends[0])`},
+		{"backend model empty", func(c *config.Config) { c.Backends[1].Models = []string{"m", " "} },
+			`backends[1].models[1]: must not be empty`},
+		{"backend reference missing", func(c *config.Config) { c.Backends[0].Reference = "zz" },
+			`backends[0].reference: no backend named "zz"`},
+		{"backend reference itself", func(c *config.Config) { c.Backends[0].Reference = "a" },
+			`backends[0].reference: a backend cannot reference itself`},
+		{"backend agent", func(c *config.Config) { c.Backends[1].Agent = "10.0.0.2:9400" },
+			`backends[1].agent: invalid URL: first path segment in URL cannot contain colon`},
+		{"backend metrics", func(c *config.Config) { c.Backends[1].Metrics = "tcp://h:1" },
+			`backends[1].metrics: must be an absolute http or https URL, got "tcp://h:1"`},
+		{"balancer strategy", func(c *config.Config) { c.Balancer.Strategy = "random" },
+			`balancer.strategy: "random" is not one of dynamic, round_robin, least_request`},
+		{"redis scheme", func(c *config.Config) { c.State.Redis.URL = "http://h:6379" },
+			`state.redis.url: scheme must be redis, rediss or unix, got "http"`},
+		{"redis database", func(c *config.Config) { c.State.Redis.URL = "redis://h:6379/zero" },
+			`state.redis.url: invalid database "zero": want redis://host:port/N`},
+		{"redis socket", func(c *config.Config) { c.State.Redis.URL = "unix://" },
+			`state.redis.url: missing socket path: want unix:///path/to/socket`},
+		{"sample ratio above 1", func(c *config.Config) { c.Tracing.SampleRatio = 1.5 },
+			`tracing.sample_ratio: must be in [0, 1], got 1.5`},
+		{"sample ratio below 0", func(c *config.Config) { c.Tracing.SampleRatio = -0.1 },
+			`tracing.sample_ratio: must be in [0, 1], got -0.1`},
+		{"queue size", func(c *config.Config) { c.Analyzers.QueueSize = 0 },
+			`analyzers.queue_size: must be > 0, got 0`},
+		{"max capture bytes", func(c *config.Config) { c.Analyzers.MaxCaptureBytes = -1 },
+			`analyzers.max_capture_bytes: must be >= 0, got -1`},
+		{"alertmanager url", func(c *config.Config) { c.Alerts.AlertmanagerURL = "alertmanager" },
+			`alerts.alertmanager_url: must be an absolute http or https URL, got "alertmanager"`},
+		{"webhook url", func(c *config.Config) { c.Alerts.WebhookURL = "mailto:ops@example.com" },
+			`alerts.webhook_url: must be an absolute http or https URL, got "mailto:ops@example.com"`},
+		{"alert period", func(c *config.Config) { c.Alerts.Period = 0 },
+			`alerts.period: must be > 0, got 0s`},
+		{"admin token", func(c *config.Config) { c.Admin.Token = "s3cret\n" },
+			`admin.token: must not contain whitespace or control characters`},
+		{"max body bytes", func(c *config.Config) { c.Limits.MaxBodyBytes = 0 },
+			`limits.max_body_bytes: must be > 0, got 0`},
+		{"upstream timeout", func(c *config.Config) { c.Limits.UpstreamTimeout = -1 },
+			`limits.upstream_timeout: must be > 0, got -1ns`},
+		{"health path", func(c *config.Config) { c.Health.Path = "health" },
+			`health.path: must start with "/", got "health"`},
+		{"health interval", func(c *config.Config) { c.Health.Interval = -1 },
+			`health.interval: must be >= 0, got -1ns`},
+		{"health timeout", func(c *config.Config) { c.Health.Timeout = 0 },
+			`health.timeout: must be > 0, got 0s`},
+		{"log level", func(c *config.Config) { c.Log.Level = "trace" },
+			`log.level: "trace" is not one of debug, info, warn, error`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.mutate(&c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatalf("Validate() = nil, want %q", tt.want)
+			}
+			if diff := cmp.Diff(tt.want, err.Error()); diff != "" {
+				t.Errorf("Validate() mismatch (-want +got):\n%s", diff)
+			}
+			var fe *config.FieldError
+			if !errors.As(err, &fe) || !strings.HasPrefix(tt.want, fe.Path+": ") {
+				t.Errorf("errors.As(FieldError) gave %+v, want the path of %q", fe, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateJoinsAllErrors(t *testing.T) {
+	c := valid()
+	c.Listen = ""
+	c.Backends[1].URL = ""
+	c.Backends[1].Kind = ""
+	c.Health.Timeout = 0
+	c.Log.Level = ""
+	want := []string{
+		`listen: must be host:port, got ""`,
+		`backends[1].url: must not be empty`,
+		`backends[1].kind: "" is not one of openai, tgi`,
+		`health.timeout: must be > 0, got 0s`,
+		`log.level: "" is not one of debug, info, warn, error`,
+	}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil, want errors")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("Validate() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestValidateServe(t *testing.T) {
+	c := config.Default()
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate() without backends = %v, want nil", err)
+	}
+	err := c.ValidateServe()
+	if diff := cmp.Diff("backends: at least one backend is required", errString(err)); diff != "" {
+		t.Errorf("ValidateServe() without backends mismatch (-want +got):\n%s", diff)
+	}
+
+	c.Log.Level = "loud"
+	want := "backends: at least one backend is required\n" +
+		`log.level: "loud" is not one of debug, info, warn, error`
+	if diff := cmp.Diff(want, errString(c.ValidateServe())); diff != "" {
+		t.Errorf("ValidateServe() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
