@@ -1,0 +1,97 @@
+// Command vigil is the Vigil gateway and its companions: the inference
+// backend simulator and a demo that runs both.
+//
+//	vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
+//	vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] ...
+//	vigil demo    [--listen ADDR] [--duration DUR]
+//	vigil check   --config FILE
+//	vigil version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+const usage = `Vigil: an observability gateway for LLM inference.
+
+Usage:
+  vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
+  vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--error-rate F] ...
+  vigil demo    [--listen ADDR] [--duration DUR]
+  vigil check   --config FILE
+  vigil version
+
+Run "vigil COMMAND --help" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "vigil:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCode is 2 for usage errors, 1 for everything else.
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command given"}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr)
+	case "sim":
+		return runSim(ctx, rest, stderr)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
+	case "check":
+		return runCheck(rest, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "vigil", buildVersion())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway"
+)
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "YAML config `file` (optional)")
+	listen := fs.String("listen", "", "listen `address`, overrides the config's listen")
+	redis := fs.String("redis", "", "Redis `URL`, overrides state.redis.url")
+	var backends multiFlag
+	fs.Var(&backends, "backend", "backend as `[name=]url[#kind]`; repeatable; replaces the config's backends")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *redis != "" {
+		cfg.State.Redis.URL = *redis
+	}
+	if len(backends) > 0 {
+		cfg.Backends = nil
+		for i, s := range backends {
+			b, err := config.ParseBackendFlag(s, i)
+			if err != nil {
+				return fmt.Errorf("--backend %q: %w", s, err)
+			}
+			cfg.Backends = append(cfg.Backends, b)
+		}
+	}
+	if err := cfg.ValidateServe(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log := newLogger(stderr, cfg.Log.Level)
+	opts := gateway.Options{Config: cfg, Log: log}
+	if cfg.Log.Access {
+		opts.AccessLog = slog.New(slog.NewJSONHandler(stdout, nil))
+	}
+	gw, err := gateway.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	log.Info("vigil serving", "listen", ln.Addr().String(), "backends", len(cfg.Backends), "version", buildVersion())
+	return serveGateway(ctx, ln, gw, log)
+}
+
+// loadConfig reads the file (if any) over the defaults and applies VIGIL_*
+// environment overrides.
+func loadConfig(path string) (config.Config, error) {
+	cfg := config.Default()
+	if path != "" {
+		var err error
+		if cfg, err = config.Load(path); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.ApplyEnv(os.Getenv); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// serveGateway serves gw on ln until ctx is done, then shuts down in order:
+// the HTTP server first (in-flight requests finish), then the gateway's
+// background work (queued events drain).
+func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           gw.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	var g errgroup.Group
+	g.Go(func() error { return gw.Run(bgCtx) })
+	g.Go(func() error {
+		defer stopBg()
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Serve(ln) }()
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+		}
+		log.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := srv.Shutdown(sctx)
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	})
+	return g.Wait()
+}

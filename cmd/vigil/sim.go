@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// simFlags registers the simulator's flags on fs and returns a func that
+// builds its options once fs is parsed.
+func simFlags(fs *flag.FlagSet) func() sim.Options {
+	d := sim.DefaultKnobs()
+	model := fs.String("model", "sim-model", "served model `name`")
+	seed := fs.Int64("seed", 1, "random seed; responses are a pure function of seed, request body and knobs")
+	created := fs.Int64("created", 0, "fixed `unix` time for the created field (0: now)")
+	ttft := fs.Duration("ttft", d.TTFT, "time to first token")
+	itl := fs.Duration("itl", d.ITL, "inter-token latency")
+	errRate := fs.Float64("error-rate", d.ErrorRate, "share of requests answered with HTTP 500")
+	maxLen := fs.Int("max-model-len", d.MaxModelLen, "context length in tokens; longer requests get vLLM's 400 (0: no limit)")
+	conf := fs.Float64("confidence", d.Confidence, "mean probability of the chosen token, in (0,1]")
+	noise := fs.Float64("noise", d.Noise, "std-dev of quantization-like noise on logprobs")
+	outTok := fs.Int("output-tokens", d.OutputTokens, "tokens generated when a request sets no max_tokens")
+	seqs := fs.Int("max-num-seqs", d.MaxNumSeqs, "sequences served at once; more wait in a queue")
+	return func() sim.Options {
+		return sim.Options{Model: *model, Seed: *seed, Created: *created, Knobs: sim.Knobs{
+			TTFT: *ttft, ITL: *itl, ErrorRate: *errRate, MaxModelLen: *maxLen, Confidence: *conf,
+			Noise: *noise, OutputTokens: *outTok, MaxNumSeqs: *seqs,
+		}}
+	}
+}
+
+func runSim(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "listen `address`")
+	opts := simFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(stderr, "info")
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	s := sim.New(opts())
+	log.Info("simulator serving", "listen", ln.Addr().String(), "model", opts().Model)
+	return serveHandler(ctx, ln, s.Handler())
+}
+
+// serveHandler serves h on ln until ctx is done, then shuts down gracefully.
+func serveHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	<-errc
+	return err
+}

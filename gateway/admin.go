@@ -1,0 +1,281 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/vigil-gw/vigil/gateway/upstream"
+)
+
+// SignalsSource gives the analyzers' picture for GET /admin/signals; the
+// value is written as JSON.
+type SignalsSource interface {
+	Signals(ctx context.Context) (any, error)
+}
+
+// AlertsSource gives the alerts for GET /admin/alerts; the value is written
+// as JSON.
+type AlertsSource interface {
+	Alerts(ctx context.Context) (any, error)
+}
+
+// Baseliner pins the current window as the drift reference (POST /admin/baseline).
+type Baseliner interface {
+	PinBaseline(ctx context.Context) error
+}
+
+// FeedbackSink takes calibration labels from POST /v1/feedback. It returns
+// ErrUnknownResponse for an id it does not know.
+type FeedbackSink interface {
+	Feedback(ctx context.Context, id string, correct bool) error
+}
+
+// ErrUnknownResponse is returned by a FeedbackSink for an unknown response id.
+var ErrUnknownResponse = errors.New("unknown response id")
+
+func (s *Server) adminAuth(c *gin.Context) {
+	tok := s.cfg.Admin.Token
+	if tok == "" {
+		return
+	}
+	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+		c.Header("WWW-Authenticate", `Bearer realm="vigil-admin"`)
+		writeError(c.Writer, &apiError{http.StatusUnauthorized, "invalid_request_error", "unauthorized", "admin routes need a valid bearer token", classBadRequest})
+		c.Abort()
+	}
+}
+
+// backendJSON is one entry of GET /admin/backends.
+type backendJSON struct {
+	Name     string         `json:"name"`
+	URL      string         `json:"url"`
+	Kind     string         `json:"kind"`
+	Models   []string       `json:"models,omitempty"`
+	Healthy  bool           `json:"healthy"`
+	Weight   float64        `json:"weight"`
+	Inflight int64          `json:"inflight"`
+	Load     map[string]any `json:"load"`
+}
+
+func (s *Server) getBackends(c *gin.Context) {
+	out := make([]backendJSON, 0, len(s.pool.Backends()))
+	for _, b := range s.pool.Backends() {
+		out = append(out, backendJSON{
+			Name: b.Name, URL: b.URL.String(), Kind: b.Kind, Models: b.Models(),
+			Healthy: b.Healthy(), Weight: b.Weight, Inflight: b.Inflight(),
+			Load: map[string]any{}, // load signals arrive with the dynamic balancer
+		})
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) getSignals(c *gin.Context) {
+	if s.signals == nil {
+		c.JSON(http.StatusOK, s.window.placeholder())
+		return
+	}
+	s.writeSource(c, s.signals.Signals)
+}
+
+func (s *Server) getAlerts(c *gin.Context) {
+	if s.alerts == nil {
+		c.JSON(http.StatusOK, []any{})
+		return
+	}
+	s.writeSource(c, s.alerts.Alerts)
+}
+
+func (s *Server) writeSource(c *gin.Context, get func(context.Context) (any, error)) {
+	v, err := get(c.Request.Context())
+	if err != nil {
+		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), classNone})
+		return
+	}
+	c.JSON(http.StatusOK, v)
+}
+
+func notEnabled(what string) *apiError {
+	return &apiError{http.StatusNotImplemented, "invalid_request_error", "not_enabled", what + " is not enabled in this gateway", classNone}
+}
+
+func (s *Server) postBaseline(c *gin.Context) {
+	if s.baseline == nil {
+		writeError(c.Writer, notEnabled("drift analysis"))
+		return
+	}
+	if err := s.baseline.PinBaseline(c.Request.Context()); err != nil {
+		writeError(c.Writer, &apiError{http.StatusConflict, "invalid_request_error", "baseline_failed", err.Error(), classNone})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"pinned": true})
+}
+
+func (s *Server) postFeedback(c *gin.Context) {
+	body, aerr := readBody(c.Request, c.Writer, 64<<10)
+	if aerr != nil {
+		writeError(c.Writer, aerr)
+		return
+	}
+	var f struct {
+		ID      string `json:"id"`
+		Correct *bool  `json:"correct"`
+	}
+	if err := json.Unmarshal(body, &f); err != nil || f.ID == "" || f.Correct == nil {
+		writeError(c.Writer, badRequest(`expected {"id": "<response id>", "correct": true|false}`))
+		return
+	}
+	if s.feedback == nil {
+		writeError(c.Writer, notEnabled("calibration feedback"))
+		return
+	}
+	switch err := s.feedback.Feedback(c.Request.Context(), f.ID, *f.Correct); {
+	case errors.Is(err, ErrUnknownResponse):
+		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "unknown_response", "no response with id " + f.ID + " is known", classNone})
+	case err != nil:
+		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), classNone})
+	default:
+		c.JSON(http.StatusOK, gin.H{"recorded": true})
+	}
+}
+
+// listModels answers GET /v1/models with the union of the healthy
+// backends' model lists, in backend order, first occurrence winning.
+func (s *Server) listModels(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
+	defer cancel()
+	backends := slices.DeleteFunc(slices.Clone(s.pool.Backends()), func(b *upstream.Backend) bool { return !b.Healthy() })
+	if len(backends) == 0 {
+		writeError(c.Writer, pickError(upstream.ErrNoHealthy, "", nil))
+		return
+	}
+	lists := make([][]json.RawMessage, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Go(func() { lists[i] = s.fetchModels(ctx, b) })
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	data := []json.RawMessage{}
+	answered := false
+	for _, l := range lists {
+		if l != nil {
+			answered = true
+		}
+		for _, m := range l {
+			var id struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(m, &id) != nil || seen[id.ID] {
+				continue
+			}
+			seen[id.ID] = true
+			data = append(data, m)
+		}
+	}
+	if !answered {
+		writeError(c.Writer, &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable", "no backend answered its model list", classUpstream5xx})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
+}
+
+// fetchModels returns a backend's model objects, nil when it did not answer.
+// Models outside a backend's configured list are left out.
+func (s *Server) fetchModels(ctx context.Context, b *upstream.Backend) []json.RawMessage {
+	get := func(path string) ([]byte, bool) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.JoinPath(path).String(), nil)
+		if err != nil {
+			return nil, false
+		}
+		resp, err := s.client.Do(req)
+		if err != nil {
+			return nil, false
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		return body, err == nil && resp.StatusCode == http.StatusOK
+	}
+	if body, ok := get("/v1/models"); ok {
+		var l struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(body, &l) == nil {
+			return slices.DeleteFunc(l.Data, func(m json.RawMessage) bool {
+				var id struct {
+					ID string `json:"id"`
+				}
+				return json.Unmarshal(m, &id) != nil || !b.Serves(id.ID)
+			})
+		}
+	}
+	if b.Kind == upstream.KindTGI { // older TGI has only /info
+		if body, ok := get("/info"); ok {
+			var info struct {
+				ModelID string `json:"model_id"`
+			}
+			if json.Unmarshal(body, &info) == nil && info.ModelID != "" {
+				m, _ := json.Marshal(gin.H{"id": info.ModelID, "object": "model", "owned_by": b.Name})
+				return []json.RawMessage{m}
+			}
+		}
+	}
+	return nil
+}
+
+//go:embed dashboard.html
+var dashboardHTML []byte
+
+func (s *Server) dashboard(c *gin.Context) {
+	c.Data(http.StatusOK, "text/html; charset=utf-8", dashboardHTML)
+}
+
+// requestWindow counts proxied requests in fixed five-minute windows, for
+// /admin/signals until the analyzers provide the full picture. Lock-free: a
+// request racing the window's rollover may be counted in either window.
+type requestWindow struct {
+	idx atomic.Int64 // unix seconds / windowSize
+	n   atomic.Int64
+}
+
+const windowSize = 5 * time.Minute
+
+func windowIndex(t time.Time) int64 { return t.Unix() / int64(windowSize/time.Second) }
+
+func (w *requestWindow) add(t time.Time) {
+	idx := windowIndex(t)
+	if cur := w.idx.Load(); cur != idx && w.idx.CompareAndSwap(cur, idx) {
+		w.n.Store(0)
+	}
+	w.n.Add(1)
+}
+
+func (w *requestWindow) placeholder() any {
+	now := windowIndex(time.Now())
+	n := w.n.Load()
+	if w.idx.Load() != now {
+		n = 0
+	}
+	start := time.Unix(now*int64(windowSize/time.Second), 0).UTC()
+	unknown := gin.H{"state": "unknown"}
+	return gin.H{
+		"window":     gin.H{"start": start, "end": start.Add(windowSize), "requests": n},
+		"drift":      unknown,
+		"confidence": unknown,
+		"latency":    unknown,
+		"output":     unknown,
+		"precision":  unknown,
+	}
+}

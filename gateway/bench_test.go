@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// BenchmarkAddedLatency measures what Vigil adds to a request: the same
+// requests go straight to an in-process simulator (zero TTFT and ITL) and
+// through the gateway, one at a time over keep-alive connections. Compare
+// the direct and vigil rows of the same run: the difference in p50/p99 and
+// allocs/op is the gateway's (client and simulator costs appear in both).
+//
+//	go test -run '^$' -bench AddedLatency -benchmem ./gateway/
+func BenchmarkAddedLatency(b *testing.B) {
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL = 0, 0
+	s := sim.New(sim.Options{Model: "m1", Seed: 1, Created: 1, Knobs: k})
+	simSrv := newBenchServer(b, s.Handler())
+
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{backend("a", simSrv, "m1")}
+	cfg.Health.Interval = 0
+	gw, err := New(Options{
+		Config:    cfg,
+		Log:       slog.New(slog.DiscardHandler),
+		AccessLog: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Observer:  nopObserver{},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go gw.Run(ctx)
+	gwSrv := newBenchServer(b, gw.Handler())
+
+	bodies := map[string]string{
+		"nonstream": `{"model":"m1","max_tokens":32,"messages":[{"role":"user","content":"Benchmark prompt of a typical size for a chat request."}]}`,
+		"stream":    `{"model":"m1","max_tokens":32,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Benchmark prompt of a typical size for a chat request."}]}`,
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	for _, mode := range []string{"nonstream", "stream"} {
+		for _, target := range []struct{ name, url string }{{"direct", simSrv}, {"vigil", gwSrv}} {
+			b.Run(mode+"/"+target.name, func(b *testing.B) {
+				url := target.url + "/v1/chat/completions"
+				var lat []time.Duration
+				b.ReportAllocs()
+				for b.Loop() {
+					start := time.Now()
+					resp, err := client.Post(url, "application/json", strings.NewReader(bodies[mode]))
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						b.Fatalf("status %d", resp.StatusCode)
+					}
+					lat = append(lat, time.Since(start))
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			})
+		}
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) OnRequest(*Request)             {}
+func (nopObserver) OnEvent(*Request, []byte)       {}
+func (nopObserver) OnResponse(*Request, *Response) {}
+
+func newBenchServer(b *testing.B, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv.URL
+}

@@ -1,0 +1,146 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// syncBuffer is a bytes.Buffer safe for the log handler and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// lines returns the JSON access log lines written so far, decoded.
+func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("access log line is not JSON: %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// testGateway is a gateway served over real HTTP for one test.
+type testGateway struct {
+	*Server
+	URL    string
+	access *syncBuffer
+}
+
+// startGateway serves a gateway over the given backends until the test
+// ends. mutate may adjust the config first.
+func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.Config), opts ...func(*Options)) *testGateway {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Backends = backends
+	cfg.Health.Interval = 0 // tests drive health explicitly
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	access := &syncBuffer{}
+	o := Options{
+		Config:    cfg,
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		AccessLog: slog.New(slog.NewJSONHandler(access, nil)),
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return &testGateway{Server: s, URL: srv.URL, access: access}
+}
+
+// startSim serves a simulator with a fixed created time, so that responses
+// are byte-for-byte reproducible.
+func startSim(t *testing.T, model string, knobs func(*sim.Knobs)) (*sim.Server, string) {
+	t.Helper()
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL = time.Millisecond, 0
+	if knobs != nil {
+		knobs(&k)
+	}
+	s := sim.New(sim.Options{Model: model, Seed: 42, Created: 1764400000, Knobs: k})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return s, srv.URL
+}
+
+func backend(name, url string, models ...string) config.Backend {
+	return config.Backend{Name: name, URL: url, Kind: "openai", Models: models, Weight: 100}
+}
+
+func tgiBackend(name, url string) config.Backend {
+	b := backend(name, url, "tgi-model") // so OpenAI routes for other models avoid it
+	b.Kind = "tgi"
+	return b
+}
+
+// post sends body to url and returns the status, headers and whole body.
+func post(t *testing.T, url, body string) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: reading body: %v", url, err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vigil-gw/vigil/gateway/upstream"
+)
+
+// maxModelLabels bounds the distinct values of the model label; later
+// models are reported as "other" so that clients cannot grow the series.
+const maxModelLabels = 64
+
+// metrics holds the gateway's instruments, registered on an injected registry.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
+	tpot     *prometheus.HistogramVec
+	tokens   *prometheus.HistogramVec
+	dropped  prometheus.Counter
+	models   modelLabels
+}
+
+func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, known []string) *metrics {
+	genAI := []string{"gen_ai_operation_name", "gen_ai_request_model", "backend"}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_requests_total",
+			Help: "Requests handled, by backend, model, HTTP status and error class.",
+		}, []string{"backend", "model", "code", "error_class"}),
+		// Bucket boundaries are those the OpenTelemetry GenAI semantic
+		// conventions recommend for these instruments.
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gen_ai_server_request_duration_seconds",
+			Help:    "Time from request received to last response byte.",
+			Buckets: []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92},
+		}, genAI),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gen_ai_server_time_to_first_token_seconds",
+			Help:    "Time from request received to the first response byte of a stream.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0},
+		}, genAI),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gen_ai_server_time_per_output_token_seconds",
+			Help:    "Time per output token after the first, for streams.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5},
+		}, genAI),
+		tokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gen_ai_client_token_usage",
+			Help:    "Tokens per request as the backend reported them, by token type (input, output).",
+			Buckets: []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864},
+		}, []string{"gen_ai_token_type", "gen_ai_request_model", "backend"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_observer_dropped_events_total",
+			Help: "Events not handed to the analyzers because their queue was full.",
+		}),
+	}
+	for _, k := range known {
+		m.models.admit(k)
+	}
+	healthy := prometheus.NewDesc("vigil_backend_healthy", "1 when the backend passes its health checks.", []string{"backend"}, nil)
+	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
+	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current balancing weight.", []string{"backend"}, nil)
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped,
+		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight}, collect: func(ch chan<- prometheus.Metric) {
+			for _, b := range pool.Backends() {
+				h := 0.0
+				if b.Healthy() {
+					h = 1
+				}
+				ch <- prometheus.MustNewConstMetric(healthy, prometheus.GaugeValue, h, b.Name)
+				ch <- prometheus.MustNewConstMetric(inflight, prometheus.GaugeValue, float64(b.Inflight()), b.Name)
+				ch <- prometheus.MustNewConstMetric(weight, prometheus.GaugeValue, b.Weight, b.Name)
+			}
+		}})
+	return m
+}
+
+// observe records one finished request.
+func (m *metrics) observe(x *exchange, status int, class string) {
+	model := m.models.label(x.req.Model)
+	backend := x.req.Backend
+	m.requests.WithLabelValues(backend, model, strconv.Itoa(status), class).Inc()
+	if backend == "" { // gateway-made error before any backend was chosen
+		return
+	}
+	op := x.req.Operation
+	m.duration.WithLabelValues(op, model, backend).Observe(x.latency.Seconds())
+	if x.req.Stream && !x.firstByte.IsZero() {
+		ttft := x.firstByte.Sub(x.req.Start)
+		m.ttft.WithLabelValues(op, model, backend).Observe(ttft.Seconds())
+		if x.completionTokens > 1 {
+			m.tpot.WithLabelValues(op, model, backend).Observe((x.latency - ttft).Seconds() / float64(x.completionTokens-1))
+		}
+	}
+	if x.promptTokens > 0 {
+		m.tokens.WithLabelValues("input", model, backend).Observe(float64(x.promptTokens))
+	}
+	if x.completionTokens > 0 {
+		m.tokens.WithLabelValues("output", model, backend).Observe(float64(x.completionTokens))
+	}
+}
+
+// modelLabels admits the first maxModelLabels distinct model names as label
+// values; any later one becomes "other". It is safe for concurrent use.
+type modelLabels struct {
+	seen sync.Map // string → struct{}
+	n    atomic.Int64
+}
+
+func (l *modelLabels) label(model string) string {
+	if model == "" {
+		return ""
+	}
+	if _, ok := l.seen.Load(model); ok {
+		return model
+	}
+	if l.admit(model) {
+		return model
+	}
+	return "other"
+}
+
+func (l *modelLabels) admit(model string) bool {
+	if l.n.Add(1) > maxModelLabels {
+		l.n.Add(-1)
+		return false
+	}
+	if _, loaded := l.seen.LoadOrStore(model, struct{}{}); loaded {
+		l.n.Add(-1)
+	}
+	return true
+}
+
+// collectorFunc adapts a function to prometheus.Collector.
+type collectorFunc struct {
+	descs   []*prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }

@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Request describes one proxied request. It is immutable once handed to an
+// Observer and may be retained.
+type Request struct {
+	ID        string
+	TraceID   string
+	Route     string // the route pattern, e.g. /v1/chat/completions
+	Operation string // chat, text_completion, embeddings, generate, other
+	Model     string
+	Backend   string
+	Stream    bool
+	Start     time.Time
+	// Body is the request body as sent upstream. Observers must not modify it.
+	Body []byte
+}
+
+// Response describes how a proxied request ended. It is immutable once
+// handed to an Observer.
+type Response struct {
+	Status           int
+	Latency          time.Duration
+	TTFT             time.Duration // zero when no body byte arrived
+	PromptTokens     int
+	CompletionTokens int
+	Events           int    // SSE data events seen
+	ErrorClass       string // empty on success
+	// Body is a copy of a non-streaming response body, at most
+	// analyzers.max_capture_bytes; Truncated says whether it was cut.
+	Body      []byte
+	Truncated bool
+}
+
+// An Observer receives every request, SSE event and response end that passes
+// through the gateway. Its methods are called from one dispatcher goroutine,
+// in order per request, never from the request path; a slow Observer costs
+// dropped events, counted in vigil_observer_dropped_events_total, never
+// client latency.
+type Observer interface {
+	OnRequest(r *Request)
+	// OnEvent receives the payload of one SSE data line; data is valid only
+	// during the call.
+	OnEvent(r *Request, data []byte)
+	OnResponse(r *Request, resp *Response)
+}
+
+type eventKind uint8
+
+const (
+	evRequest eventKind = iota
+	evChunk
+	evResponse
+)
+
+type event struct {
+	kind eventKind
+	req  *Request
+	data *[]byte
+	resp *Response
+}
+
+// dispatcher moves events from request goroutines to the Observer over a
+// bounded queue. Sends never block: when the queue is full the event is
+// dropped and counted.
+type dispatcher struct {
+	obs     Observer
+	queue   chan event
+	bufs    sync.Pool
+	dropped func()
+}
+
+func newDispatcher(obs Observer, size int, dropped func()) *dispatcher {
+	d := &dispatcher{obs: obs, queue: make(chan event, size), dropped: dropped}
+	d.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
+	return d
+}
+
+func (d *dispatcher) send(ev event) {
+	select {
+	case d.queue <- ev:
+	default:
+		if ev.data != nil {
+			d.put(ev.data)
+		}
+		d.dropped()
+	}
+}
+
+func (d *dispatcher) request(r *Request) { d.send(event{kind: evRequest, req: r}) }
+
+// chunk copies data into a pooled buffer and queues it.
+func (d *dispatcher) chunk(r *Request, data []byte) {
+	if len(d.queue) == cap(d.queue) { // full: skip the copy
+		d.dropped()
+		return
+	}
+	b := d.bufs.Get().(*[]byte)
+	*b = append((*b)[:0], data...)
+	d.send(event{kind: evChunk, req: r, data: b})
+}
+
+func (d *dispatcher) response(r *Request, resp *Response) {
+	d.send(event{kind: evResponse, req: r, resp: resp})
+}
+
+func (d *dispatcher) put(b *[]byte) {
+	if cap(*b) > 64<<10 { // let rare huge events go to the GC
+		return
+	}
+	d.bufs.Put(b)
+}
+
+// Run delivers events until ctx is done, then drains what is queued.
+func (d *dispatcher) Run(ctx context.Context) error {
+	for {
+		select {
+		case ev := <-d.queue:
+			d.deliver(ev)
+		case <-ctx.Done():
+			for {
+				select {
+				case ev := <-d.queue:
+					d.deliver(ev)
+				default:
+					return nil
+				}
+			}
+		}
+	}
+}
+
+func (d *dispatcher) deliver(ev event) {
+	switch ev.kind {
+	case evRequest:
+		d.obs.OnRequest(ev.req)
+	case evChunk:
+		d.obs.OnEvent(ev.req, *ev.data)
+		d.put(ev.data)
+	case evResponse:
+		d.obs.OnResponse(ev.req, ev.resp)
+	}
+}

@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// recorder is an Observer that keeps what it sees.
+type recorder struct {
+	mu     sync.Mutex
+	reqs   []*Request
+	events []string
+	resps  []*Response
+}
+
+func (r *recorder) OnRequest(q *Request) { r.mu.Lock(); r.reqs = append(r.reqs, q); r.mu.Unlock() }
+func (r *recorder) OnEvent(_ *Request, data []byte) {
+	r.mu.Lock()
+	r.events = append(r.events, string(data))
+	r.mu.Unlock()
+}
+func (r *recorder) OnResponse(_ *Request, p *Response) {
+	r.mu.Lock()
+	r.resps = append(r.resps, p)
+	r.mu.Unlock()
+}
+
+func TestObserverSeesEverything(t *testing.T) {
+	_, url := startSim(t, "m1", nil)
+	rec := &recorder{}
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil, func(o *Options) { o.Observer = rec })
+
+	body := `{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	_, _, raw := post(t, gw.URL+"/v1/chat/completions", body)
+	post(t, gw.URL+"/v1/embeddings", `{"model":"m1","input":"x"}`)
+
+	waitFor(t, "two responses", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.resps) == 2 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.reqs) != 2 || string(rec.reqs[0].Body) != body || !rec.reqs[0].Stream || rec.reqs[0].Model != "m1" || rec.reqs[0].Backend != "a" {
+		t.Errorf("requests seen: %+v", rec.reqs)
+	}
+	var want []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if d, ok := strings.CutPrefix(l, "data: "); ok && d != "[DONE]" {
+			want = append(want, d)
+		}
+	}
+	if strings.Join(rec.events, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events seen:\n%s\nwant:\n%s", strings.Join(rec.events, "\n"), strings.Join(want, "\n"))
+	}
+	if r := rec.resps[0]; r.Status != 200 || r.CompletionTokens != 5 || r.Events != len(want)+1 /* [DONE] */ || r.TTFT <= 0 {
+		t.Errorf("stream response: %+v", r)
+	}
+	if r := rec.resps[1]; r.Status != 200 || len(r.Body) == 0 || r.Truncated {
+		t.Errorf("embeddings response: %+v", r)
+	}
+}
+
+// blockingObserver never returns from OnRequest until released.
+type blockingObserver struct{ release chan struct{} }
+
+func (b *blockingObserver) OnRequest(*Request)             { <-b.release }
+func (b *blockingObserver) OnEvent(*Request, []byte)       {}
+func (b *blockingObserver) OnResponse(*Request, *Response) {}
+
+// TestSlowObserverNeverSlowsClients: with the observer stuck and a tiny
+// queue, streams still complete, and the dropped events are counted.
+func TestSlowObserverNeverSlowsClients(t *testing.T) {
+	_, url := startSim(t, "m1", nil)
+	obs := &blockingObserver{release: make(chan struct{})}
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")},
+		func(c *config.Config) { c.Analyzers.QueueSize = 2 },
+		func(o *Options) { o.Observer = obs })
+	defer close(obs.release)
+
+	done := make(chan error, 1)
+	go func() {
+		for range 5 {
+			resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"m1","stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`))
+			if err != nil {
+				done <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("requests blocked behind a stuck observer")
+	}
+	if n := testutil.ToFloat64(gw.metrics.dropped); n < 100 {
+		t.Errorf("dropped events = %v, want the ~100 that did not fit the queue", n)
+	}
+}
+
+// TestCaptureIsBounded: the copy kept for analysis stops at
+// max_capture_bytes while the client still gets the whole body.
+func TestCaptureIsBounded(t *testing.T) {
+	_, url := startSim(t, "m1", func(k *sim.Knobs) {})
+	rec := &recorder{}
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")},
+		func(c *config.Config) { c.Analyzers.MaxCaptureBytes = 100 },
+		func(o *Options) { o.Observer = rec })
+	_, _, body := post(t, gw.URL+"/v1/chat/completions", `{"model":"m1","max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`)
+	waitFor(t, "response", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.resps) == 1 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	r := rec.resps[0]
+	if len(r.Body) != 100 || !r.Truncated || string(r.Body) != string(body[:100]) {
+		t.Errorf("capture: %d bytes, truncated %v; client got %d bytes", len(r.Body), r.Truncated, len(body))
+	}
+}

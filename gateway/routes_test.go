@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/config"
+)
+
+func get(t *testing.T, url string, header ...string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func TestModelsUnion(t *testing.T) {
+	_, a := startSim(t, "alpha", nil)
+	_, b := startSim(t, "beta", nil)
+	_, c := startSim(t, "alpha", nil) // duplicate of a's model
+	gw := startGateway(t, []config.Backend{backend("a", a), backend("b", b), backend("c", c)}, nil)
+	code, body := get(t, gw.URL+"/v1/models")
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var l struct {
+		Object string
+		Data   []struct{ ID string }
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range l.Data {
+		ids = append(ids, m.ID)
+	}
+	if diff := cmp.Diff([]string{"alpha", "beta"}, ids); l.Object != "list" || diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+}
+
+func TestPassThroughRoutes(t *testing.T) {
+	_, tgi := startSim(t, "m1", nil)
+	seen := make(chan string, 1)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Method + " " + r.URL.RequestURI()
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	defer other.Close()
+	gw := startGateway(t, []config.Backend{backend("o", other.URL), tgiBackend("t", tgi)}, nil)
+
+	// /info goes to the TGI backend only.
+	code, body := get(t, gw.URL+"/info")
+	_, want := get(t, tgi+"/info")
+	if code != 200 || string(body) != string(want) {
+		t.Errorf("/info: %d %s, want %s", code, body, want)
+	}
+	// Any other /v1 route passes through with its query, whatever its method.
+	code, _ = get(t, gw.URL+"/v1/files/abc?limit=2")
+	if code == http.StatusTeapot {
+		if got := <-seen; got != "GET /v1/files/abc?limit=2" {
+			t.Errorf("upstream saw %q", got)
+		}
+	} else if code != 200 { // round robin may have picked the TGI sim
+		t.Errorf("/v1/files: %d", code)
+	}
+	// Outside /v1 and the contract: 404 from the gateway itself.
+	if code, _ := get(t, gw.URL+"/nope"); code != 404 {
+		t.Errorf("/nope: %d", code)
+	}
+}
+
+func TestAdminRoutes(t *testing.T) {
+	_, a := startSim(t, "m1", nil)
+	gw := startGateway(t, []config.Backend{backend("a", a, "m1")}, func(c *config.Config) { c.Admin.Token = "s3cret" })
+	post(t, gw.URL+"/v1/embeddings", `{"model":"m1","input":"x"}`)
+
+	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts"} {
+		if code, _ := get(t, gw.URL+path); code != 401 {
+			t.Errorf("%s without token: %d, want 401", path, code)
+		}
+		if code, _ := get(t, gw.URL+path, "Authorization", "Bearer wrong"); code != 401 {
+			t.Errorf("%s with a wrong token: %d, want 401", path, code)
+		}
+	}
+	auth := []string{"Authorization", "Bearer s3cret"}
+	code, body := get(t, gw.URL+"/admin/backends", auth...)
+	var backends []map[string]any
+	if code != 200 || json.Unmarshal(body, &backends) != nil || len(backends) != 1 {
+		t.Fatalf("/admin/backends: %d %s", code, body)
+	}
+	for _, k := range []string{"name", "url", "healthy", "weight", "inflight", "load"} {
+		if _, ok := backends[0][k]; !ok {
+			t.Errorf("/admin/backends lacks %q: %s", k, body)
+		}
+	}
+	code, body = get(t, gw.URL+"/admin/signals", auth...)
+	var sig struct {
+		Window struct{ Requests int }
+		Drift  struct{ State string }
+	}
+	if code != 200 || json.Unmarshal(body, &sig) != nil || sig.Window.Requests != 1 || sig.Drift.State != "unknown" {
+		t.Errorf("/admin/signals: %d %s", code, body)
+	}
+	if code, body := get(t, gw.URL+"/admin/alerts", auth...); code != 200 || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("/admin/alerts: %d %s", code, body)
+	}
+	if code, _ := get(t, gw.URL+"/healthz"); code != 200 {
+		t.Errorf("/healthz: %d", code)
+	}
+	if code, body := get(t, gw.URL+"/dashboard"); code != 200 || !strings.Contains(string(body), "<title>Vigil</title>") {
+		t.Errorf("/dashboard: %d", code)
+	}
+	code, body = get(t, gw.URL+"/metrics")
+	for _, m := range []string{"vigil_requests_total", "gen_ai_server_request_duration_seconds", "vigil_backend_healthy", "vigil_observer_dropped_events_total", "go_goroutines"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	if code, _, body := post(t, gw.URL+"/v1/feedback", `{"id":"x"}`); code != 400 {
+		t.Errorf("/v1/feedback without correct: %d %s", code, body)
+	}
+}
+
+func TestModelLabelsBounded(t *testing.T) {
+	var l modelLabels
+	for i := range 200 {
+		l.label(strings.Repeat("m", i+1))
+	}
+	if got := l.label("brand-new"); got != "other" {
+		t.Errorf("label after %d models = %q, want other", maxModelLabels, got)
+	}
+	if got := l.label("m"); got != "m" {
+		t.Errorf("an admitted model lost its label: %q", got)
+	}
+}

@@ -1,0 +1,458 @@
+// Package gateway is Vigil's data plane: the HTTP server, the streaming
+// reverse proxy with its tap for the analyzers, routing, error mapping, the
+// access log, metrics and the admin API.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway/upstream"
+)
+
+// Options configure a Server. Only Config is required.
+type Options struct {
+	// Config must be validated (config.Config.ValidateServe).
+	Config config.Config
+	// Log receives the process's own messages. Nil: slog.Default().
+	Log *slog.Logger
+	// AccessLog receives one JSON line per request. Nil: no access log.
+	AccessLog *slog.Logger
+	// Registry receives the gateway's metrics and is served on /metrics.
+	// Nil: a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Observer receives requests, SSE events and responses off the request
+	// path. Nil: nothing observes.
+	Observer Observer
+	// Signals, Alerts, Baseline and Feedback back the admin and feedback
+	// routes. Nil: built-in placeholders (see admin.go).
+	Signals  SignalsSource
+	Alerts   AlertsSource
+	Baseline Baseliner
+	Feedback FeedbackSink
+	// Transport carries requests to backends. Nil: a tuned clone of
+	// http.DefaultTransport with limits.upstream_timeout as the response
+	// header timeout.
+	Transport http.RoundTripper
+}
+
+// A Server is the gateway. Build it with New, serve Handler() with an
+// http.Server and run Run for its background work. It is safe for concurrent use.
+type Server struct {
+	cfg     config.Config
+	log     *slog.Logger
+	access  *slog.Logger
+	reg     *prometheus.Registry
+	pool    *upstream.Pool
+	checker *upstream.Checker
+	proxy   *httputil.ReverseProxy
+	client  *http.Client
+	disp    *dispatcher
+	metrics *metrics
+	engine  *gin.Engine
+	window  requestWindow
+
+	signals  SignalsSource
+	alerts   AlertsSource
+	baseline Baseliner
+	feedback FeedbackSink
+}
+
+// New builds a gateway from opts.
+func New(opts Options) (*Server, error) {
+	cfg := opts.Config
+	pool, err := upstream.NewPool(cfg.Backends)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool,
+		signals: opts.Signals, alerts: opts.Alerts, baseline: opts.Baseline, feedback: opts.Feedback,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	var known []string
+	for _, b := range cfg.Backends {
+		known = append(known, b.Models...)
+	}
+	s.metrics = newMetrics(s.reg, pool, known)
+	if opts.Observer != nil {
+		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, s.metrics.dropped.Inc)
+	}
+	transport := opts.Transport
+	if transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 1024
+		t.MaxIdleConnsPerHost = 256
+		t.ResponseHeaderTimeout = cfg.Limits.UpstreamTimeout
+		// Bodies go to the client as the backend encoded them.
+		t.DisableCompression = true
+		transport = t
+	}
+	s.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	s.checker = &upstream.Checker{
+		Pool: pool, Client: s.client, Path: cfg.Health.Path,
+		Interval: cfg.Health.Interval, Timeout: cfg.Health.Timeout, Log: s.log,
+	}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      transport,
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.proxyError,
+		BufferPool:     newBufferPool(32 << 10),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.engine = s.routes()
+	return s, nil
+}
+
+// Handler returns the gateway's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Pool returns the gateway's backends.
+func (s *Server) Pool() *upstream.Pool { return s.pool }
+
+// Run runs the gateway's background work (health checks, delivery to the
+// Observer) until ctx is done, then drains queued events.
+func (s *Server) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.checker.Run(ctx) })
+	if s.disp != nil {
+		g.Go(func() error { return s.disp.Run(ctx) })
+	}
+	return g.Wait()
+}
+
+func (s *Server) routes() *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.Use(recovery(s.log))
+	e.POST("/v1/chat/completions", s.proxyRoute(opChat))
+	e.POST("/v1/completions", s.proxyRoute(opCompletion))
+	e.POST("/v1/embeddings", s.proxyRoute(opEmbeddings))
+	e.GET("/v1/models", s.listModels)
+	e.POST("/v1/feedback", s.postFeedback)
+	e.POST("/generate", s.proxyRoute(opGenerate, upstream.KindTGI))
+	e.POST("/generate_stream", s.proxyRoute(opGenerate, upstream.KindTGI))
+	e.GET("/info", s.proxyRoute(opOther, upstream.KindTGI))
+	e.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
+	e.GET("/dashboard", s.dashboard)
+	admin := e.Group("/admin", s.adminAuth)
+	admin.GET("/backends", s.getBackends)
+	admin.GET("/signals", s.getSignals)
+	admin.GET("/alerts", s.getAlerts)
+	admin.POST("/baseline", s.postBaseline)
+	other := s.proxyRoute(opOther)
+	e.NoRoute(func(c *gin.Context) {
+		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
+			other(c)
+			return
+		}
+		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "not_found",
+			"no route for " + c.Request.Method + " " + c.Request.URL.Path, classBadRequest})
+	})
+	return e
+}
+
+// recovery turns a panic into a 500, except http.ErrAbortHandler: the proxy
+// panics with it to abort a response whose stream broke after the headers
+// went out, and net/http must see it so that the client sees the break
+// rather than a clean end (gin's own Recovery swallows it).
+func recovery(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				panic(p)
+			}
+			log.Error("panic serving request", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
+			if !c.Writer.Written() {
+				writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", "internal error", classUpstream5xx})
+			}
+			c.Abort()
+		}()
+		c.Next()
+	}
+}
+
+// exchange is the request path's own state for one proxied request. It is
+// touched only by the request's goroutine (the proxy calls Rewrite,
+// ModifyResponse, ErrorHandler and the body tap on it).
+type exchange struct {
+	req         *Request
+	backend     *upstream.Backend
+	disp        *dispatcher
+	traceparent string
+
+	status           int
+	firstByte        time.Time
+	latency          time.Duration
+	events           int
+	promptTokens     int
+	completionTokens int
+	captured         []byte
+	truncated        bool
+	readErr          error
+	apiErr           *apiError
+}
+
+type exchangeKey struct{}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return x
+}
+
+func (s *Server) proxyRoute(op string, kinds ...string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		route := c.FullPath()
+		if route == "" {
+			route = "/v1/*"
+		}
+		s.serveProxy(c.Writer, c.Request, route, op, kinds)
+	}
+}
+
+func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op string, kinds []string) {
+	req := &Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r)}
+	x := &exchange{req: req, disp: s.disp}
+	req.TraceID, x.traceparent = traceContext(r)
+	h := w.Header()
+	h.Set("X-Request-Id", req.ID)
+	h.Set("X-Vigil-Trace-Id", req.TraceID)
+	defer s.finish(r.Context(), x)
+
+	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		s.fail(w, x, aerr)
+		return
+	}
+	req.Body = body
+	if r.Method == http.MethodPost && op != opOther {
+		f, aerr := parseRequest(op, body)
+		if aerr != nil {
+			s.fail(w, x, aerr)
+			return
+		}
+		req.Model, req.Stream = f.Model, f.Stream
+	} else if len(body) > 0 && body[0] == '{' {
+		req.Model = sniffModel(body)
+	}
+	if route == "/generate_stream" {
+		req.Stream = true
+	}
+
+	b, err := s.pool.Pick(req.Model, kinds...)
+	if err != nil {
+		s.fail(w, x, pickError(err, req.Model, kinds))
+		return
+	}
+	x.backend, req.Backend = b, b.Name
+	release := b.Acquire()
+	defer release()
+	s.window.add(req.Start)
+
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	if s.disp != nil {
+		s.disp.request(req)
+	}
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+}
+
+// fail answers with a gateway-made error.
+func (s *Server) fail(w http.ResponseWriter, x *exchange, e *apiError) {
+	x.apiErr = e
+	writeError(w, e)
+}
+
+func pickError(err error, model string, kinds []string) *apiError {
+	if errors.Is(err, upstream.ErrUnknownModel) {
+		msg := fmt.Sprintf("The model `%s` does not exist or is not served by this gateway.", model)
+		if len(kinds) > 0 {
+			msg = fmt.Sprintf("no %s backend is configured for this route", strings.Join(kinds, "/"))
+		}
+		return &apiError{http.StatusNotFound, "invalid_request_error", "model_not_found", msg, classNoBackend}
+	}
+	return &apiError{http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", classNoBackend}
+}
+
+// sniffModel reads the "model" field of a passed-through JSON body, if any.
+func sniffModel(body []byte) string {
+	var f struct {
+		Model string `json:"model"`
+	}
+	_ = jsonUnmarshal(body, &f)
+	return f.Model
+}
+
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	x := exchangeFrom(pr.In.Context())
+	pr.SetURL(x.backend.URL)
+	// Keep the chain of proxies in front of us, as a Director-based proxy would.
+	if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
+	}
+	pr.SetXForwarded()
+	pr.Out.Header.Set("Traceparent", x.traceparent)
+	pr.Out.Header.Set("X-Request-Id", x.req.ID)
+}
+
+func (s *Server) modifyResponse(resp *http.Response) error {
+	x := exchangeFrom(resp.Request.Context())
+	x.status = resp.StatusCode
+	h := resp.Header
+	h.Set("X-Vigil-Backend", x.backend.Name)
+	h.Set("X-Vigil-Trace-Id", x.req.TraceID)
+	h.Set("X-Request-Id", x.req.ID)
+	isSSE := strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") && h.Get("Content-Encoding") == ""
+	resp.Body = newTap(resp.Body, x, isSSE, s.cfg.Analyzers.MaxCaptureBytes)
+	return nil
+}
+
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	x := exchangeFrom(r.Context())
+	e := upstreamError(r.Context(), err)
+	if e.status == http.StatusBadGateway {
+		e.message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
+		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "err", err)
+		if isDialError(err) && x.backend.SetHealthy(false) {
+			s.log.Warn("backend marked unhealthy until its next health check", "backend", x.backend.Name)
+		}
+	}
+	x.apiErr = e
+	if e.status == statusClientClosed {
+		return // nobody to answer
+	}
+	writeError(w, e)
+}
+
+// finish ends a request: it derives the outcome, writes the access log and
+// metrics and hands the response to the observer. A panic passing through
+// (the proxy's http.ErrAbortHandler on a broken stream) is recorded, then
+// re-raised.
+func (s *Server) finish(ctx context.Context, x *exchange) {
+	p := recover()
+	x.latency = time.Since(x.req.Start)
+	status, class := x.outcome(ctx, p != nil)
+	s.metrics.observe(x, status, class)
+	if s.access != nil {
+		s.logAccess(ctx, x, status, class)
+	}
+	if s.disp != nil && x.backend != nil {
+		resp := &Response{
+			Status: status, Latency: x.latency, PromptTokens: x.promptTokens,
+			CompletionTokens: x.completionTokens, Events: x.events, ErrorClass: class,
+			Body: x.captured, Truncated: x.truncated,
+		}
+		if !x.firstByte.IsZero() {
+			resp.TTFT = x.firstByte.Sub(x.req.Start)
+		}
+		s.disp.response(x.req, resp)
+	}
+	if p != nil {
+		panic(p)
+	}
+}
+
+// outcome gives the status to record and the error class of a finished request.
+func (x *exchange) outcome(ctx context.Context, aborted bool) (int, string) {
+	if x.apiErr != nil {
+		return x.apiErr.status, x.apiErr.class
+	}
+	if !x.req.Stream || x.events == 0 {
+		x.usageFromCapture()
+	}
+	if aborted || x.readErr != nil {
+		if ctx.Err() != nil {
+			return statusClientClosed, classClientCancel
+		}
+		return x.status, classUpstream5xx
+	}
+	switch {
+	case x.status >= 500:
+		return x.status, classUpstream5xx
+	case x.status >= 400:
+		if isPromptTooLong(x.captured) {
+			return x.status, classPromptTooLong
+		}
+		return x.status, classUpstream4xx
+	}
+	return x.status, classNone
+}
+
+// isPromptTooLong recognises vLLM's and TGI's context-length errors.
+func isPromptTooLong(body []byte) bool {
+	return bytes.Contains(body, []byte("maximum context length")) ||
+		bytes.Contains(body, []byte("must be <=")) ||
+		bytes.Contains(body, []byte("context_length_exceeded"))
+}
+
+func (s *Server) logAccess(ctx context.Context, x *exchange, status int, class string) {
+	var ttft float64
+	if !x.firstByte.IsZero() {
+		ttft = ms(x.firstByte.Sub(x.req.Start))
+	}
+	s.access.LogAttrs(ctx, slog.LevelInfo, "request",
+		slog.String("request_id", x.req.ID),
+		slog.String("trace_id", x.req.TraceID),
+		slog.String("route", x.req.Route),
+		slog.String("model", x.req.Model),
+		slog.String("backend", x.req.Backend),
+		slog.Int("status", status),
+		slog.Bool("stream", x.req.Stream),
+		slog.Float64("latency_ms", ms(x.latency)),
+		slog.Float64("ttft_ms", ttft),
+		slog.Int("prompt_tokens", x.promptTokens),
+		slog.Int("completion_tokens", x.completionTokens),
+		slog.String("error_class", class),
+	)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (s *Server) readyz(c *gin.Context) {
+	if s.pool.Ready() {
+		c.String(http.StatusOK, "ready\n")
+		return
+	}
+	c.String(http.StatusServiceUnavailable, "no healthy backend\n")
+}
+
+// bufferPool implements httputil.BufferPool over sync.Pool.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool(size int) *bufferPool {
+	bp := &bufferPool{}
+	bp.p.New = func() any { return make([]byte, size) }
+	return bp
+}
+
+func (bp *bufferPool) Get() []byte  { return bp.p.Get().([]byte) }
+func (bp *bufferPool) Put(b []byte) { bp.p.Put(b) } //nolint:staticcheck // slices are what BufferPool hands out

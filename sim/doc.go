@@ -1,0 +1,47 @@
+// Package sim is a simulated inference backend: a real HTTP server that
+// answers the OpenAI API the way vLLM does and the native API of Hugging
+// Face TGI, with latency, errors and token log-probabilities driven by
+// runtime-adjustable [Knobs]. It backs `vigil sim`, the demo, users' load
+// tests and Vigil's own tests.
+//
+// # Routes
+//
+// OpenAI, as vLLM answers it:
+//
+//	POST /v1/chat/completions   streaming (SSE) or not; logprobs, top_logprobs,
+//	                            stream_options.include_usage, vLLM's prompt_logprobs
+//	POST /v1/completions        legacy logprobs: N, prompt_logprobs, streaming
+//	POST /v1/embeddings         deterministic unit vectors, float or base64
+//	GET  /v1/models
+//
+// TGI: POST /generate, POST /generate_stream, GET /info.
+// Operations: GET /health, GET /metrics (vLLM gauge names).
+// Administration: GET /sim/knobs, POST or PATCH /sim/knobs (partial update),
+// GET /sim/stats.
+//
+// # The model
+//
+// There is no tokenizer. A prompt counts ceil(characters/4) tokens, where
+// characters are Unicode code points of all message contents (chat), the
+// prompt (completions) or the inputs (TGI), concatenated. Prompt tokens are
+// the consecutive 4-character pieces of that text.
+//
+// Generated tokens come from a small built-in vocabulary of English words.
+// The simulated language model is a pure function of (Seed, context): the
+// token chosen at each position, and the probabilities of its alternatives,
+// are drawn from a PCG generator seeded with Seed and an FNV-1a hash of the
+// text so far (prompt plus tokens generated before it). So two simulators
+// with the same Seed produce the same tokens for the same prompt, whatever
+// other request fields say, and differ only in what their Knobs change; two
+// backends set apart only by Noise look like a full-precision model and its
+// quantized copy. The chosen token is the most likely one before noise. Its
+// probability is drawn around Knobs.Confidence; alternatives share the rest
+// in decreasing amounts; Knobs.Noise adds gaussian noise to every logprob.
+//
+// Everything else that varies per request (response ids, the error decision)
+// is drawn from a PCG seeded with Seed and an FNV-1a hash of the request
+// body, so a response is a pure function of (Seed, request body, Knobs,
+// Options.Created): identical requests get identical bytes. To make
+// otherwise identical requests draw differently (for example against
+// ErrorRate), vary a field the simulator ignores, such as "user".
+package sim

@@ -1,0 +1,500 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// apiError is a refusal of a request, before any output.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// vllmError is vLLM's error body (vllm/entrypoints/openai/engine/protocol.py,
+// ErrorResponse holding ErrorInfo). vLLM up to about v0.10 sent the same
+// fields flat with "object": "error"; the nested form is also what OpenAI
+// sends and what the OpenAI SDKs read.
+type vllmError struct {
+	Error vllmErrorInfo `json:"error"`
+}
+
+type vllmErrorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// failOpenAI answers e in vLLM's format and counts the error.
+func (s *Server) failOpenAI(w http.ResponseWriter, e *apiError) {
+	s.errors.Add(1)
+	typ := "BadRequestError"
+	switch e.status {
+	case http.StatusNotFound:
+		typ = "NotFoundError"
+	case http.StatusInternalServerError:
+		typ = "InternalServerError"
+	}
+	writeJSON(w, e.status, vllmError{vllmErrorInfo{Message: e.msg, Type: typ, Code: e.status}})
+}
+
+// errSimulated is the error ErrorRate draws.
+var errSimulated = &apiError{status: http.StatusInternalServerError, msg: "simulated backend error (error_rate)"}
+
+// bodyError maps a failure to read or decode a request body.
+func bodyError(err error) *apiError {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body larger than %d bytes", mb.Limit)}
+	}
+	return badRequest("%s", describeJSONError(err))
+}
+
+// describeJSONError turns encoding/json errors into messages that name the
+// offending field.
+func describeJSONError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON body: %v (at byte %d)", se, se.Offset)
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Sprintf("%s: expected %s, got JSON %s", te.Field, jsonKind(te.Type), te.Value)
+	case errors.As(err, &te):
+		return "request body must be a JSON object"
+	}
+	return "invalid JSON body: " + err.Error()
+}
+
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "a value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return t.String()
+}
+
+func (s *Server) checkModel(model string) *apiError {
+	if model == "" || model == s.model {
+		return nil
+	}
+	return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", model)}
+}
+
+// streamOptions is OpenAI's stream_options. As in vLLM, include_usage
+// defaults to true once stream_options is given.
+type streamOptions struct {
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats bool  `json:"continuous_usage_stats"`
+}
+
+func (o *streamOptions) includeUsage() bool {
+	return o != nil && (o.IncludeUsage == nil || *o.IncludeUsage)
+}
+
+func (o *streamOptions) continuous() bool { return o.includeUsage() && o.ContinuousUsageStats }
+
+// usageInfo is vLLM's UsageInfo, in its field order.
+type usageInfo struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+func newUsage(prompt, completion int) *usageInfo {
+	return &usageInfo{PromptTokens: prompt, TotalTokens: prompt + completion, CompletionTokens: completion}
+}
+
+// sampling is what the common request fields ask for.
+type sampling struct {
+	n         int
+	maxTokens *int
+	stream    bool
+	opts      *streamOptions
+	// topK is the number of most likely tokens to list per position.
+	topK int
+	// promptK is prompt_logprobs, -1 when not asked.
+	promptK int
+}
+
+// checkCommon validates the fields chat and completions share, with vLLM's
+// messages where vLLM has one.
+func checkCommon(n, maxTokens, promptLogprobs *int, stream bool, opts *streamOptions) (sampling, *apiError) {
+	sp := sampling{n: 1, maxTokens: maxTokens, stream: stream, opts: opts, promptK: -1}
+	if n != nil {
+		if *n < 1 {
+			return sp, badRequest("n must be at least 1, got %d.", *n)
+		}
+		sp.n = *n
+	}
+	if maxTokens != nil && *maxTokens < 1 {
+		return sp, badRequest("max_tokens must be at least 1, got %d.", *maxTokens)
+	}
+	if opts != nil && !stream {
+		return sp, badRequest("Stream options can only be defined when `stream=True`.")
+	}
+	if promptLogprobs != nil {
+		switch {
+		case stream:
+			return sp, badRequest("`prompt_logprobs` are not available when `stream=True`.")
+		case *promptLogprobs < 0:
+			return sp, badRequest("`prompt_logprobs` must be a positive value.")
+		case *promptLogprobs > maxTopLogprobs:
+			return sp, badRequest("Requested prompt logprobs of %d, which is greater than max allowed: %d", *promptLogprobs, maxTopLogprobs)
+		}
+		sp.promptK = *promptLogprobs
+	}
+	return sp, nil
+}
+
+// choicePlan is the length and finish reason of the choices of one prompt.
+type choicePlan struct {
+	prompt promptText
+	tokens int // prompt tokens
+	gen    int
+	finish string
+}
+
+// plan checks every prompt against the context length and sizes its
+// choices: max_tokens if given (finish "length"), else OutputTokens (finish
+// "stop"), cut at the context length (finish "length").
+func plan(k Knobs, prompts []promptText, sp sampling) ([]choicePlan, *apiError) {
+	if len(prompts)*sp.n > maxChoices {
+		return nil, badRequest("n times the number of prompts must be at most %d in the simulator, got %d.", maxChoices, len(prompts)*sp.n)
+	}
+	out := make([]choicePlan, len(prompts))
+	total := 0
+	for i, p := range prompts {
+		c := choicePlan{prompt: p, tokens: p.tokens()}
+		limit := k.MaxModelLen
+		if sp.maxTokens != nil {
+			c.gen, c.finish = *sp.maxTokens, "length"
+			if limit > 0 && c.tokens+c.gen > limit {
+				// vLLM's serving_engine.py _validate_input, shared by chat
+				// and completions.
+				return nil, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+					limit, c.tokens+c.gen, c.tokens, c.gen)
+			}
+		} else {
+			c.gen, c.finish = k.OutputTokens, "stop"
+			if limit > 0 {
+				if c.tokens >= limit {
+					return nil, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens in the messages, Please reduce the length of the messages.",
+						limit, c.tokens)
+				}
+				if c.tokens+c.gen > limit {
+					c.gen, c.finish = limit-c.tokens, "length"
+				}
+			}
+		}
+		if c.gen > maxGenTokens {
+			return nil, badRequest("max_tokens must be at most %d in the simulator, got %d.", maxGenTokens, c.gen)
+		}
+		if sp.promptK >= 0 && c.tokens > maxPromptLogprobTokens {
+			return nil, badRequest("prompt_logprobs needs a prompt of at most %d tokens in the simulator, got %d.", maxPromptLogprobTokens, c.tokens)
+		}
+		total += c.gen * sp.n
+		out[i] = c
+	}
+	if total > maxTotalGenTokens {
+		return nil, badRequest("the request asks for %d tokens in all; the simulator generates at most %d per request.", total, maxTotalGenTokens)
+	}
+	if sp.topK > 0 && total*(sp.topK+1) > 8*maxTotalGenTokens {
+		return nil, badRequest("the request asks for %d logprobs in all; the simulator returns at most %d per request.", total*(sp.topK+1), 8*maxTotalGenTokens)
+	}
+	return out, nil
+}
+
+// choiceState is one choice being generated.
+type choiceState struct {
+	index  int
+	plan   *choicePlan
+	seq    *sequence
+	done   int
+	text   strings.Builder
+	offset int // characters so far, for legacy text_offset
+}
+
+func startChoices(m lm, plans []choicePlan, n, k int) []*choiceState {
+	out := make([]*choiceState, 0, len(plans)*n)
+	for i := range plans {
+		ctx := newContext(plans[i].prompt.text)
+		for j := range n {
+			out = append(out, &choiceState{index: len(out), plan: &plans[i], seq: m.sequence(ctx, j, k)})
+		}
+	}
+	return out
+}
+
+func maxGen(plans []choicePlan) int {
+	n := 0
+	for _, p := range plans {
+		n = max(n, p.gen)
+	}
+	return n
+}
+
+// generateSteps paces the choices: at step i it waits for token i and calls
+// emit for every choice that still has a token to produce. It returns false
+// when the client went away or emit failed (the client went away too).
+func generateSteps(rn *run, choices []*choiceState, steps int, emit func(c *choiceState, st step) error) bool {
+	for i := range steps {
+		if !rn.wait(i) {
+			return false
+		}
+		produced := 0
+		for _, c := range choices {
+			if c.done >= c.plan.gen {
+				continue
+			}
+			st := c.seq.next()
+			c.done++
+			produced++
+			if err := emit(c, st); err != nil {
+				rn.generated(produced)
+				rn.cancel()
+				return false
+			}
+			c.text.WriteString(st.text)
+			c.offset += utf8.RuneCountInString(st.text)
+		}
+		rn.generated(produced)
+	}
+	for _, c := range choices {
+		rn.finished(c.plan.finish)
+	}
+	return true
+}
+
+// --- logprob shapes -------------------------------------------------------
+
+// chatLogprob is vLLM's ChatCompletionLogProb.
+type chatLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// chatLogprobContent is vLLM's ChatCompletionLogProbsContent.
+type chatLogprobContent struct {
+	Token       string        `json:"token"`
+	Logprob     float64       `json:"logprob"`
+	Bytes       []int         `json:"bytes"`
+	TopLogprobs []chatLogprob `json:"top_logprobs"`
+}
+
+type chatLogprobs struct {
+	Content []chatLogprobContent `json:"content"`
+}
+
+func tokenBytes(s string) []int {
+	out := make([]int, len(s))
+	for i := range len(s) {
+		out[i] = int(s[i])
+	}
+	return out
+}
+
+func chatLogprobOf(st step) chatLogprobContent {
+	top := make([]chatLogprob, len(st.top))
+	for i, c := range st.top {
+		top[i] = chatLogprob{Token: c.text, Logprob: c.logprob, Bytes: tokenBytes(c.text)}
+	}
+	return chatLogprobContent{Token: st.text, Logprob: st.logprob, Bytes: tokenBytes(st.text), TopLogprobs: top}
+}
+
+// completionLogprobs is vLLM's CompletionLogProbs, in its field order.
+type completionLogprobs struct {
+	TextOffset    []int       `json:"text_offset"`
+	TokenLogprobs []float64   `json:"token_logprobs"`
+	Tokens        []string    `json:"tokens"`
+	TopLogprobs   []floatDict `json:"top_logprobs"`
+}
+
+func (l *completionLogprobs) add(st step, offset, k int) {
+	l.TextOffset = append(l.TextOffset, offset)
+	l.TokenLogprobs = append(l.TokenLogprobs, st.logprob)
+	l.Tokens = append(l.Tokens, st.text)
+	l.TopLogprobs = append(l.TopLogprobs, topDict(st, k))
+}
+
+// topDict is the legacy {token: logprob} of the k most likely tokens, plus
+// the generated token when it is not among them, as vLLM does.
+func topDict(st step, k int) floatDict {
+	d := make(floatDict, 0, k+1)
+	seen := false
+	for _, c := range st.top[:min(k, len(st.top))] {
+		d = append(d, floatEntry{c.text, c.logprob})
+		seen = seen || c.id == st.id
+	}
+	if !seen {
+		d = append(d, floatEntry{st.text, st.logprob})
+	}
+	return d
+}
+
+// floatDict is a JSON object of string to number that keeps its order
+// (rank order, as Python dicts keep insertion order).
+type floatDict []floatEntry
+
+type floatEntry struct {
+	key string
+	val float64
+}
+
+// MarshalJSON writes the entries in order.
+func (d floatDict) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, e := range d {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := marshal(e.key)
+		v, err := marshal(e.val)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// promptLogprob is vLLM's Logprob as prompt_logprobs lists it.
+type promptLogprob struct {
+	Logprob      float64 `json:"logprob"`
+	Rank         int     `json:"rank"`
+	DecodedToken string  `json:"decoded_token"`
+}
+
+// promptDict maps token ids to their Logprob: the prompt's own token first,
+// then the most likely tokens in rank order.
+type promptDict []promptDictEntry
+
+type promptDictEntry struct {
+	id int
+	lp promptLogprob
+}
+
+// MarshalJSON writes the entries in order, with ids as keys.
+func (d promptDict) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, e := range d {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		v, err := marshal(e.lp)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteByte('"')
+		b.WriteString(strconv.Itoa(e.id))
+		b.WriteString(`":`)
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// promptLogprobsOf renders vLLM's prompt_logprobs: null for the first
+// prompt token, then a promptDict per token.
+func promptLogprobsOf(m lm, p promptText, k int) []any {
+	scores := m.promptScores(p, k)
+	out := make([]any, len(scores))
+	for i, st := range scores {
+		if i == 0 {
+			continue
+		}
+		d := promptDict{{st.id, promptLogprob{st.logprob, st.rank, st.text}}}
+		for r, c := range st.top {
+			if c.id != st.id {
+				d = append(d, promptDictEntry{c.id, promptLogprob{c.logprob, r + 1, c.text}})
+			}
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// --- /v1/models -----------------------------------------------------------
+
+type modelPermission struct {
+	ID                 string  `json:"id"`
+	Object             string  `json:"object"`
+	Created            int64   `json:"created"`
+	AllowCreateEngine  bool    `json:"allow_create_engine"`
+	AllowSampling      bool    `json:"allow_sampling"`
+	AllowLogprobs      bool    `json:"allow_logprobs"`
+	AllowSearchIndices bool    `json:"allow_search_indices"`
+	AllowView          bool    `json:"allow_view"`
+	AllowFineTuning    bool    `json:"allow_fine_tuning"`
+	Organization       string  `json:"organization"`
+	Group              *string `json:"group"`
+	IsBlocking         bool    `json:"is_blocking"`
+}
+
+type modelCard struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Created     int64             `json:"created"`
+	OwnedBy     string            `json:"owned_by"`
+	Root        string            `json:"root"`
+	Parent      *string           `json:"parent"`
+	MaxModelLen *int              `json:"max_model_len"`
+	Permission  []modelPermission `json:"permission"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	created := s.createdAt()
+	var maxLen *int
+	if l := s.Knobs().MaxModelLen; l > 0 {
+		maxLen = &l
+	}
+	perm := modelPermission{
+		ID:     "modelperm-" + hexID(requestRNG(s.seed, []byte(s.model))),
+		Object: "model_permission", Created: created,
+		AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
+	}
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
+		ID: s.model, Object: "model", Created: created, OwnedBy: "vllm", Root: s.model,
+		MaxModelLen: maxLen, Permission: []modelPermission{perm},
+	}}})
+}

@@ -1,0 +1,406 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxBodyBytes bounds a request body.
+const maxBodyBytes = 16 << 20
+
+// Options configure a Server. The zero value serves "sim-model" with seed 0,
+// the current time as "created", and [DefaultKnobs].
+type Options struct {
+	// Model is the served model name; empty means "sim-model". OpenAI
+	// requests naming another model get vLLM's 404; requests naming none
+	// are served.
+	Model string
+	// Seed selects the simulated model; see the package documentation.
+	Seed int64
+	// Created, when not zero, is the "created" timestamp of every response,
+	// for byte-identical tests; zero means the time of the response.
+	Created int64
+	// Knobs are the initial knobs. Zero Confidence, OutputTokens and
+	// MaxNumSeqs mean their defaults (see [DefaultKnobs]); the other zero
+	// values mean what they say.
+	Knobs Knobs
+}
+
+// Stats counts the requests on the inference routes (OpenAI and TGI).
+type Stats struct {
+	// Requests is the number of requests received.
+	Requests int64 `json:"requests"`
+	// Running is the number of requests generating now.
+	Running int64 `json:"running"`
+	// Waiting is the number of requests queued behind MaxNumSeqs now.
+	Waiting int64 `json:"waiting"`
+	// Cancelled is the number of requests whose client went away before
+	// the response was complete.
+	Cancelled int64 `json:"cancelled"`
+	// Errors is the number of requests answered with an error status,
+	// 4xx or 5xx, whether drawn by ErrorRate or caused by the request.
+	Errors int64 `json:"errors"`
+}
+
+// A Server is a simulated inference backend. Its methods are safe for
+// concurrent use; knobs can change while requests are in flight.
+type Server struct {
+	model   string
+	seed    int64
+	created int64
+	knobs   atomic.Pointer[Knobs]
+	seqs    *limiter
+	mux     *http.ServeMux
+
+	requests, running, waiting, cancelled, errors atomic.Int64
+	// kvTokens is the number of tokens held by running requests.
+	kvTokens atomic.Int64
+	// Counters exported on /metrics.
+	promptTokens, generationTokens atomic.Int64
+	finishedStop, finishedLength   atomic.Int64
+}
+
+// New returns a Server ready to serve [Server.Handler].
+func New(opts Options) *Server {
+	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created}
+	if s.model == "" {
+		s.model = "sim-model"
+	}
+	k := opts.Knobs.normalized()
+	s.knobs.Store(&k)
+	s.seqs = &limiter{
+		limit:   func() int { return s.knobs.Load().MaxNumSeqs },
+		waiting: &s.waiting,
+	}
+	s.mux = s.routes()
+	return s
+}
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("POST /generate", s.handleGenerate)
+	mux.HandleFunc("POST /generate_stream", s.handleGenerateStream)
+	mux.HandleFunc("GET /info", s.handleInfo)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	mux.HandleFunc("GET /sim/knobs", s.handleGetKnobs)
+	mux.HandleFunc("POST /sim/knobs", s.handlePatchKnobs)
+	mux.HandleFunc("PATCH /sim/knobs", s.handlePatchKnobs)
+	mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
+	return mux
+}
+
+// Handler returns the HTTP handler of every route.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Knobs returns the current knobs.
+func (s *Server) Knobs() Knobs { return *s.knobs.Load() }
+
+// SetKnobs replaces the knobs atomically; requests already in flight keep
+// the knobs they started with. Zero Confidence, OutputTokens and MaxNumSeqs
+// mean their defaults; other out-of-range values are clamped (use
+// [Knobs.Validate] first to refuse them instead). A higher MaxNumSeqs admits
+// waiting requests at once; a lower one lets running requests finish.
+func (s *Server) SetKnobs(k Knobs) {
+	k = k.normalized()
+	s.knobs.Store(&k)
+	s.seqs.wake()
+}
+
+// Stats returns the current counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Requests:  s.requests.Load(),
+		Running:   s.running.Load(),
+		Waiting:   s.waiting.Load(),
+		Cancelled: s.cancelled.Load(),
+		Errors:    s.errors.Load(),
+	}
+}
+
+func (s *Server) createdAt() int64 {
+	if s.created != 0 {
+		return s.created
+	}
+	return time.Now().Unix()
+}
+
+func (s *Server) handleGetKnobs(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Knobs())
+}
+
+// handlePatchKnobs merges the fields of the body into the current knobs.
+// Concurrent updates do not lose each other's fields: the merge retries on
+// a compare-and-swap.
+func (s *Server) handlePatchKnobs(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		adminError(w, http.StatusBadRequest, "reading body: "+err.Error())
+		return
+	}
+	for {
+		old := s.knobs.Load()
+		k := *old
+		if err := json.Unmarshal(body, &k); err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err := k.Validate(); err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if s.knobs.CompareAndSwap(old, &k) {
+			s.seqs.wake()
+			writeJSON(w, http.StatusOK, k)
+			return
+		}
+	}
+}
+
+// adminError writes the OpenAI error body, as the gateway's own errors do.
+func adminError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"message": msg, "type": "invalid_request_error", "code": http.StatusText(status),
+	}})
+}
+
+// marshal encodes v as JSON without encoding/json's HTML escaping of <, >
+// and &, which neither vLLM (Python) nor TGI (serde) apply.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := marshal(v)
+	if err != nil {
+		// Every response type here marshals; a failure is a bug, and the
+		// client still gets a well-formed answer.
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"sim: encoding response","type":"InternalServerError","param":null,"code":500}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// readBody reads a bounded request body.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+}
+
+// A run is one admitted request from the moment it starts waiting for a
+// sequence slot to its end. It is used by one request's goroutine only.
+type run struct {
+	s         *Server
+	ctx       context.Context
+	k         Knobs
+	kv        int64
+	cancelled bool
+}
+
+// begin waits for a sequence slot. It returns nil when the client went away
+// first, having counted the cancellation.
+func (s *Server) begin(ctx context.Context, k Knobs, promptTokens int) *run {
+	if err := s.seqs.acquire(ctx); err != nil {
+		s.cancelled.Add(1)
+		return nil
+	}
+	s.running.Add(1)
+	s.promptTokens.Add(int64(promptTokens))
+	r := &run{s: s, ctx: ctx, k: k}
+	r.hold(int64(promptTokens))
+	return r
+}
+
+// hold adds n tokens to the KV cache the run holds.
+func (r *run) hold(n int64) {
+	r.kv += n
+	r.s.kvTokens.Add(n)
+}
+
+// wait sleeps until token i of the response is due: TTFT before the first,
+// ITL before each later one. It returns false, having counted the
+// cancellation, if the client went away.
+func (r *run) wait(i int) bool {
+	d := r.k.ITL
+	if i == 0 {
+		d = r.k.TTFT
+	}
+	if err := sleep(r.ctx, d); err != nil {
+		r.cancel()
+		return false
+	}
+	return true
+}
+
+// generated records n tokens produced at one step.
+func (r *run) generated(n int) {
+	r.s.generationTokens.Add(int64(n))
+	r.hold(int64(n))
+}
+
+// cancel counts the run as cancelled, once.
+func (r *run) cancel() {
+	if !r.cancelled {
+		r.cancelled = true
+		r.s.cancelled.Add(1)
+	}
+}
+
+// finished counts a choice that completed with reason.
+func (r *run) finished(reason string) {
+	if reason == "length" {
+		r.s.finishedLength.Add(1)
+	} else {
+		r.s.finishedStop.Add(1)
+	}
+}
+
+// end frees the run's slot and KV cache.
+func (r *run) end() {
+	r.s.kvTokens.Add(-r.kv)
+	r.s.running.Add(-1)
+	r.s.seqs.release()
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// limiter admits up to limit() requests at once and queues the others in
+// FIFO order. It is a mutex-guarded counter rather than a buffered channel
+// because MaxNumSeqs changes at run time and a channel's capacity cannot.
+type limiter struct {
+	limit   func() int
+	waiting *atomic.Int64
+
+	mu    sync.Mutex
+	inUse int
+	queue []chan struct{}
+}
+
+func (l *limiter) acquire(ctx context.Context) error {
+	l.mu.Lock()
+	if len(l.queue) == 0 && l.inUse < l.limit() {
+		l.inUse++
+		l.mu.Unlock()
+		return nil
+	}
+	ready := make(chan struct{})
+	l.queue = append(l.queue, ready)
+	l.waiting.Add(1)
+	l.mu.Unlock()
+
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	for i, c := range l.queue {
+		if c == ready {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			l.waiting.Add(-1)
+			l.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+	l.mu.Unlock()
+	// Granted while giving up: hand the slot on.
+	l.release()
+	return ctx.Err()
+}
+
+func (l *limiter) release() {
+	l.mu.Lock()
+	l.inUse--
+	l.grantLocked()
+	l.mu.Unlock()
+}
+
+// wake admits waiting requests after the limit rose.
+func (l *limiter) wake() {
+	l.mu.Lock()
+	l.grantLocked()
+	l.mu.Unlock()
+}
+
+func (l *limiter) grantLocked() {
+	for len(l.queue) > 0 && l.inUse < l.limit() {
+		ready := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		l.inUse++
+		l.waiting.Add(-1)
+		close(ready)
+	}
+}
+
+// sseWriter writes server-sent events, sending the headers with the first
+// event as vLLM does, and flushing after every event.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	prefix  string
+	started bool
+}
+
+func newSSE(w http.ResponseWriter, prefix string) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w), prefix: prefix}
+}
+
+// event writes one "data:" event holding v, or the raw text when v is a
+// string.
+func (e *sseWriter) event(v any) error {
+	var data []byte
+	if s, ok := v.(string); ok {
+		data = []byte(s)
+	} else {
+		var err error
+		if data, err = marshal(v); err != nil {
+			return err
+		}
+	}
+	if !e.started {
+		e.started = true
+		h := e.w.Header()
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		e.w.WriteHeader(http.StatusOK)
+	}
+	buf := make([]byte, 0, len(e.prefix)+len(data)+2)
+	buf = append(append(append(buf, e.prefix...), data...), '\n', '\n')
+	if _, err := e.w.Write(buf); err != nil {
+		return err
+	}
+	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
