@@ -185,7 +185,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	rng := requestRNG(s.seed, body)
-	if rng.Float64() < k.ErrorRate {
+	if s.failNext(k.ErrorRate) {
 		s.failOpenAI(w, errSimulated)
 		return
 	}

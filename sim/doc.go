@@ -38,10 +38,10 @@
 // probability is drawn around Knobs.Confidence; alternatives share the rest
 // in decreasing amounts; Knobs.Noise adds gaussian noise to every logprob.
 //
-// Everything else that varies per request (response ids, the error decision)
-// is drawn from a PCG seeded with Seed and an FNV-1a hash of the request
-// body, so a response is a pure function of (Seed, request body, Knobs,
-// Options.Created): identical requests get identical bytes. To make
-// otherwise identical requests draw differently (for example against
-// ErrorRate), vary a field the simulator ignores, such as "user".
+// Response ids are drawn from a PCG seeded with Seed and an FNV-1a hash of
+// the request body, so a successful response is a pure function of (Seed,
+// request body, Knobs, Options.Created): identical requests get identical
+// bytes. Whether a request fails under ErrorRate is drawn per request from a
+// sequence fixed by Seed (the n-th request of the server draws the n-th
+// number), so identical requests fail at the configured rate.
 package sim

@@ -133,7 +133,7 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 
 	rng := requestRNG(s.seed, body)
-	if rng.Float64() < k.ErrorRate {
+	if s.failNext(k.ErrorRate) {
 		s.failOpenAI(w, errSimulated)
 		return
 	}

@@ -21,7 +21,9 @@ type Knobs struct {
 	// TTFT is the delay before the first token. Zero means none.
 	TTFT time.Duration
 	// ITL is the inter-token latency: the delay before every token after
-	// the first. Zero means none.
+	// the first. Zero means none. A non-streaming response of n tokens is
+	// sent when its last token is generated, after TTFT + (n-1)·ITL, the
+	// moment the stream of the same request would end.
 	ITL time.Duration
 	// ErrorRate is the share of requests answered with HTTP 500, in [0, 1].
 	ErrorRate float64
@@ -29,7 +31,8 @@ type Knobs struct {
 	// beyond it is refused as vLLM and TGI refuse it. Zero means no limit.
 	MaxModelLen int
 	// Confidence is the mean probability of the top-1 (chosen) token, in
-	// (0, 1]. Lower values lower the mean logprob. Zero in [Options] or
+	// (0, 1]; draws spread by 0.3·c·(1-c), so 1 gives logprob 0 exactly.
+	// Lower values lower the mean logprob. Zero in [Options] or
 	// [Server.SetKnobs] means the default, 0.8.
 	Confidence float64
 	// Noise is the standard deviation of gaussian noise added to every

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,8 @@ type Server struct {
 	mux     *http.ServeMux
 
 	requests, running, waiting, cancelled, errors atomic.Int64
+	// draws counts error-rate decisions; see failNext.
+	draws atomic.Int64
 	// kvTokens is the number of tokens held by running requests.
 	kvTokens atomic.Int64
 	// Counters exported on /metrics.
@@ -116,6 +119,18 @@ func (s *Server) SetKnobs(k Knobs) {
 	k = k.normalized()
 	s.knobs.Store(&k)
 	s.seqs.wake()
+}
+
+// failNext decides whether the next request gets a simulated error. The
+// n-th decision of a server draws from a PCG seeded with (Seed, n), so a seed
+// fixes the sequence of failures whatever the request bodies are, and
+// identical requests fail at the configured rate rather than all or none.
+func (s *Server) failNext(rate float64) bool {
+	if rate <= 0 {
+		return false
+	}
+	n := s.draws.Add(1)
+	return rand.New(rand.NewPCG(uint64(s.seed), uint64(n)^0x9e3779b97f4a7c15)).Float64() < rate
 }
 
 // Stats returns the current counters.

@@ -184,7 +184,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		s.failTGI(w, e)
 		return
 	}
-	if requestRNG(s.seed, j.body).Float64() < k.ErrorRate {
+	if s.failNext(k.ErrorRate) {
 		s.failTGI(w, errTGISimulated)
 		return
 	}
@@ -237,7 +237,7 @@ func (s *Server) handleGenerateStream(w http.ResponseWriter, r *http.Request) {
 		s.failTGI(w, e)
 		return
 	}
-	if requestRNG(s.seed, j.body).Float64() < k.ErrorRate {
+	if s.failNext(k.ErrorRate) {
 		s.failTGI(w, errTGISimulated)
 		return
 	}
