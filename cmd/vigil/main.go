@@ -39,18 +39,16 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "vigil:", err)
-		}
+	if err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the usage: success
+		fmt.Fprintln(os.Stderr, "vigil:", err)
 		os.Exit(exitCode(err))
 	}
 }
 
-// exitCode is 2 for usage errors, 1 for everything else.
+// exitCode is 2 for usage errors (flag parsing included), 1 for everything else.
 func exitCode(err error) int {
 	var u usageError
-	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
+	if errors.As(err, &u) {
 		return 2
 	}
 	return 1

@@ -16,6 +16,9 @@ import (
 // builds its options once fs is parsed.
 func simFlags(fs *flag.FlagSet) func() sim.Options {
 	d := sim.DefaultKnobs()
+	// A zero-latency backend is not what anyone load-tests against; the
+	// command line starts from a small, plausible GPU's pace.
+	d.TTFT, d.ITL = 50*time.Millisecond, 10*time.Millisecond
 	model := fs.String("model", "sim-model", "served model `name`")
 	seed := fs.Int64("seed", 1, "random seed; responses are a pure function of seed, request body and knobs")
 	created := fs.Int64("created", 0, "fixed `unix` time for the created field (0: now)")
