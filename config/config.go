@@ -121,6 +121,59 @@ type Analyzers struct {
 	// MaxCaptureBytes bounds the copy of a non-streaming response kept for analysis.
 	// Zero: no copy is kept.
 	MaxCaptureBytes int `yaml:"max_capture_bytes"`
+	// Drift configures signal 1, input drift.
+	Drift Drift `yaml:"drift"`
+}
+
+// DriftFeatures are the prompt features the drift signal can test: numeric
+// ones first (KS and PSI), then categorical ones (chi-square and PSI).
+var DriftFeatures = []string{
+	"prompt_chars", "prompt_tokens", "message_count", "script_latin", "script_cjk",
+	"script_cyrillic", "script_digits", "script_punct", "script_space",
+	"max_tokens", "temperature", "top_p",
+	"system_prompt", "code_block", "model",
+}
+
+// Drift configures the input-drift signal: the current window of prompts
+// against a reference, tested per feature and jointly.
+type Drift struct {
+	// Enabled turns the signal on.
+	Enabled bool `yaml:"enabled"`
+	// Features lists the features tested, from DriftFeatures. Empty: all.
+	Features []string `yaml:"features"`
+	// Bucket is the width of the time buckets windows are made of.
+	Bucket time.Duration `yaml:"bucket"`
+	// MinRequests: the current window takes the newest buckets until it holds
+	// this many requests (or reaches Window).
+	MinRequests int `yaml:"min_requests"`
+	// Window is the longest span of the current window.
+	Window time.Duration `yaml:"window"`
+	// Reference is the span of the rolling reference, which ends where the
+	// current window starts. A baseline pinned with POST /admin/baseline
+	// replaces it.
+	Reference time.Duration `yaml:"reference"`
+	// Reservoir is the size of the uniform sample of prompts kept per bucket
+	// and per window for KS and the robust covariance.
+	Reservoir int `yaml:"reservoir"`
+	// Alpha is the false-discovery rate (bh) or family-wise error rate
+	// (bonferroni) across the tests of one evaluation.
+	Alpha float64 `yaml:"alpha"`
+	// Correction is the multiple-testing correction: bh (Benjamini–Hochberg)
+	// or bonferroni.
+	Correction string `yaml:"correction"`
+	// PSIBins is the number of reference-quantile bins of numeric PSI.
+	PSIBins int `yaml:"psi_bins"`
+	// MinPSI is the effect size a statistically significant feature must
+	// also reach to count as drifted (0.1: "watch", 0.25: "alarm").
+	MinPSI float64 `yaml:"min_psi"`
+	// Mahalanobis adds the joint test: the share of current prompts beyond
+	// the reference's robust (MCD) chi-square cutoff.
+	Mahalanobis bool `yaml:"mahalanobis"`
+	// Consecutive is how many evaluations in a row must find drift before
+	// the state turns to "drift".
+	Consecutive int `yaml:"consecutive"`
+	// Interval is how often the signal is evaluated.
+	Interval time.Duration `yaml:"interval"`
 }
 
 // Alerts configures alert delivery.
@@ -171,15 +224,19 @@ type Log struct {
 // every request traced without content. Each call returns a new value.
 func Default() Config {
 	return Config{
-		Listen:    ":8080",
-		Balancer:  Balancer{Strategy: "dynamic"},
-		State:     State{Redis: Redis{Prefix: "vigil"}},
-		Tracing:   Tracing{SampleRatio: 1.0},
-		Analyzers: Analyzers{QueueSize: 4096, MaxCaptureBytes: 1 << 20},
-		Alerts:    Alerts{Period: 5 * time.Minute},
-		Limits:    Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
-		Health:    Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
-		Log:       Log{Level: "info", Access: true},
+		Listen:   ":8080",
+		Balancer: Balancer{Strategy: "dynamic"},
+		State:    State{Redis: Redis{Prefix: "vigil"}},
+		Tracing:  Tracing{SampleRatio: 1.0},
+		Analyzers: Analyzers{QueueSize: 4096, MaxCaptureBytes: 1 << 20, Drift: Drift{
+			Enabled: true, Bucket: 10 * time.Second, MinRequests: 300, Window: 15 * time.Minute,
+			Reference: time.Hour, Reservoir: 1024, Alpha: 0.01, Correction: "bh", PSIBins: 10,
+			MinPSI: 0.1, Mahalanobis: true, Consecutive: 2, Interval: 15 * time.Second,
+		}},
+		Alerts: Alerts{Period: 5 * time.Minute},
+		Limits: Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
+		Health: Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
+		Log:    Log{Level: "info", Access: true},
 	}
 }
 

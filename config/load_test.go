@@ -28,15 +28,19 @@ func writeConfig(t *testing.T, content string) string {
 
 func TestDefault(t *testing.T) {
 	want := config.Config{
-		Listen:    ":8080",
-		Balancer:  config.Balancer{Strategy: "dynamic"},
-		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
-		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false},
-		Analyzers: config.Analyzers{QueueSize: 4096, MaxCaptureBytes: 1048576},
-		Alerts:    config.Alerts{Period: 5 * time.Minute},
-		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
-		Health:    config.Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
-		Log:       config.Log{Level: "info", Access: true},
+		Listen:   ":8080",
+		Balancer: config.Balancer{Strategy: "dynamic"},
+		State:    config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
+		Tracing:  config.Tracing{SampleRatio: 1.0, CaptureContent: false},
+		Analyzers: config.Analyzers{QueueSize: 4096, MaxCaptureBytes: 1048576, Drift: config.Drift{
+			Enabled: true, Bucket: 10 * time.Second, MinRequests: 300, Window: 15 * time.Minute,
+			Reference: time.Hour, Reservoir: 1024, Alpha: 0.01, Correction: "bh", PSIBins: 10,
+			MinPSI: 0.1, Mahalanobis: true, Consecutive: 2, Interval: 15 * time.Second,
+		}},
+		Alerts: config.Alerts{Period: 5 * time.Minute},
+		Limits: config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
+		Health: config.Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
+		Log:    config.Log{Level: "info", Access: true},
 	}
 	got := config.Default()
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -105,7 +109,7 @@ log: {level: debug, access: false}
 				Balancer:  config.Balancer{Strategy: "least_request"},
 				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
 				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true},
-				Analyzers: config.Analyzers{QueueSize: 128, MaxCaptureBytes: 0},
+				Analyzers: config.Analyzers{QueueSize: 128, MaxCaptureBytes: 0, Drift: config.Default().Analyzers.Drift},
 				Alerts:    config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second},
 				Admin:     config.Admin{Token: "s3cret"},
 				Limits:    config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},

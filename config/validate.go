@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,6 +135,52 @@ func (a *Analyzers) Validate() error {
 	}
 	if a.MaxCaptureBytes < 0 {
 		l.add("max_capture_bytes", fmt.Errorf("must be >= 0, got %d", a.MaxCaptureBytes))
+	}
+	l.nest("drift", a.Drift.Validate())
+	return l.err()
+}
+
+// Validate checks d.
+func (d *Drift) Validate() error {
+	var l errList
+	seen := map[string]bool{}
+	for i, f := range d.Features {
+		switch {
+		case !slices.Contains(DriftFeatures, f):
+			l.add(indexPath("features", i), fmt.Errorf("unknown feature %q (known: %s)", f, strings.Join(DriftFeatures, ", ")))
+		case seen[f]:
+			l.add(indexPath("features", i), fmt.Errorf("duplicate feature %q", f))
+		}
+		seen[f] = true
+	}
+	l.add("bucket", checkPositiveDuration(d.Bucket))
+	l.add("window", checkPositiveDuration(d.Window))
+	l.add("reference", checkPositiveDuration(d.Reference))
+	l.add("interval", checkPositiveDuration(d.Interval))
+	if d.Bucket > 0 && d.Window > 0 && d.Window < d.Bucket {
+		l.add("window", fmt.Errorf("must be at least one bucket (%v), got %v", d.Bucket, d.Window))
+	}
+	if d.Bucket > 0 && d.Reference > 0 && d.Reference < d.Bucket {
+		l.add("reference", fmt.Errorf("must be at least one bucket (%v), got %v", d.Bucket, d.Reference))
+	}
+	if d.MinRequests < 10 {
+		l.add("min_requests", fmt.Errorf("must be >= 10, got %d", d.MinRequests))
+	}
+	if d.Reservoir < 10 || d.Reservoir > 1<<16 {
+		l.add("reservoir", fmt.Errorf("must be in [10, 65536], got %d", d.Reservoir))
+	}
+	if !(d.Alpha > 0 && d.Alpha < 1) {
+		l.add("alpha", fmt.Errorf("must be in (0, 1), got %v", d.Alpha))
+	}
+	l.add("correction", oneOf(d.Correction, []string{"bh", "bonferroni"}))
+	if d.PSIBins < 2 || d.PSIBins > 100 {
+		l.add("psi_bins", fmt.Errorf("must be in [2, 100], got %d", d.PSIBins))
+	}
+	if !(d.MinPSI >= 0) {
+		l.add("min_psi", fmt.Errorf("must be >= 0, got %v", d.MinPSI))
+	}
+	if d.Consecutive < 1 {
+		l.add("consecutive", fmt.Errorf("must be >= 1, got %d", d.Consecutive))
 	}
 	return l.err()
 }

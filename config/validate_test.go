@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -135,6 +136,18 @@ func TestValidate(t *testing.T) {
 			`health.interval: must be >= 0, got -1ns`},
 		{"health timeout", func(c *config.Config) { c.Health.Timeout = 0 },
 			`health.timeout: must be > 0, got 0s`},
+		{"drift feature", func(c *config.Config) { c.Analyzers.Drift.Features = []string{"prompt_chars", "colour"} },
+			`analyzers.drift.features[1]: unknown feature "colour" (known: prompt_chars, prompt_tokens, message_count, script_latin, script_cjk, script_cyrillic, script_digits, script_punct, script_space, max_tokens, temperature, top_p, system_prompt, code_block, model)`},
+		{"drift duplicate feature", func(c *config.Config) { c.Analyzers.Drift.Features = []string{"model", "model"} },
+			`analyzers.drift.features[1]: duplicate feature "model"`},
+		{"drift window below bucket", func(c *config.Config) { c.Analyzers.Drift.Window = time.Second },
+			`analyzers.drift.window: must be at least one bucket (10s), got 1s`},
+		{"drift alpha", func(c *config.Config) { c.Analyzers.Drift.Alpha = 1 },
+			`analyzers.drift.alpha: must be in (0, 1), got 1`},
+		{"drift correction", func(c *config.Config) { c.Analyzers.Drift.Correction = "holm" },
+			`analyzers.drift.correction: "holm" is not one of bh, bonferroni`},
+		{"drift consecutive", func(c *config.Config) { c.Analyzers.Drift.Consecutive = 0 },
+			`analyzers.drift.consecutive: must be >= 1, got 0`},
 		{"log level", func(c *config.Config) { c.Log.Level = "trace" },
 			`log.level: "trace" is not one of debug, info, warn, error`},
 	}
