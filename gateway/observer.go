@@ -3,39 +3,9 @@ package gateway
 import (
 	"context"
 	"sync"
-	"time"
+
+	"github.com/vigil-gw/vigil/analyzers"
 )
-
-// Request describes one proxied request. It is immutable once handed to an
-// Observer and may be retained.
-type Request struct {
-	ID        string
-	TraceID   string
-	Route     string // the route pattern, e.g. /v1/chat/completions
-	Operation string // chat, text_completion, embeddings, generate, other
-	Model     string
-	Backend   string
-	Stream    bool
-	Start     time.Time
-	// Body is the request body as sent upstream. Observers must not modify it.
-	Body []byte
-}
-
-// Response describes how a proxied request ended. It is immutable once
-// handed to an Observer.
-type Response struct {
-	Status           int
-	Latency          time.Duration
-	TTFT             time.Duration // zero when no body byte arrived
-	PromptTokens     int
-	CompletionTokens int
-	Events           int    // SSE data events seen
-	ErrorClass       string // empty on success
-	// Body is a copy of a non-streaming response body, at most
-	// analyzers.max_capture_bytes; Truncated says whether it was cut.
-	Body      []byte
-	Truncated bool
-}
 
 // An Observer receives every request, SSE event and response end that passes
 // through the gateway. Its methods are called from one dispatcher goroutine,
@@ -43,12 +13,18 @@ type Response struct {
 // dropped events, counted in vigil_observer_dropped_events_total, never
 // client latency.
 type Observer interface {
-	OnRequest(r *Request)
+	OnRequest(r *analyzers.Request)
 	// OnEvent receives the payload of one SSE data line; data is valid only
 	// during the call.
-	OnEvent(r *Request, data []byte)
-	OnResponse(r *Request, resp *Response)
+	OnEvent(r *analyzers.Request, data []byte)
+	OnResponse(r *analyzers.Request, resp *analyzers.Response)
 }
+
+// Request and Response are the analyzers' view of an exchange.
+type (
+	Request  = analyzers.Request
+	Response = analyzers.Response
+)
 
 type eventKind uint8
 

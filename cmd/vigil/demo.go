@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/config"
-	"github.com/vigil-gw/vigil/gateway"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -70,11 +69,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		g.Wait()
 		return err
 	}
-	opts := gateway.Options{Config: cfg, Log: log}
+	var access *slog.Logger
 	if *accessLog {
-		opts.AccessLog = slog.New(slog.NewJSONHandler(stdout, nil))
+		access = slog.New(slog.NewJSONHandler(stdout, nil))
 	}
-	gw, err := gateway.New(opts)
+	app, err := build(cfg, log, access)
 	if err != nil {
 		stopSims()
 		g.Wait()
@@ -105,7 +104,7 @@ Sending %.1[5]f requests/s of demo traffic. Ctrl-C stops.
 
 	g.Go(func() error {
 		defer stopSims()
-		return serveGateway(ctx, ln, gw, log)
+		return app.serve(ctx, ln)
 	})
 	if *rps > 0 {
 		g.Go(func() error { return demoTraffic(ctx, base, *rps) })

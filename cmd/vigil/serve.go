@@ -13,8 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/gateway"
 )
@@ -60,11 +63,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	log := newLogger(stderr, cfg.Log.Level)
-	opts := gateway.Options{Config: cfg, Log: log}
+	var access *slog.Logger
 	if cfg.Log.Access {
-		opts.AccessLog = slog.New(slog.NewJSONHandler(stdout, nil))
+		access = slog.New(slog.NewJSONHandler(stdout, nil))
 	}
-	gw, err := gateway.New(opts)
+	app, err := build(cfg, log, access)
 	if err != nil {
 		return err
 	}
@@ -73,7 +76,36 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	log.Info("vigil serving", "listen", ln.Addr().String(), "backends", len(cfg.Backends), "version", buildVersion())
-	return serveGateway(ctx, ln, gw, log)
+	return app.serve(ctx, ln)
+}
+
+// app is a wired gateway with the analyzers behind it.
+type app struct {
+	gw       *gateway.Server
+	pipeline *analyzers.Pipeline
+	log      *slog.Logger
+}
+
+// build wires the parts of a gateway from a validated config.
+func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := analyzers.New(analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	gw, err := gateway.New(gateway.Options{
+		Config: cfg, Log: log, AccessLog: access, Registry: reg,
+		Observer: p, Signals: p, Baseline: p,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &app{gw: gw, pipeline: p, log: log}, nil
+}
+
+func (a *app) serve(ctx context.Context, ln net.Listener) error {
+	return serveGateway(ctx, ln, a.gw, a.log, a.pipeline.Run)
 }
 
 // loadConfig reads the file (if any) over the defaults and applies VIGIL_*
@@ -101,7 +133,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 // serveGateway serves gw on ln until ctx is done, then shuts down in order:
 // the HTTP server first (in-flight requests finish), then the gateway's
 // background work (queued events drain).
-func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log *slog.Logger) error {
+func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log *slog.Logger, background ...func(context.Context) error) error {
 	srv := &http.Server{
 		Handler:           gw.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -111,6 +143,9 @@ func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log 
 	defer stopBg()
 	var g errgroup.Group
 	g.Go(func() error { return gw.Run(bgCtx) })
+	for _, run := range background {
+		g.Go(func() error { return run(bgCtx) })
+	}
 	g.Go(func() error {
 		defer stopBg()
 		errc := make(chan error, 1)

@@ -1,0 +1,72 @@
+package drift
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestExtract(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		name string
+		body string
+		want Features
+	}{
+		{
+			name: "chat with system prompt, escapes and code",
+			body: `{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Fix: \u0060\u0060\u0060go\nx := 1\n` + "```" + `"}],"max_tokens":64,"temperature":0.2}`,
+			want: Features{System: true, Code: true, Model: "m"},
+		},
+		{
+			name: "content parts and mixed scripts",
+			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Привет 世界"},{"type":"image_url","image_url":{"url":"x"}}]}],"top_p":0.9}`,
+			want: Features{Model: "m"},
+		},
+		{name: "legacy prompt", body: `{"model":"m","prompt":"ab 12","max_tokens":5}`, want: Features{Model: "m"}},
+		{name: "tgi", body: `{"inputs":"hello","parameters":{"max_new_tokens":20,"temperature":0.5}}`},
+		{name: "surrogate pair", body: `{"prompt":"\ud83d\ude00a"}`},
+	}
+	vectors := [][NumFeatures]float64{
+		// chars: "Be brief." 9 + "Fix: ```go\nx := 1\n```" 21 = 30
+		{30, 8, 2, 13.0 / 30, 0, 0, 1.0 / 30, 10.0 / 30, 6.0 / 30, 64, 0.2, nan},
+		// "Привет 世界": 6 Cyrillic, 1 space, 2 Han
+		{9, 3, 1, 0, 2.0 / 9, 6.0 / 9, 0, 0, 1.0 / 9, nan, nan, 0.9},
+		{5, 2, 1, 2.0 / 5, 0, 0, 2.0 / 5, 0, 1.0 / 5, 5, nan, nan},
+		{5, 2, 1, 1, 0, 0, 0, 0, 0, 20, 0.5, nan},
+		{2, 1, 1, 0.5, 0, 0, 0, 0.5, 0, nan, nan, nan}, // the emoji is a symbol
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Extract([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.want.Vector = vectors[i]
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateNaNs(), cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestExtractRejects(t *testing.T) {
+	for _, body := range []string{`{`, `{"model":"m"}`, `[]`, `{"messages":"x"}`} {
+		if _, err := Extract([]byte(body)); err == nil {
+			t.Errorf("Extract(%s): no error", body)
+		}
+	}
+}
+
+func BenchmarkExtract(b *testing.B) {
+	body := []byte(`{"model":"llama-3-8b","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly and cite sources when you can."},{"role":"user","content":"Summarise the following incident report in three bullet points: at 10:42 UTC the load balancer began returning 502 errors for 4% of requests; the on-call engineer traced it to a misconfigured health check on two of twelve backends, which flapped between healthy and unhealthy. The fix was rolled out at 11:05."}],"max_tokens":256,"temperature":0.7,"top_p":0.95}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Extract(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,544 @@
+package drift
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/config"
+)
+
+// States of the signal.
+const (
+	StateUnknown = "unknown" // too little data on either side
+	StateOK      = "ok"
+	StateDrift   = "drift"
+)
+
+// absent stands for a parameter the request did not set (max_tokens,
+// temperature, top_p), so that starting or stopping to send one is a change
+// of distribution like any other. Every feature is >= 0 otherwise.
+const absent = -1
+
+// minColumn is the fewest values a feature needs on each side to be tested.
+const minColumn = 20
+
+// A Monitor keeps windows of prompt features and compares the current one
+// with the reference. Add is called for every prompt; Evaluate and Pin
+// periodically. It is safe for concurrent use: Add and the copy of the
+// windows take a short lock; the statistics run outside it.
+type Monitor struct {
+	cfg  config.Drift
+	num  []int // numeric features tested, indexes into Features.Vector
+	cat  []int // categorical features tested
+	mdim []int // positions in num of the features the joint test uses
+
+	mu     sync.Mutex
+	fine   *window.Series[summary, *summary] // current window
+	coarse *window.Series[summary, *summary] // reference
+	pinned *summary
+	pinAt  time.Time
+	keys   *rand.PCG
+	vec    []float64 // scratch for Add
+	streak int
+	last   Result
+
+	fitMu sync.Mutex // guards fit; held while fitting
+	fit   *jointFit
+}
+
+// New returns a Monitor for cfg, which must be valid (config.Drift.Validate).
+func New(cfg config.Drift, seed uint64) (*Monitor, error) {
+	m := &Monitor{cfg: cfg, keys: rand.NewPCG(seed, 0x6a09e667f3bcc909)}
+	want := func(name string) bool { return len(cfg.Features) == 0 || slices.Contains(cfg.Features, name) }
+	for i, n := range FeatureNames {
+		if want(n) {
+			m.num = append(m.num, i)
+		}
+	}
+	for i, n := range CategoricalNames {
+		if want(n) {
+			m.cat = append(m.cat, i)
+		}
+	}
+	if len(m.num)+len(m.cat) == 0 {
+		return nil, errors.New("drift: no feature selected")
+	}
+	for j, i := range m.num {
+		if jointFeature[i] {
+			m.mdim = append(m.mdim, j)
+		}
+	}
+	newSummary := func() *summary { return newSummary(cfg.Reservoir, len(m.num), len(m.cat)) }
+	fineSpan := int(cfg.Window/cfg.Bucket) + 1
+	// The reference is kept in coarser buckets: a twelfth of its span, and
+	// never finer than the current window's.
+	coarse := max(cfg.Reference/12, cfg.Bucket)
+	coarseSpan := int((cfg.Reference+cfg.Window)/coarse) + 2
+	m.fine = window.NewSeries[summary](cfg.Bucket, fineSpan, newSummary)
+	m.coarse = window.NewSeries[summary](coarse, coarseSpan, newSummary)
+	m.vec = make([]float64, len(m.num))
+	m.last = Result{State: StateUnknown}
+	return m, nil
+}
+
+// jointFeature marks the features of the Mahalanobis test: the continuous
+// ones, less those that would make the covariance singular. Parameters such
+// as temperature are mostly constant; prompt_tokens follows prompt_chars;
+// the script shares sum to one, so script_space is left out.
+var jointFeature = [NumFeatures]bool{
+	FeatChars: true, FeatMessages: true, FeatLatin: true, FeatCJK: true,
+	FeatCyrillic: true, FeatDigits: true, FeatPunct: true,
+}
+
+// Add records the features of a prompt seen at t.
+func (m *Monitor) Add(t time.Time, f *Features) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for j, i := range m.num {
+		v := f.Vector[i]
+		if math.IsNaN(v) {
+			v = absent
+		}
+		m.vec[j] = v
+	}
+	for _, s := range []*window.Series[summary, *summary]{m.fine, m.coarse} {
+		if b := s.Bucket(t); b != nil {
+			b.rows.Add(m.vec, m.keys)
+			for j, i := range m.cat {
+				b.cats[j].Add(f.Category(i))
+			}
+		}
+	}
+}
+
+// Pin makes the current window, as of now, the reference until the next
+// Pin. It fails when the window holds fewer than min_requests prompts.
+func (m *Monitor) Pin(now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, _ := m.current(now)
+	if n := cur.rows.Seen(); n < int64(m.cfg.MinRequests) {
+		return fmt.Errorf("the current window holds %d prompts; %d are needed to pin a baseline", n, m.cfg.MinRequests)
+	}
+	m.pinned, m.pinAt = cur, now
+	return nil
+}
+
+// current merges the newest fine buckets, newest first, until they hold
+// min_requests prompts or span the whole window. It returns the merged
+// summary and the start of its oldest bucket. Callers hold m.mu.
+func (m *Monitor) current(now time.Time) (*summary, time.Time) {
+	out := newSummary(m.cfg.Reservoir, len(m.num), len(m.cat))
+	start := m.fine.Start(now)
+	oldest := now.Add(-m.cfg.Window)
+	type bucket struct {
+		start time.Time
+		s     *summary
+	}
+	var live []bucket // oldest first
+	for t, b := range m.fine.All() {
+		if !t.After(start) && t.Add(m.cfg.Bucket).After(oldest) {
+			live = append(live, bucket{t, b})
+		}
+	}
+	for i := len(live) - 1; i >= 0; i-- {
+		out.Merge(live[i].s)
+		start = live[i].start
+		if out.rows.Seen() >= int64(m.cfg.MinRequests) {
+			break
+		}
+	}
+	return out, start
+}
+
+// reference merges the coarse buckets that end before the current window
+// starts and begin within the reference span. Callers hold m.mu.
+// The key identifies the reference's content, so that its robust
+// covariance is fitted once per reference rather than once per evaluation.
+func (m *Monitor) reference(curStart time.Time) (*summary, refKey) {
+	if m.pinned != nil {
+		return m.pinned.clone(), refKey{pinned: m.pinAt, seen: m.pinned.rows.Seen()}
+	}
+	out := newSummary(m.cfg.Reservoir, len(m.num), len(m.cat))
+	from := curStart.Add(-m.cfg.Reference)
+	w := m.coarse.Width()
+	var key refKey
+	for start, b := range m.coarse.All() {
+		if !start.Add(w).After(curStart) && !start.Before(from.Truncate(w)) {
+			out.Merge(b)
+			if key.from.IsZero() {
+				key.from = start
+			}
+			key.to = start
+		}
+	}
+	key.seen = out.rows.Seen()
+	return out, key
+}
+
+// refKey identifies a reference: pinned at a time, or rolling over a range
+// of coarse buckets; seen tells apart references still filling up.
+type refKey struct {
+	pinned, from, to time.Time
+	seen             int64
+}
+
+// jointFit is the reference's side of the joint test, kept while the
+// reference stays the same.
+type jointFit struct {
+	key    refKey
+	cols   []int
+	mcd    *stats.MCD
+	cutoff float64
+	kr, nr float64 // reference prompts beyond the cutoff, and in all
+}
+
+// Result is one evaluation of the signal, as /admin/signals shows it.
+type Result struct {
+	State string `json:"state"`
+	// Score is the largest PSI among the tested features (0.1: watch,
+	// 0.25: alarm).
+	Score     float64    `json:"score"`
+	Reference string     `json:"reference"` // "rolling" or "pinned"
+	PinnedAt  *time.Time `json:"pinned_at,omitempty"`
+	Current   int64      `json:"current_requests"`
+	Baseline  int64      `json:"reference_requests"`
+	Streak    int        `json:"streak"` // evaluations in a row that found drift
+	// CurrentStart is where the current window begins.
+	CurrentStart time.Time       `json:"current_start"`
+	Features     []FeatureResult `json:"features"`
+	Evaluated    time.Time       `json:"evaluated"`
+}
+
+// FeatureResult is one test of one feature.
+type FeatureResult struct {
+	Name      string  `json:"name"`
+	Test      string  `json:"test"` // ks, chi2 or mahalanobis
+	Statistic float64 `json:"statistic"`
+	PValue    float64 `json:"p_value"`
+	// AdjustedP is the p-value after the multiple-testing correction.
+	AdjustedP float64 `json:"adjusted_p_value"`
+	// PSI is the feature's population stability index (for mahalanobis:
+	// the share of current prompts beyond the cutoff minus the reference's).
+	PSI   float64 `json:"psi"`
+	Drift bool    `json:"drift"`
+}
+
+// Last returns the latest evaluation.
+func (m *Monitor) Last() Result {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+// Evaluate compares the current window with the reference as of now,
+// records the result as Last and returns it.
+func (m *Monitor) Evaluate(now time.Time) Result {
+	m.mu.Lock()
+	cur, curStart := m.current(now)
+	ref, key := m.reference(curStart)
+	res := Result{Reference: "rolling", Evaluated: now.UTC(), CurrentStart: curStart.UTC()}
+	if m.pinned != nil {
+		res.Reference = "pinned"
+		at := m.pinAt
+		res.PinnedAt = &at
+	}
+	m.mu.Unlock()
+
+	res.Current, res.Baseline = cur.rows.Seen(), ref.rows.Seen()
+	drifted := false
+	if res.Current >= int64(m.cfg.MinRequests) && res.Baseline >= int64(m.cfg.MinRequests) {
+		res.Features = m.compare(ref, cur, key)
+		res.State = StateOK
+		for _, f := range res.Features {
+			res.Score = max(res.Score, f.PSI)
+			drifted = drifted || f.Drift
+		}
+	} else {
+		res.State = StateUnknown
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if drifted {
+		m.streak++
+	} else {
+		m.streak = 0
+	}
+	res.Streak = m.streak
+	if m.streak >= m.cfg.Consecutive {
+		res.State = StateDrift
+	}
+	m.last = res
+	return res
+}
+
+// compare runs every test of ref against cur and applies the correction.
+func (m *Monitor) compare(ref, cur *summary, key refKey) []FeatureResult {
+	var out []FeatureResult
+	refRows, curRows := ref.rows.Rows(), cur.rows.Rows()
+	for j, i := range m.num {
+		a, b := column(refRows, j), column(curRows, j)
+		if len(a) < minColumn || len(b) < minColumn {
+			continue
+		}
+		ks, err := stats.KS2Samp(a, b)
+		if err != nil {
+			continue
+		}
+		psi, err := numericPSI(a, b, m.cfg.PSIBins)
+		if err != nil {
+			psi = 0
+		}
+		out = append(out, FeatureResult{Name: FeatureNames[i], Test: "ks", Statistic: ks.Statistic, PValue: ks.PValue, PSI: psi})
+	}
+	for j, i := range m.cat {
+		rc, cc := ref.cats[j], cur.cats[j]
+		cats := union(rc.Categories(), cc.Categories())
+		if len(cats) < 2 {
+			continue // one category on both sides: nothing can differ
+		}
+		r, c := make([]float64, len(cats)+1), make([]float64, len(cats)+1)
+		for k, name := range cats {
+			r[k], c[k] = float64(rc.Get(name)), float64(cc.Get(name))
+		}
+		r[len(cats)], c[len(cats)] = float64(rc.Other()), float64(cc.Other())
+		chi, err := stats.ChiSquare([][]float64{r, c})
+		if err != nil {
+			continue
+		}
+		psi, err := stats.PSICategorical(r, c)
+		if err != nil {
+			psi = 0
+		}
+		out = append(out, FeatureResult{Name: CategoricalNames[i], Test: "chi2", Statistic: chi.Statistic, PValue: chi.PValue, PSI: psi})
+	}
+	if m.cfg.Mahalanobis {
+		if r, ok := m.joint(key, refRows, curRows); ok {
+			out = append(out, r)
+		}
+	}
+	adjust(out, m.cfg.Correction)
+	for k := range out {
+		f := &out[k]
+		f.Drift = f.AdjustedP < m.cfg.Alpha && f.PSI >= m.cfg.MinPSI
+	}
+	return out
+}
+
+// minJointShift is the smallest rise in the share of prompts beyond the
+// cutoff that counts as joint drift: 5 percentage points.
+const minJointShift = 0.05
+
+// joint fits the reference's robust covariance (FastMCD) on the continuous
+// features and compares the share of reference and current prompts beyond
+// the chi-square 0.975 cutoff, with a one-sided two-proportion z-test. The
+// reference's own share is the baseline, since prompt features are far from
+// gaussian. Columns that are constant in more than half of the reference are
+// left out: the MCD support (about half the rows) could then be constant in
+// them and the covariance singular.
+func (m *Monitor) joint(key refKey, refRows, curRows [][]float64) (FeatureResult, bool) {
+	fit := m.fitJoint(key, refRows)
+	if fit == nil || len(curRows) < minColumn {
+		return FeatureResult{}, false
+	}
+	kc, nc := fit.beyond(m, curRows), float64(len(curRows))
+	pr, pc := fit.kr/fit.nr, kc/nc
+	pooled := (fit.kr + kc) / (fit.nr + nc)
+	pv := 1.0
+	if se := math.Sqrt(pooled * (1 - pooled) * (1/fit.nr + 1/nc)); se > 0 {
+		pv = 0.5 * math.Erfc((pc-pr)/se/math.Sqrt2)
+	}
+	res := FeatureResult{Name: "all", Test: "mahalanobis", Statistic: pc, PValue: pv, PSI: max(0, pc-pr)}
+	if pc-pr >= minJointShift {
+		// Let a large enough rise through the shared effect-size rule.
+		res.PSI = max(m.cfg.MinPSI, pc-pr)
+	}
+	return res, true
+}
+
+// fitJoint returns the reference's fit, from the cache when the reference
+// is unchanged; nil when no fit is possible.
+func (m *Monitor) fitJoint(key refKey, refRows [][]float64) *jointFit {
+	m.fitMu.Lock()
+	defer m.fitMu.Unlock()
+	if m.fit != nil && m.fit.key == key {
+		return m.fit
+	}
+	m.fit = nil
+	var cols []int
+	for _, j := range m.mdim {
+		if modeShare(refRows, j) <= 0.5 {
+			cols = append(cols, j)
+		}
+	}
+	p := len(cols)
+	if p == 0 || len(refRows) < 4*(p+1) {
+		return nil
+	}
+	x := mat.NewDense(len(refRows), p, nil)
+	for r, row := range refRows {
+		for k, j := range cols {
+			x.Set(r, k, transform(m.num[j], row[j]))
+		}
+	}
+	mcd, err := stats.FitMCD(x, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		return nil
+	}
+	fit := &jointFit{key: key, cols: cols, mcd: mcd, cutoff: stats.ChiSquareCutoff(p, 0.975), nr: float64(len(refRows))}
+	fit.kr = fit.beyond(m, refRows)
+	m.fit = fit
+	return fit
+}
+
+// beyond counts the rows whose squared robust distance exceeds the cutoff.
+func (f *jointFit) beyond(m *Monitor, rows [][]float64) float64 {
+	vec := make([]float64, len(f.cols))
+	n := 0
+	for _, row := range rows {
+		for k, j := range f.cols {
+			vec[k] = transform(m.num[j], row[j])
+		}
+		if f.mcd.Mahalanobis(vec) > f.cutoff {
+			n++
+		}
+	}
+	return float64(n)
+}
+
+// numericPSI is stats.PSI, except for a reference with at most bins
+// distinct values (a constant, a flag-like or a zero-inflated feature, whose
+// quantile edges collapse into one or two bins and would hide any change):
+// then each reference value is its own bin, plus one for values the
+// reference never took.
+func numericPSI(ref, cur []float64, bins int) (float64, error) {
+	vals := slices.Clone(ref)
+	slices.Sort(vals)
+	vals = slices.Compact(vals)
+	if len(vals) > bins {
+		return stats.PSI(ref, cur, bins)
+	}
+	count := func(xs []float64) []float64 {
+		c := make([]float64, len(vals)+1)
+		for _, x := range xs {
+			if i, ok := slices.BinarySearch(vals, x); ok {
+				c[i]++
+			} else {
+				c[len(vals)]++
+			}
+		}
+		return c
+	}
+	return stats.PSICategorical(count(ref), count(cur))
+}
+
+// transform puts counts on a log scale, as their spread grows with their size.
+func transform(feature int, v float64) float64 {
+	switch feature {
+	case FeatChars, FeatTokens:
+		return math.Log1p(max(v, 0))
+	}
+	return v
+}
+
+func modeShare(rows [][]float64, j int) float64 {
+	counts := map[float64]int{}
+	best := 0
+	for _, r := range rows {
+		counts[r[j]]++
+		best = max(best, counts[r[j]])
+	}
+	if len(rows) == 0 {
+		return 1
+	}
+	return float64(best) / float64(len(rows))
+}
+
+func column(rows [][]float64, j int) []float64 {
+	out := make([]float64, len(rows))
+	for i, r := range rows {
+		out[i] = r[j]
+	}
+	return out
+}
+
+func union(a, b []string) []string {
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// adjust sets AdjustedP: Benjamini–Hochberg step-up adjusted p-values
+// (controlling the false-discovery rate) or Bonferroni (family-wise).
+func adjust(rs []FeatureResult, method string) {
+	n := len(rs)
+	if n == 0 {
+		return
+	}
+	if method == "bonferroni" {
+		for i := range rs {
+			rs[i].AdjustedP = min(1, rs[i].PValue*float64(n))
+		}
+		return
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return rs[idx[a]].PValue < rs[idx[b]].PValue })
+	next := 1.0
+	for k := n - 1; k >= 0; k-- {
+		i := idx[k]
+		next = min(next, rs[i].PValue*float64(n)/float64(k+1))
+		rs[i].AdjustedP = next
+	}
+}
+
+// summary is what one bucket or window holds: a uniform sample of feature
+// vectors and the counts of each categorical feature.
+type summary struct {
+	rows window.Reservoir
+	cats []window.Counts
+}
+
+func newSummary(capacity, dim, cats int) *summary {
+	s := &summary{rows: *window.NewReservoir(capacity, dim), cats: make([]window.Counts, cats)}
+	for i := range s.cats {
+		s.cats[i] = *window.NewCounts(window.DefaultMaxCategories)
+	}
+	return s
+}
+
+// Merge adds o to s.
+func (s *summary) Merge(o *summary) error {
+	err := s.rows.Merge(&o.rows)
+	for i := range s.cats {
+		err = errors.Join(err, s.cats[i].Merge(&o.cats[i]))
+	}
+	return err
+}
+
+// Reset empties s.
+func (s *summary) Reset() {
+	s.rows.Reset()
+	for i := range s.cats {
+		s.cats[i].Reset()
+	}
+}
+
+func (s *summary) clone() *summary {
+	c := newSummary(s.rows.Capacity(), s.rows.Dim(), len(s.cats))
+	c.Merge(s)
+	return c
+}

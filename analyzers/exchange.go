@@ -1,0 +1,34 @@
+package analyzers
+
+import "time"
+
+// Request describes one proxied request. It is immutable once handed to an
+// Observer and may be retained.
+type Request struct {
+	ID        string
+	TraceID   string
+	Route     string // the route pattern, e.g. /v1/chat/completions
+	Operation string // chat, text_completion, embeddings, generate, other
+	Model     string
+	Backend   string
+	Stream    bool
+	Start     time.Time
+	// Body is the request body as sent upstream. Observers must not modify it.
+	Body []byte
+}
+
+// Response describes how a proxied request ended. It is immutable once
+// handed to an Observer.
+type Response struct {
+	Status           int
+	Latency          time.Duration
+	TTFT             time.Duration // zero when no body byte arrived
+	PromptTokens     int
+	CompletionTokens int
+	Events           int    // SSE data events seen
+	ErrorClass       string // empty on success
+	// Body is a copy of a non-streaming response body, at most
+	// analyzers.max_capture_bytes; Truncated says whether it was cut.
+	Body      []byte
+	Truncated bool
+}

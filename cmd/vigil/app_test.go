@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// TestDriftEndToEnd: prompts go through a real gateway to a simulator; a
+// baseline is pinned over HTTP; a change of language then shows as drift in
+// /admin/signals and /metrics.
+func TestDriftEndToEnd(t *testing.T) {
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
+	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
+	defer backend.Close()
+
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
+	cfg.Health.Interval = 0
+	d := &cfg.Analyzers.Drift
+	d.Bucket, d.MinRequests, d.Window, d.Consecutive = time.Second, 200, time.Hour, 1
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(a.gw.Handler())
+	defer gw.Close()
+	ctx := t.Context()
+	go a.gw.Run(ctx)
+
+	send := func(words []string, n int) {
+		for i := range n {
+			var sb strings.Builder
+			for j := range 20 + i%17 {
+				sb.WriteString(words[(i*7+j*3)%len(words)])
+				sb.WriteByte(' ')
+			}
+			body := fmt.Sprintf(`{"model":"m","max_tokens":4,"messages":[{"role":"user","content":%q}]}`, sb.String())
+			resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	signals := func() (state string, body string) {
+		resp, err := http.Get(gw.URL + "/admin/signals")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var s struct{ Drift struct{ State string } }
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatalf("/admin/signals: %v: %s", err, b)
+		}
+		return s.Drift.State, string(b)
+	}
+
+	english := strings.Fields("the quick brown fox jumps over the lazy dog while the model answers questions about latency")
+	chinese := strings.Fields("系统 报告 用户 错误 延迟 模型 请求 回答 总结 解释 数据 表格 代码 测试 服务 集群")
+	send(english, 250)
+	waitUntil(t, "prompts analysed", func() bool { return a.pipeline.Evaluate().Current >= 250 })
+	resp, err := http.Post(gw.URL+"/admin/baseline", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /admin/baseline: %d", resp.StatusCode)
+	}
+	// The current window is the newest 200 prompts: all English still.
+	if st, body := signals(); st != "ok" {
+		t.Fatalf("state after pinning = %q, want ok: %s", st, body)
+	}
+	time.Sleep(1100 * time.Millisecond) // new prompts in a later bucket
+	send(chinese, 250)
+	waitUntil(t, "drift", func() bool { return a.pipeline.Evaluate().State == "drift" })
+	st, body := signals()
+	if st != "drift" || !strings.Contains(body, `"name":"script_cjk"`) {
+		t.Errorf("signals: %s", body)
+	}
+	mresp, err := http.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !strings.Contains(string(mb), "vigil_drift_alarm 1") || !strings.Contains(string(mb), `vigil_drift_psi{feature="script_cjk"}`) {
+		t.Errorf("/metrics lacks the drift alarm:\n%s", grep(string(mb), "vigil_drift"))
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
