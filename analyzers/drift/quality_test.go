@@ -158,3 +158,20 @@ func TestDetectionQuality(t *testing.T) {
 		})
 	}
 }
+
+// TestNoFalseAlarms runs 30,000 more stationary prompts, under three other
+// seeds, and requires that none raises drift.
+func TestNoFalseAlarms(t *testing.T) {
+	cfg := config.Default().Analyzers.Drift
+	for seed := uint64(100); seed < 103; seed++ {
+		m, err := New(cfg, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+		_, alarms, evals := run(t, m, newGen(seed, 60, 15, map[string]float64{"en": 0.9, "es": 0.1}), start, 10000, 5, cfg.Interval, false)
+		if len(alarms) > 0 {
+			t.Errorf("seed %d: %d false alarms in %d evaluations (after prompts %v)", seed, len(alarms), evals, alarms)
+		}
+	}
+}
