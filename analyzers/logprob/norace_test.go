@@ -1,0 +1,5 @@
+//go:build !race
+
+package logprob
+
+const raceEnabled = false
