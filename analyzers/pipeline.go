@@ -43,7 +43,7 @@ type Pipeline struct {
 
 // New builds a pipeline from validated options.
 func New(o Options) (*Pipeline, error) {
-	p := &Pipeline{log: o.Log, now: o.Now, every: o.Config.Drift.Interval}
+	p := &Pipeline{log: o.Log, now: o.Now, every: o.Config.Interval}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -55,7 +55,7 @@ func New(o Options) (*Pipeline, error) {
 		if seed == 0 {
 			seed = 0x5eed
 		}
-		d, err := drift.New(o.Config.Drift, seed)
+		d, err := drift.New(o.Config, seed)
 		if err != nil {
 			return nil, err
 		}

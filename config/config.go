@@ -121,8 +121,96 @@ type Analyzers struct {
 	// MaxCaptureBytes bounds the copy of a non-streaming response kept for analysis.
 	// Zero: no copy is kept.
 	MaxCaptureBytes int `yaml:"max_capture_bytes"`
+	// Interval is how often the signals are evaluated.
+	Interval time.Duration `yaml:"interval"`
+	// Bucket is the width of the time buckets the signals' windows are made of.
+	Bucket time.Duration `yaml:"bucket"`
+	// MinRequests: a signal's current window takes the newest buckets until
+	// it holds this many requests (or spans Window).
+	MinRequests int `yaml:"min_requests"`
+	// Window is the longest span of a current window.
+	Window time.Duration `yaml:"window"`
+	// Reference is the span of the rolling reference, which ends where the
+	// current window starts. A baseline pinned with POST /admin/baseline
+	// replaces it.
+	Reference time.Duration `yaml:"reference"`
+	// Alpha is the significance level of the signals' tests (after the
+	// multiple-testing correction, where there are several).
+	Alpha float64 `yaml:"alpha"`
+	// Consecutive is how many evaluations in a row must find a change
+	// before a signal leaves its "ok" state.
+	Consecutive int `yaml:"consecutive"`
 	// Drift configures signal 1, input drift.
 	Drift Drift `yaml:"drift"`
+	// Confidence configures signal 2, confidence decay.
+	Confidence Confidence `yaml:"confidence"`
+	// Latency configures signal 3, latency variance.
+	Latency Latency `yaml:"latency"`
+	// Output configures signal 4, output drift (perplexity).
+	Output Output `yaml:"output"`
+	// Calibration configures the calibration of confidence from feedback labels.
+	Calibration Calibration `yaml:"calibration"`
+}
+
+// Confidence configures the confidence-decay signal, read from token logprobs.
+type Confidence struct {
+	// Enabled turns the signal on.
+	Enabled bool `yaml:"enabled"`
+	// LowProb is the probability below which a token counts as low-confidence.
+	LowProb float64 `yaml:"low_prob"`
+	// MinDrop is the smallest relative drop of the geometric-mean token
+	// probability, exp(mean logprob), that counts as decay (0.03: 3%).
+	MinDrop float64 `yaml:"min_drop"`
+	// Inject asks backends for logprobs on a sample of the requests whose
+	// clients did not, and strips them from what those clients receive.
+	Inject Inject `yaml:"inject"`
+}
+
+// Inject configures logprob injection.
+type Inject struct {
+	// SampleRatio is the share of eligible requests that get logprobs
+	// injected, in [0, 1]. Zero: none (requests go upstream unchanged).
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// TopLogprobs is the number of alternatives asked for per token, in [0, 20].
+	TopLogprobs int `yaml:"top_logprobs"`
+}
+
+// Latency configures the latency-variance signal.
+type Latency struct {
+	// Enabled turns the signal on.
+	Enabled bool `yaml:"enabled"`
+	// K: a value is anomalous when it exceeds mean + K·σ of the reference.
+	K float64 `yaml:"k"`
+	// MinRise is the smallest rise of the anomalous share (current window
+	// against reference) that counts as "anomalous" (0.1: 10 points).
+	MinRise float64 `yaml:"min_rise"`
+}
+
+// Output configures the output-drift signal on perplexity.
+type Output struct {
+	// Enabled turns the signal on.
+	Enabled bool `yaml:"enabled"`
+	// Sigma: a minute is outside the band when its mean perplexity is
+	// beyond baseline mean ± Sigma·σ.
+	Sigma float64 `yaml:"sigma"`
+	// Minutes is how many consecutive minutes outside the band raise the alarm.
+	Minutes int `yaml:"minutes"`
+	// MinBaselineMinutes is how many minutes with responses the baseline
+	// needs before the signal leaves "unknown".
+	MinBaselineMinutes int `yaml:"min_baseline_minutes"`
+}
+
+// Calibration configures calibration from POST /v1/feedback labels.
+type Calibration struct {
+	// Bins is the number of equal-width confidence bins of ECE and the
+	// reliability diagram.
+	Bins int `yaml:"bins"`
+	// MaxPending bounds the responses remembered for labels to join.
+	MaxPending int `yaml:"max_pending"`
+	// TTL is how long a response can be labelled.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxLabels bounds the labelled responses kept (the newest win).
+	MaxLabels int `yaml:"max_labels"`
 }
 
 // DriftFeatures are the prompt features the drift signal can test: numeric
@@ -141,25 +229,12 @@ type Drift struct {
 	Enabled bool `yaml:"enabled"`
 	// Features lists the features tested, from DriftFeatures. Empty: all.
 	Features []string `yaml:"features"`
-	// Bucket is the width of the time buckets windows are made of.
-	Bucket time.Duration `yaml:"bucket"`
-	// MinRequests: the current window takes the newest buckets until it holds
-	// this many requests (or reaches Window).
-	MinRequests int `yaml:"min_requests"`
-	// Window is the longest span of the current window.
-	Window time.Duration `yaml:"window"`
-	// Reference is the span of the rolling reference, which ends where the
-	// current window starts. A baseline pinned with POST /admin/baseline
-	// replaces it.
-	Reference time.Duration `yaml:"reference"`
 	// Reservoir is the size of the uniform sample of prompts kept per bucket
 	// and per window for KS and the robust covariance.
 	Reservoir int `yaml:"reservoir"`
-	// Alpha is the false-discovery rate (bh) or family-wise error rate
-	// (bonferroni) across the tests of one evaluation.
-	Alpha float64 `yaml:"alpha"`
-	// Correction is the multiple-testing correction: bh (Benjamini–Hochberg)
-	// or bonferroni.
+	// Correction is the multiple-testing correction across the tests of one
+	// evaluation: bh (Benjamini–Hochberg, false-discovery rate) or bonferroni
+	// (family-wise error rate), both at analyzers.alpha.
 	Correction string `yaml:"correction"`
 	// PSIBins is the number of reference-quantile bins of numeric PSI.
 	PSIBins int `yaml:"psi_bins"`
@@ -169,11 +244,6 @@ type Drift struct {
 	// Mahalanobis adds the joint test: the share of current prompts beyond
 	// the reference's robust (MCD) chi-square cutoff.
 	Mahalanobis bool `yaml:"mahalanobis"`
-	// Consecutive is how many evaluations in a row must find drift before
-	// the state turns to "drift".
-	Consecutive int `yaml:"consecutive"`
-	// Interval is how often the signal is evaluated.
-	Interval time.Duration `yaml:"interval"`
 }
 
 // Alerts configures alert delivery.
@@ -228,11 +298,18 @@ func Default() Config {
 		Balancer: Balancer{Strategy: "dynamic"},
 		State:    State{Redis: Redis{Prefix: "vigil"}},
 		Tracing:  Tracing{SampleRatio: 1.0},
-		Analyzers: Analyzers{QueueSize: 4096, MaxCaptureBytes: 1 << 20, Drift: Drift{
-			Enabled: true, Bucket: 10 * time.Second, MinRequests: 300, Window: 15 * time.Minute,
-			Reference: time.Hour, Reservoir: 1024, Alpha: 0.01, Correction: "bh", PSIBins: 10,
-			MinPSI: 0.1, Mahalanobis: true, Consecutive: 2, Interval: 15 * time.Second,
-		}},
+		Analyzers: Analyzers{
+			QueueSize: 4096, MaxCaptureBytes: 1 << 20,
+			Interval: 15 * time.Second, Bucket: 10 * time.Second, MinRequests: 300,
+			Window: 15 * time.Minute, Reference: time.Hour, Alpha: 0.01, Consecutive: 2,
+			Drift: Drift{
+				Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true,
+			},
+			Confidence:  Confidence{Enabled: true, LowProb: 0.5, MinDrop: 0.03, Inject: Inject{TopLogprobs: 5}},
+			Latency:     Latency{Enabled: true, K: 2, MinRise: 0.1},
+			Output:      Output{Enabled: true, Sigma: 3, Minutes: 5, MinBaselineMinutes: 10},
+			Calibration: Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
+		},
 		Alerts: Alerts{Period: 5 * time.Minute},
 		Limits: Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
 		Health: Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},

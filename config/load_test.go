@@ -28,19 +28,15 @@ func writeConfig(t *testing.T, content string) string {
 
 func TestDefault(t *testing.T) {
 	want := config.Config{
-		Listen:   ":8080",
-		Balancer: config.Balancer{Strategy: "dynamic"},
-		State:    config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
-		Tracing:  config.Tracing{SampleRatio: 1.0, CaptureContent: false},
-		Analyzers: config.Analyzers{QueueSize: 4096, MaxCaptureBytes: 1048576, Drift: config.Drift{
-			Enabled: true, Bucket: 10 * time.Second, MinRequests: 300, Window: 15 * time.Minute,
-			Reference: time.Hour, Reservoir: 1024, Alpha: 0.01, Correction: "bh", PSIBins: 10,
-			MinPSI: 0.1, Mahalanobis: true, Consecutive: 2, Interval: 15 * time.Second,
-		}},
-		Alerts: config.Alerts{Period: 5 * time.Minute},
-		Limits: config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
-		Health: config.Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
-		Log:    config.Log{Level: "info", Access: true},
+		Listen:    ":8080",
+		Balancer:  config.Balancer{Strategy: "dynamic"},
+		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
+		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false},
+		Analyzers: wantAnalyzers(),
+		Alerts:    config.Alerts{Period: 5 * time.Minute},
+		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
+		Health:    config.Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
+		Log:       config.Log{Level: "info", Access: true},
 	}
 	got := config.Default()
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -106,15 +102,19 @@ log: {level: debug, access: false}
 					{Name: "b", URL: "https://10.0.0.2:8080", Kind: "tgi", Weight: 2.5},
 					{Name: "b2", URL: "http://10.0.0.3:8000", Kind: "openai", Weight: 100},
 				},
-				Balancer:  config.Balancer{Strategy: "least_request"},
-				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
-				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true},
-				Analyzers: config.Analyzers{QueueSize: 128, MaxCaptureBytes: 0, Drift: config.Default().Analyzers.Drift},
-				Alerts:    config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second},
-				Admin:     config.Admin{Token: "s3cret"},
-				Limits:    config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},
-				Health:    config.Health{Path: "/healthz", Interval: 0, Timeout: 500 * time.Millisecond},
-				Log:       config.Log{Level: "debug", Access: false},
+				Balancer: config.Balancer{Strategy: "least_request"},
+				State:    config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
+				Tracing:  config.Tracing{SampleRatio: 0.25, CaptureContent: true},
+				Analyzers: func() config.Analyzers {
+					a := config.Default().Analyzers
+					a.QueueSize, a.MaxCaptureBytes = 128, 0
+					return a
+				}(),
+				Alerts: config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second},
+				Admin:  config.Admin{Token: "s3cret"},
+				Limits: config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},
+				Health: config.Health{Path: "/healthz", Interval: 0, Timeout: 500 * time.Millisecond},
+				Log:    config.Log{Level: "debug", Access: false},
 			},
 		},
 		{
@@ -388,5 +388,20 @@ func TestLoadNaNRatioIsInvalid(t *testing.T) {
 	}
 	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "tracing.sample_ratio: ") {
 		t.Errorf("Validate() = %v, want a tracing.sample_ratio error", err)
+	}
+}
+
+// wantAnalyzers spells out the analyzers' defaults, so that a change to
+// them is a visible change to this test.
+func wantAnalyzers() config.Analyzers {
+	return config.Analyzers{
+		QueueSize: 4096, MaxCaptureBytes: 1048576,
+		Interval: 15 * time.Second, Bucket: 10 * time.Second, MinRequests: 300,
+		Window: 15 * time.Minute, Reference: time.Hour, Alpha: 0.01, Consecutive: 2,
+		Drift:       config.Drift{Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true},
+		Confidence:  config.Confidence{Enabled: true, LowProb: 0.5, MinDrop: 0.03, Inject: config.Inject{TopLogprobs: 5}},
+		Latency:     config.Latency{Enabled: true, K: 2, MinRise: 0.1},
+		Output:      config.Output{Enabled: true, Sigma: 3, Minutes: 5, MinBaselineMinutes: 10},
+		Calibration: config.Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
 	}
 }

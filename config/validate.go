@@ -136,7 +136,30 @@ func (a *Analyzers) Validate() error {
 	if a.MaxCaptureBytes < 0 {
 		l.add("max_capture_bytes", fmt.Errorf("must be >= 0, got %d", a.MaxCaptureBytes))
 	}
+	l.add("interval", checkPositiveDuration(a.Interval))
+	l.add("bucket", checkPositiveDuration(a.Bucket))
+	l.add("window", checkPositiveDuration(a.Window))
+	l.add("reference", checkPositiveDuration(a.Reference))
+	if a.Bucket > 0 && a.Window > 0 && a.Window < a.Bucket {
+		l.add("window", fmt.Errorf("must be at least one bucket (%v), got %v", a.Bucket, a.Window))
+	}
+	if a.Bucket > 0 && a.Reference > 0 && a.Reference < a.Bucket {
+		l.add("reference", fmt.Errorf("must be at least one bucket (%v), got %v", a.Bucket, a.Reference))
+	}
+	if a.MinRequests < 10 {
+		l.add("min_requests", fmt.Errorf("must be >= 10, got %d", a.MinRequests))
+	}
+	if !(a.Alpha > 0 && a.Alpha < 1) {
+		l.add("alpha", fmt.Errorf("must be in (0, 1), got %v", a.Alpha))
+	}
+	if a.Consecutive < 1 {
+		l.add("consecutive", fmt.Errorf("must be >= 1, got %d", a.Consecutive))
+	}
 	l.nest("drift", a.Drift.Validate())
+	l.nest("confidence", a.Confidence.Validate())
+	l.nest("latency", a.Latency.Validate())
+	l.nest("output", a.Output.Validate())
+	l.nest("calibration", a.Calibration.Validate())
 	return l.err()
 }
 
@@ -153,24 +176,8 @@ func (d *Drift) Validate() error {
 		}
 		seen[f] = true
 	}
-	l.add("bucket", checkPositiveDuration(d.Bucket))
-	l.add("window", checkPositiveDuration(d.Window))
-	l.add("reference", checkPositiveDuration(d.Reference))
-	l.add("interval", checkPositiveDuration(d.Interval))
-	if d.Bucket > 0 && d.Window > 0 && d.Window < d.Bucket {
-		l.add("window", fmt.Errorf("must be at least one bucket (%v), got %v", d.Bucket, d.Window))
-	}
-	if d.Bucket > 0 && d.Reference > 0 && d.Reference < d.Bucket {
-		l.add("reference", fmt.Errorf("must be at least one bucket (%v), got %v", d.Bucket, d.Reference))
-	}
-	if d.MinRequests < 10 {
-		l.add("min_requests", fmt.Errorf("must be >= 10, got %d", d.MinRequests))
-	}
 	if d.Reservoir < 10 || d.Reservoir > 1<<16 {
 		l.add("reservoir", fmt.Errorf("must be in [10, 65536], got %d", d.Reservoir))
-	}
-	if !(d.Alpha > 0 && d.Alpha < 1) {
-		l.add("alpha", fmt.Errorf("must be in (0, 1), got %v", d.Alpha))
 	}
 	l.add("correction", oneOf(d.Correction, []string{"bh", "bonferroni"}))
 	if d.PSIBins < 2 || d.PSIBins > 100 {
@@ -179,8 +186,64 @@ func (d *Drift) Validate() error {
 	if !(d.MinPSI >= 0) {
 		l.add("min_psi", fmt.Errorf("must be >= 0, got %v", d.MinPSI))
 	}
-	if d.Consecutive < 1 {
-		l.add("consecutive", fmt.Errorf("must be >= 1, got %d", d.Consecutive))
+	return l.err()
+}
+
+// Validate checks c.
+func (c *Confidence) Validate() error {
+	var l errList
+	if !(c.LowProb > 0 && c.LowProb <= 1) {
+		l.add("low_prob", fmt.Errorf("must be in (0, 1], got %v", c.LowProb))
+	}
+	if !(c.MinDrop >= 0 && c.MinDrop < 1) {
+		l.add("min_drop", fmt.Errorf("must be in [0, 1), got %v", c.MinDrop))
+	}
+	l.add("inject.sample_ratio", checkRatio(c.Inject.SampleRatio))
+	if c.Inject.TopLogprobs < 0 || c.Inject.TopLogprobs > 20 {
+		l.add("inject.top_logprobs", fmt.Errorf("must be in [0, 20], got %d", c.Inject.TopLogprobs))
+	}
+	return l.err()
+}
+
+// Validate checks lat.
+func (lat *Latency) Validate() error {
+	var l errList
+	if !(lat.K > 0) {
+		l.add("k", fmt.Errorf("must be > 0, got %v", lat.K))
+	}
+	if !(lat.MinRise >= 0 && lat.MinRise < 1) {
+		l.add("min_rise", fmt.Errorf("must be in [0, 1), got %v", lat.MinRise))
+	}
+	return l.err()
+}
+
+// Validate checks o.
+func (o *Output) Validate() error {
+	var l errList
+	if !(o.Sigma > 0) {
+		l.add("sigma", fmt.Errorf("must be > 0, got %v", o.Sigma))
+	}
+	if o.Minutes < 1 {
+		l.add("minutes", fmt.Errorf("must be >= 1, got %d", o.Minutes))
+	}
+	if o.MinBaselineMinutes < 2 {
+		l.add("min_baseline_minutes", fmt.Errorf("must be >= 2, got %d", o.MinBaselineMinutes))
+	}
+	return l.err()
+}
+
+// Validate checks c.
+func (c *Calibration) Validate() error {
+	var l errList
+	if c.Bins < 2 || c.Bins > 1000 {
+		l.add("bins", fmt.Errorf("must be in [2, 1000], got %d", c.Bins))
+	}
+	if c.MaxPending < 1 {
+		l.add("max_pending", fmt.Errorf("must be >= 1, got %d", c.MaxPending))
+	}
+	l.add("ttl", checkPositiveDuration(c.TTL))
+	if c.MaxLabels < 1 {
+		l.add("max_labels", fmt.Errorf("must be >= 1, got %d", c.MaxLabels))
 	}
 	return l.err()
 }

@@ -30,8 +30,8 @@ func BenchmarkExtractLong(b *testing.B) {
 // joint Mahalanobis test with its FastMCD fit (refitted every time, as when
 // the rolling reference moves).
 func BenchmarkEvaluate10k(b *testing.B) {
-	cfg := config.Default().Analyzers.Drift
-	cfg.Reservoir = 10000
+	cfg := config.Default().Analyzers
+	cfg.Drift.Reservoir = 10000
 	cfg.MinRequests = 10000
 	cfg.Window = time.Hour
 	m, err := New(cfg, 1)

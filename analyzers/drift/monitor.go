@@ -37,7 +37,7 @@ const minColumn = 20
 // periodically. It is safe for concurrent use: Add and the copy of the
 // windows take a short lock; the statistics run outside it.
 type Monitor struct {
-	cfg  config.Drift
+	cfg  config.Analyzers
 	num  []int // numeric features tested, indexes into Features.Vector
 	cat  []int // categorical features tested
 	mdim []int // positions in num of the features the joint test uses
@@ -56,10 +56,10 @@ type Monitor struct {
 	fit   *jointFit
 }
 
-// New returns a Monitor for cfg, which must be valid (config.Drift.Validate).
-func New(cfg config.Drift, seed uint64) (*Monitor, error) {
+// New returns a Monitor for cfg, which must be valid (config.Analyzers.Validate).
+func New(cfg config.Analyzers, seed uint64) (*Monitor, error) {
 	m := &Monitor{cfg: cfg, keys: rand.NewPCG(seed, 0x6a09e667f3bcc909)}
-	want := func(name string) bool { return len(cfg.Features) == 0 || slices.Contains(cfg.Features, name) }
+	want := func(name string) bool { return len(cfg.Drift.Features) == 0 || slices.Contains(cfg.Drift.Features, name) }
 	for i, n := range FeatureNames {
 		if want(n) {
 			m.num = append(m.num, i)
@@ -78,7 +78,7 @@ func New(cfg config.Drift, seed uint64) (*Monitor, error) {
 			m.mdim = append(m.mdim, j)
 		}
 	}
-	newSummary := func() *summary { return newSummary(cfg.Reservoir, len(m.num), len(m.cat)) }
+	newSummary := func() *summary { return newSummary(cfg.Drift.Reservoir, len(m.num), len(m.cat)) }
 	fineSpan := int(cfg.Window/cfg.Bucket) + 1
 	// The reference is kept in coarser buckets: a twelfth of its span, and
 	// never finer than the current window's.
@@ -138,7 +138,7 @@ func (m *Monitor) Pin(now time.Time) error {
 // min_requests prompts or span the whole window. It returns the merged
 // summary and the start of its oldest bucket. Callers hold m.mu.
 func (m *Monitor) current(now time.Time) (*summary, time.Time) {
-	out := newSummary(m.cfg.Reservoir, len(m.num), len(m.cat))
+	out := newSummary(m.cfg.Drift.Reservoir, len(m.num), len(m.cat))
 	start := m.fine.Start(now)
 	oldest := now.Add(-m.cfg.Window)
 	type bucket struct {
@@ -169,7 +169,7 @@ func (m *Monitor) reference(curStart time.Time) (*summary, refKey) {
 	if m.pinned != nil {
 		return m.pinned.clone(), refKey{pinned: m.pinAt, seen: m.pinned.rows.Seen()}
 	}
-	out := newSummary(m.cfg.Reservoir, len(m.num), len(m.cat))
+	out := newSummary(m.cfg.Drift.Reservoir, len(m.num), len(m.cat))
 	from := curStart.Add(-m.cfg.Reference)
 	w := m.coarse.Width()
 	var key refKey
@@ -296,7 +296,7 @@ func (m *Monitor) compare(ref, cur *summary, key refKey) []FeatureResult {
 		if err != nil {
 			continue
 		}
-		psi, err := numericPSI(a, b, m.cfg.PSIBins)
+		psi, err := numericPSI(a, b, m.cfg.Drift.PSIBins)
 		if err != nil {
 			psi = 0
 		}
@@ -323,15 +323,15 @@ func (m *Monitor) compare(ref, cur *summary, key refKey) []FeatureResult {
 		}
 		out = append(out, FeatureResult{Name: CategoricalNames[i], Test: "chi2", Statistic: chi.Statistic, PValue: chi.PValue, PSI: psi})
 	}
-	if m.cfg.Mahalanobis {
+	if m.cfg.Drift.Mahalanobis {
 		if r, ok := m.joint(key, refRows, curRows); ok {
 			out = append(out, r)
 		}
 	}
-	adjust(out, m.cfg.Correction)
+	adjust(out, m.cfg.Drift.Correction)
 	for k := range out {
 		f := &out[k]
-		f.Drift = f.AdjustedP < m.cfg.Alpha && f.PSI >= m.cfg.MinPSI
+		f.Drift = f.AdjustedP < m.cfg.Alpha && f.PSI >= m.cfg.Drift.MinPSI
 	}
 	return out
 }
@@ -362,7 +362,7 @@ func (m *Monitor) joint(key refKey, refRows, curRows [][]float64) (FeatureResult
 	res := FeatureResult{Name: "all", Test: "mahalanobis", Statistic: pc, PValue: pv, PSI: max(0, pc-pr)}
 	if pc-pr >= minJointShift {
 		// Let a large enough rise through the shared effect-size rule.
-		res.PSI = max(m.cfg.MinPSI, pc-pr)
+		res.PSI = max(m.cfg.Drift.MinPSI, pc-pr)
 	}
 	return res, true
 }

@@ -118,7 +118,7 @@ func run(t *testing.T, m *Monitor, g *promptGen, start time.Time, n int, rate fl
 // with -v.
 func TestDetectionQuality(t *testing.T) {
 	const rate = 5.0
-	cfg := config.Default().Analyzers.Drift
+	cfg := config.Default().Analyzers
 	stationary := map[string]float64{"en": 0.9, "es": 0.1}
 	tests := []struct {
 		name   string
@@ -162,7 +162,7 @@ func TestDetectionQuality(t *testing.T) {
 // TestNoFalseAlarms runs 30,000 more stationary prompts, under three other
 // seeds, and requires that none raises drift.
 func TestNoFalseAlarms(t *testing.T) {
-	cfg := config.Default().Analyzers.Drift
+	cfg := config.Default().Analyzers
 	for seed := uint64(100); seed < 103; seed++ {
 		m, err := New(cfg, seed)
 		if err != nil {

@@ -49,7 +49,10 @@ type KSResult struct {
 //   - Otherwise the p-value is kstwo.sf(D, round(n1*n2/(n1+n2))), the
 //     finite-n two-sided Kolmogorov distribution (Simard & L'Ecuyer 2011).
 //
-// Identical samples give D = 0 and p = 1. a and b are not modified; ±Inf
+// Identical samples give D = 0 and p = 1. The exact path costs O(n) for
+// equal sizes but up to O(n1*n2) for large D and coprime sizes (about half
+// a second at 10000 against 9999); the asymptotic path is cheap except when
+// both samples exceed about two million. a and b are not modified; ±Inf
 // values are allowed. An empty sample returns ErrEmpty and a NaN value
 // returns ErrNaN (scipy would silently sort NaN last).
 func KS2Samp(a, b []float64) (KSResult, error) {

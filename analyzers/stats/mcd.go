@@ -1,7 +1,6 @@
 package stats
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -63,7 +62,8 @@ type MCD struct {
 //   - For n > 500 the data are shuffled into n/300 subsets, 500 starts in
 //     all are spread over them (two C-steps each, 10 best per subset), the
 //     pooled candidates are refined on a random subset of min(n, 1500)
-//     observations and, when n >= 1500, the best 10 of those on all data.
+//     observations and, for n >= 1500, the best of those (10 when
+//     n > 1500) once more on all the data.
 //   - For p == 1 the exact shortest-half estimator is used instead.
 //   - The raw estimate is then made consistent at the normal model (raw
 //     distances divided by Correction) and reweighted: Location and
@@ -73,9 +73,11 @@ type MCD struct {
 // Random starts come from rng; a nil rng means a fixed seed, so fits are
 // reproducible. Different generators (this one and numpy's) can converge to
 // different local minima on data without a clear majority structure; on
-// data with a unique optimum the result does not depend on rng. Among
-// observations tied in distance at the support boundary, lower row indices
-// are preferred (scikit-learn leaves that order to an unstable sort).
+// data with a unique optimum the result does not depend on rng.
+// Observations tied in distance at the support boundary are chosen as
+// numpy's (unstable) argsort orders them, which this package reproduces;
+// scikit-learn's one-dimensional estimator produces such a tie by
+// construction.
 //
 // Singular covariances are reported, not regularized: FitMCD returns
 // ErrSingular when a feature is constant, when n <= p, or when a C-step
@@ -140,14 +142,11 @@ func FitMCD(x *mat.Dense, rng *rand.Rand) (*MCD, error) {
 		support[i] = d < cutoff
 	}
 	loc, cov := meanCov(data, p, support)
-	chol := make([]float64, p*p)
-	if _, ok := cholesky(chol, cov, p); !ok {
+	linv := make([]float64, p*p)
+	if _, ok := choleskyInvFactor(linv, cov, p); !ok {
 		return nil, fmt.Errorf("mcd: reweighted covariance: %w", ErrSingular)
 	}
-	precision := choleskyInverse(chol, p)
-	for i := range dist {
-		dist[i] = quadForm(precision, data[i*p:(i+1)*p], loc)
-	}
+	mahalanobisAll(dist, data, p, loc, linv)
 	return &MCD{
 		Location:      loc,
 		Covariance:    mat.NewSymDense(p, cov),
@@ -157,7 +156,7 @@ func FitMCD(x *mat.Dense, rng *rand.Rand) (*MCD, error) {
 		RawCovariance: mat.NewSymDense(p, slices.Clone(raw.cov)),
 		RawSupport:    raw.support,
 		Correction:    correction,
-		precision:     precision,
+		precision:     precisionFromInvFactor(linv, p),
 	}, nil
 }
 
@@ -202,8 +201,10 @@ type mcdCandidate struct {
 
 // mcdFitter holds what the FastMCD stages share. It is used by one fit.
 type mcdFitter struct {
-	p   int
-	rng *rand.Rand
+	p       int
+	rng     *rand.Rand
+	idx     []int     // randomSupport's permutation
+	scratch []float64 // smallest's quickselect copy
 }
 
 // fastMCD is sklearn's fast_mcd: the raw MCD location, covariance, support
@@ -303,8 +304,18 @@ func (f *mcdFitter) selectCandidates(data []float64, n, h, nTrials int, starts [
 			all = append(all, c)
 		}
 	}
-	slices.SortStableFunc(all, func(a, b *mcdCandidate) int { return cmp.Compare(a.det, b.det) })
-	return all[:min(keep, len(all))], nil
+	dets := make([]float64, len(all))
+	for i, c := range all {
+		dets[i] = c.det
+	}
+	// Starts that converge to the same support tie exactly; order them as
+	// numpy does.
+	order := numpyArgsort(dets)
+	best := make([]*mcdCandidate, 0, keep)
+	for _, i := range order[:min(keep, len(order))] {
+		best = append(best, all[i])
+	}
+	return best, nil
 }
 
 var errExactFit = fmt.Errorf("mcd: an h-subset has singular covariance (exact fit): %w", ErrSingular)
@@ -316,19 +327,23 @@ var errExactFit = fmt.Errorf("mcd: an h-subset has singular covariance (exact fi
 // until it stops decreasing or nIter steps are done.
 func (f *mcdFitter) cStep(data []float64, n, h int, init *mcdCandidate, nIter int) (*mcdCandidate, error) {
 	p := f.p
-	var support []bool
+	// Double buffers: the previous estimate must survive the next step.
+	supports := [2][]bool{make([]bool, n), make([]bool, n)}
+	dists := [2][]float64{make([]float64, n), make([]float64, n)}
+	cur := 0
+	support := supports[cur]
+	linv := make([]float64, p*p)
 	if init == nil {
-		support = f.randomSupport(n, h)
+		f.randomSupport(support, h)
 	} else {
-		chol := make([]float64, p*p)
-		if _, ok := cholesky(chol, init.cov, p); !ok {
+		if _, ok := choleskyInvFactor(linv, init.cov, p); !ok {
 			return nil, errExactFit
 		}
-		support = smallest(mahalanobisAll(data, p, init.loc, chol), h)
+		mahalanobisAll(dists[0], data, p, init.loc, linv)
+		f.smallest(support, dists[0], h)
 	}
 	loc, cov := meanCov(data, p, support)
-	chol := make([]float64, p*p)
-	det, ok := cholesky(chol, cov, p)
+	det, ok := choleskyInvFactor(linv, cov, p)
 	if !ok {
 		return nil, errExactFit
 	}
@@ -336,15 +351,18 @@ func (f *mcdFitter) cStep(data []float64, n, h int, init *mcdCandidate, nIter in
 	prevDet := math.Inf(1)
 	remaining := nIter
 	var prev mcdCandidate
-	var precChol, dist []float64
+	precInv := make([]float64, p*p) // inverse factor of the previous covariance
+	dist := dists[0]
 	for det < prevDet && remaining > 0 {
 		prev = mcdCandidate{loc: loc, cov: cov, det: det, support: support}
-		precChol = chol
-		dist = mahalanobisAll(data, p, loc, precChol)
-		support = smallest(dist, h)
+		prevDet = det
+		precInv, linv = linv, precInv
+		mahalanobisAll(dist, data, p, loc, precInv)
+		cur = 1 - cur
+		support = supports[cur]
+		f.smallest(support, dist, h)
 		loc, cov = meanCov(data, p, support)
-		chol = make([]float64, p*p)
-		if det, ok = cholesky(chol, cov, p); !ok {
+		if det, ok = choleskyInvFactor(linv, cov, p); !ok {
 			return nil, errExactFit
 		}
 		remaining--
@@ -352,14 +370,14 @@ func (f *mcdFitter) cStep(data []float64, n, h int, init *mcdCandidate, nIter in
 	prevDist := dist
 	// As in scikit-learn, the returned distances use the new location with
 	// the previous step's covariance (identical once converged).
-	dist = mahalanobisAll(data, p, loc, precChol)
-	result := &mcdCandidate{loc: loc, cov: cov, det: det, support: support, dist: dist}
+	dist = dists[1]
+	mahalanobisAll(dist, data, p, loc, precInv)
 	if !allClose(det, prevDet) && det > prevDet && remaining > 0 {
 		// The determinant went up (rounding): keep the previous estimate.
 		prev.dist = prevDist
-		result = &prev
+		return &prev, nil
 	}
-	return result, nil
+	return &mcdCandidate{loc: loc, cov: cov, det: det, support: support, dist: dist}, nil
 }
 
 // allClose is numpy.allclose for scalars (rtol 1e-5, atol 1e-8).
@@ -367,51 +385,61 @@ func allClose(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-8+1e-5*math.Abs(b)
 }
 
-// randomSupport marks h of n observations chosen uniformly at random
-// (sklearn: permutation(n)[:h]).
-func (f *mcdFitter) randomSupport(n, h int) []bool {
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
+// randomSupport marks h of len(support) observations chosen uniformly at
+// random (sklearn: permutation(n)[:h]).
+func (f *mcdFitter) randomSupport(support []bool, h int) {
+	n := len(support)
+	idx := f.idx[:0]
+	for i := 0; i < n; i++ {
+		idx = append(idx, i)
 	}
-	support := make([]bool, n)
+	f.idx = idx
+	clear(support)
 	for i := 0; i < h; i++ {
 		j := i + f.rng.IntN(n-i)
 		idx[i], idx[j] = idx[j], idx[i]
 		support[idx[i]] = true
 	}
-	return support
 }
 
-// smallest marks the h observations with the smallest dist, preferring lower
-// indices among ties (a stable argsort(dist)[:h]).
-func smallest(dist []float64, h int) []bool {
+// smallest marks in support the h observations with the smallest dist, as
+// scikit-learn's argsort(dist)[:h]. When ties straddle the boundary, which
+// of the tied observations are taken is decided by numpy's unstable
+// argsort, reproduced by numpyArgsort; otherwise the set is unique and a
+// quickselect finds it in linear time.
+func (f *mcdFitter) smallest(support []bool, dist []float64, h int) {
+	f.scratch = append(f.scratch[:0], dist...)
+	smallestInto(support, dist, h, f.scratch)
+}
+
+// smallestInto is smallest with scratch space for len(dist) values.
+func smallestInto(support []bool, dist []float64, h int, scratch []float64) {
 	n := len(dist)
-	support := make([]bool, n)
 	if h >= n {
 		for i := range support {
 			support[i] = true
 		}
-		return support
+		return
 	}
-	kth := kthSmallest(slices.Clone(dist), h-1)
-	taken := 0
-	for i, d := range dist {
+	kth := kthSmallest(scratch, h-1)
+	below, equal := 0, 0
+	for _, d := range dist {
 		if d < kth {
-			support[i] = true
-			taken++
+			below++
+		} else if d == kth {
+			equal++
 		}
+	}
+	if below+equal > h {
+		clear(support)
+		for _, i := range numpyArgsort(dist)[:h] {
+			support[i] = true
+		}
+		return
 	}
 	for i, d := range dist {
-		if taken == h {
-			break
-		}
-		if d == kth {
-			support[i] = true
-			taken++
-		}
+		support[i] = d <= kth
 	}
-	return support
 }
 
 // kthSmallest returns the k-th smallest (0-based) element of a by Hoare
@@ -509,14 +537,14 @@ func meanCov(data []float64, p int, support []bool) ([]float64, []float64) {
 // the other features, below which a covariance is treated as singular.
 const collinearTol = 1e-12
 
-// cholesky writes the lower Cholesky factor of the p×p matrix a into l and
-// returns log det(a). ok is false if a is singular: some feature has zero
-// variance or is, up to collinearTol, a linear combination of the others
-// (scikit-learn's fast_logdet returns -Inf for exactly singular matrices).
-// The test is scale-invariant, so features in very different units are
-// fine.
-func cholesky(l, a []float64, p int) (logDet float64, ok bool) {
-	clear(l)
+// choleskyInvFactor factors the p×p matrix a = L Lᵀ and writes L⁻¹ (lower
+// triangular, row-major) into linv, returning log det(a). ok is false if a
+// is singular: some feature has zero variance or is, up to collinearTol, a
+// linear combination of the others (scikit-learn's fast_logdet returns -Inf
+// for exactly singular matrices). The test is scale-invariant, so features
+// in very different units are fine.
+func choleskyInvFactor(linv, a []float64, p int) (logDet float64, ok bool) {
+	l := make([]float64, p*p)
 	for j := 0; j < p; j++ {
 		d := a[j*p+j]
 		for k := 0; k < j; k++ {
@@ -539,49 +567,51 @@ func cholesky(l, a []float64, p int) (logDet float64, ok bool) {
 			l[i*p+j] = s / ljj
 		}
 	}
+	// Invert L column by column by forward substitution.
+	clear(linv)
+	for c := 0; c < p; c++ {
+		for r := c; r < p; r++ {
+			t := 0.0
+			if r == c {
+				t = 1
+			}
+			for k := c; k < r; k++ {
+				t -= l[r*p+k] * linv[k*p+c]
+			}
+			linv[r*p+c] = t / l[r*p+r]
+		}
+	}
 	return logDet, true
 }
 
-// mahalanobisAll returns (x_i-loc)ᵀ Σ⁻¹ (x_i-loc) for every row, with Σ given
-// by its lower Cholesky factor l: ‖L⁻¹(x_i-loc)‖².
-func mahalanobisAll(data []float64, p int, loc, l []float64) []float64 {
-	n := len(data) / p
-	dist := make([]float64, n)
-	y := make([]float64, p)
-	for i := 0; i < n; i++ {
+// mahalanobisAll writes into dist, for every row x of data, the squared
+// distance (x-loc)ᵀ Σ⁻¹ (x-loc) = ‖L⁻¹(x-loc)‖², given L⁻¹ for Σ = L Lᵀ.
+func mahalanobisAll(dist, data []float64, p int, loc, linv []float64) {
+	var zbuf [16]float64
+	z := zbuf[:0]
+	if p > len(zbuf) {
+		z = make([]float64, 0, p)
+	}
+	z = z[:p]
+	for i := range dist {
 		row := data[i*p : (i+1)*p]
+		for a := range z {
+			z[a] = row[a] - loc[a]
+		}
 		s := 0.0
 		for a := 0; a < p; a++ {
-			t := row[a] - loc[a]
-			la := l[a*p : a*p+a]
-			for b, lab := range la {
-				t -= lab * y[b]
+			y := 0.0
+			for b, v := range linv[a*p : a*p+a+1] {
+				y += v * z[b]
 			}
-			t /= l[a*p+a]
-			y[a] = t
-			s += t * t
+			s += y * y
 		}
 		dist[i] = s
 	}
-	return dist
 }
 
-// choleskyInverse returns (L Lᵀ)⁻¹ as a p×p row-major matrix.
-func choleskyInverse(l []float64, p int) []float64 {
-	// Invert L column by column (forward substitution), then form L⁻ᵀ L⁻¹.
-	linv := make([]float64, p*p)
-	for c := 0; c < p; c++ {
-		for a := c; a < p; a++ {
-			t := 0.0
-			if a == c {
-				t = 1
-			}
-			for b := c; b < a; b++ {
-				t -= l[a*p+b] * linv[b*p+c]
-			}
-			linv[a*p+c] = t / l[a*p+a]
-		}
-	}
+// precisionFromInvFactor returns Σ⁻¹ = L⁻ᵀ L⁻¹ as a p×p row-major matrix.
+func precisionFromInvFactor(linv []float64, p int) []float64 {
 	inv := make([]float64, p*p)
 	for i := 0; i < p; i++ {
 		for j := i; j < p; j++ {
@@ -624,7 +654,7 @@ func shortestHalf(data []float64, h int) (*mcdCandidate, error) {
 		for i, v := range data {
 			absDev[i] = math.Abs(v - location)
 		}
-		support = smallest(absDev, h)
+		smallestInto(support, absDev, h, slices.Clone(absDev))
 	} else {
 		for i := range support {
 			support[i] = true

@@ -27,8 +27,8 @@ func TestDriftEndToEnd(t *testing.T) {
 	cfg := config.Default()
 	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
 	cfg.Health.Interval = 0
-	d := &cfg.Analyzers.Drift
-	d.Bucket, d.MinRequests, d.Window, d.Consecutive = time.Second, 200, time.Hour, 1
+	an := &cfg.Analyzers
+	an.Bucket, an.MinRequests, an.Window, an.Consecutive = time.Second, 200, time.Hour, 1
 	if err := cfg.ValidateServe(); err != nil {
 		t.Fatal(err)
 	}
