@@ -59,7 +59,9 @@ type Monitor struct {
 // New returns a Monitor for cfg, which must be valid (config.Analyzers.Validate).
 func New(cfg config.Analyzers, seed uint64) (*Monitor, error) {
 	m := &Monitor{cfg: cfg, keys: rand.NewPCG(seed, 0x6a09e667f3bcc909)}
-	want := func(name string) bool { return len(cfg.Drift.Features) == 0 || slices.Contains(cfg.Drift.Features, name) }
+	want := func(name string) bool {
+		return len(cfg.Drift.Features) == 0 || slices.Contains(cfg.Drift.Features, name)
+	}
 	for i, n := range FeatureNames {
 		if want(n) {
 			m.num = append(m.num, i)
