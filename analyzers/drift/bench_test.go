@@ -1,6 +1,7 @@
 package drift
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,38 +26,41 @@ func BenchmarkExtractLong(b *testing.B) {
 	}
 }
 
-// BenchmarkEvaluate10k is one drift evaluation with 10,000-prompt samples on
-// both sides (reservoir: 10000): every KS, PSI and chi-square test, and the
-// joint Mahalanobis test with its FastMCD fit (refitted every time, as when
-// the rolling reference moves).
-func BenchmarkEvaluate10k(b *testing.B) {
-	cfg := config.Default().Analyzers
-	cfg.Drift.Reservoir = 10000
-	cfg.MinRequests = 10000
-	cfg.Window = time.Hour
-	m, err := New(cfg, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := newGen(1, 60, 15, map[string]float64{"en": 0.9, "es": 0.1})
-	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	now := start
-	for range 20000 { // reference: the first 10k; current: the next 10k
-		f, err := Extract(g.body())
-		if err != nil {
-			b.Fatal(err)
-		}
-		m.Add(now, &f)
-		now = now.Add(180 * time.Millisecond)
-	}
-	if r := m.Evaluate(now); r.Current < 10000 || r.Baseline < 10000 {
-		b.Fatalf("windows hold %d and %d prompts", r.Current, r.Baseline)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		m.fitMu.Lock()
-		m.fit = nil // refit, the costlier case
-		m.fitMu.Unlock()
-		m.Evaluate(now)
+// BenchmarkEvaluate is one drift evaluation with n-prompt samples on both
+// sides (reservoir = min_requests = n): every KS, PSI and chi-square test,
+// and the joint Mahalanobis test with its FastMCD fit (refitted every time,
+// as when the rolling reference moves). n = 1024 is the default
+// configuration; n = 10000 the 10k-sample windows of issue #3.
+func BenchmarkEvaluate(b *testing.B) {
+	for _, n := range []int{1024, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			cfg := config.Default().Analyzers
+			cfg.Drift.Reservoir, cfg.MinRequests, cfg.Window = n, n, time.Hour
+			m, err := New(cfg, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := newGen(1, 60, 15, map[string]float64{"en": 0.9, "es": 0.1})
+			now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+			step := time.Hour / time.Duration(n) // reference: the first hour; current: the second
+			for range 2 * n {
+				f, err := Extract(g.body())
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.Add(now, &f)
+				now = now.Add(step)
+			}
+			if r := m.Evaluate(now); r.Current < int64(n) || r.Baseline < int64(n) {
+				b.Fatalf("windows hold %d and %d prompts", r.Current, r.Baseline)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				m.fitMu.Lock()
+				m.fit = nil // refit, the costlier case
+				m.fitMu.Unlock()
+				m.Evaluate(now)
+			}
+		})
 	}
 }
