@@ -15,6 +15,12 @@ type Request struct {
 	Start     time.Time
 	// Body is the request body as sent upstream. Observers must not modify it.
 	Body []byte
+	// Injected says that the gateway asked the backend for token logprobs
+	// the client did not ask for (analyzers.confidence.inject). Body is then
+	// the client's body; upstream it carried "logprobs" (and for chat
+	// "top_logprobs") appended, and the response's logprobs reach the
+	// observer but not the client.
+	Injected bool
 }
 
 // Response describes how a proxied request ended. It is immutable once

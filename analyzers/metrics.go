@@ -1,41 +1,64 @@
 package analyzers
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vigil-gw/vigil/analyzers/calibrate"
+	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/logprob"
 )
 
-var errDriftDisabled = errors.New("drift analysis is disabled (analyzers.drift.enabled)")
-
 // metrics holds the analyzers' instruments. Labels come from fixed sets:
-// feature names and test names.
+// feature, test and latency metric names.
 type metrics struct {
 	featureErrors prometheus.Counter
-	driftScore    prometheus.Gauge
-	driftAlarm    prometheus.Gauge
-	driftStat     *prometheus.GaugeVec
-	driftP        *prometheus.GaugeVec
-	driftPSI      *prometheus.GaugeVec
-	evaluations   prometheus.Counter
+	parseErrors   prometheus.Counter
+	abandoned     prometheus.Counter
+
+	driftScore  prometheus.Gauge
+	driftAlarm  prometheus.Gauge
+	driftStat   *prometheus.GaugeVec
+	driftP      *prometheus.GaugeVec
+	driftPSI    *prometheus.GaugeVec
+	evaluations prometheus.Counter
+
+	respLogprob prometheus.Histogram
+	confMean    prometheus.Gauge
+	confEntropy prometheus.Gauge
+	confMargin  prometheus.Gauge
+	confLow     prometheus.Gauge
+	confAlarm   prometheus.Gauge
+	perplexity  prometheus.Gauge
+	outputAlarm prometheus.Gauge
+	ece         prometheus.Gauge
+	temperature prometheus.Gauge
+
+	latencyAnomalies *prometheus.CounterVec
+	latencyAlarm     prometheus.Gauge
+	latencyConfCorr  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
 	m := &metrics{
 		featureErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_analyzer_feature_errors_total",
 			Help: "Request bodies whose prompt features could not be read.",
 		}),
-		driftScore: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "vigil_drift_score",
-			Help: "Input drift score: the largest PSI among the tested prompt features.",
+		parseErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_logprob_parse_errors_total",
+			Help: "Response bodies or SSE events that were not valid JSON for the logprob parser.",
 		}),
-		driftAlarm: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "vigil_drift_alarm",
-			Help: "1 while the input drift signal is in its drift state, 0 otherwise.",
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_analyzer_abandoned_responses_total",
+			Help: "Responses whose analysis was abandoned because too many were open at once.",
 		}),
+		driftScore: gauge("vigil_drift_score", "Input drift score: the largest PSI among the tested prompt features."),
+		driftAlarm: gauge("vigil_drift_alarm", "1 while the input drift signal is in its drift state, 0 otherwise."),
 		driftStat: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vigil_drift_statistic",
 			Help: "Test statistic of the latest drift evaluation, by feature and test (ks, chi2, mahalanobis).",
@@ -52,19 +75,49 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "vigil_drift_evaluations_total",
 			Help: "Drift evaluations run.",
 		}),
+		respLogprob: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "vigil_confidence_response_mean_logprob",
+			Help:    "Mean token logprob of each response with logprobs.",
+			Buckets: []float64{-5, -3, -2, -1.5, -1, -0.75, -0.5, -0.35, -0.25, -0.15, -0.1, -0.05, -0.01, 0},
+		}),
+		confMean:    gauge("vigil_confidence_mean_logprob", "Mean token logprob of the current window's responses."),
+		confEntropy: gauge("vigil_confidence_entropy", "Mean top-k token entropy (nats) of the current window."),
+		confMargin:  gauge("vigil_confidence_margin", "Mean top-1/top-2 probability margin of the current window."),
+		confLow:     gauge("vigil_confidence_low_share", "Mean share of low-confidence tokens in the current window."),
+		confAlarm:   gauge("vigil_confidence_decay_alarm", "1 while the confidence signal is in its decay state."),
+		perplexity:  gauge("vigil_perplexity", "Mean perplexity of the latest complete minute."),
+		outputAlarm: gauge("vigil_output_drift_alarm", "1 while perplexity has been outside its band for the configured minutes."),
+		ece:         gauge("vigil_calibration_ece", "Expected calibration error of labelled responses."),
+		temperature: gauge("vigil_calibration_temperature", "Temperature fitted to the labelled responses."),
+		latencyAnomalies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_latency_anomalies_total",
+			Help: "Responses beyond the reference's mean + k·σ (below mean − k·σ for tokens per second), by metric.",
+		}, []string{"metric"}),
+		latencyAlarm:    gauge("vigil_latency_anomalous_alarm", "1 while the latency signal is in its anomalous state."),
+		latencyConfCorr: gauge("vigil_latency_confidence_correlation", "Pearson correlation of end-to-end latency and mean token logprob in the current window."),
 	}
-	reg.MustRegister(m.featureErrors, m.driftScore, m.driftAlarm, m.driftStat, m.driftP, m.driftPSI, m.evaluations)
+	reg.MustRegister(m.featureErrors, m.parseErrors, m.abandoned,
+		m.driftScore, m.driftAlarm, m.driftStat, m.driftP, m.driftPSI, m.evaluations,
+		m.respLogprob, m.confMean, m.confEntropy, m.confMargin, m.confLow, m.confAlarm,
+		m.perplexity, m.outputAlarm, m.ece, m.temperature,
+		m.latencyAnomalies, m.latencyAlarm, m.latencyConfCorr)
+	for _, n := range latency.Names {
+		m.latencyAnomalies.WithLabelValues(n)
+	}
 	return m
+}
+
+func alarm(on bool) float64 {
+	if on {
+		return 1
+	}
+	return 0
 }
 
 func (m *metrics) publishDrift(r *drift.Result) {
 	m.evaluations.Inc()
 	m.driftScore.Set(r.Score)
-	alarm := 0.0
-	if r.State == drift.StateDrift {
-		alarm = 1
-	}
-	m.driftAlarm.Set(alarm)
+	m.driftAlarm.Set(alarm(r.State == drift.StateDrift))
 	for _, f := range r.Features {
 		m.driftStat.WithLabelValues(f.Name, f.Test).Set(f.Statistic)
 		m.driftP.WithLabelValues(f.Name, f.Test).Set(f.PValue)
@@ -72,4 +125,30 @@ func (m *metrics) publishDrift(r *drift.Result) {
 			m.driftPSI.WithLabelValues(f.Name).Set(f.PSI)
 		}
 	}
+}
+
+func (m *metrics) observeResponse(s *logprob.Summary) {
+	if s.Tokens > 0 {
+		m.respLogprob.Observe(s.MeanLogprob)
+	}
+}
+
+func (m *metrics) publishConfidence(d *confidence.Decay, c *calibrate.Report) {
+	m.ece.Set(c.ECE)
+	m.temperature.Set(c.Temperature)
+	m.confMean.Set(float64(d.MeanLogprob))
+	m.confEntropy.Set(float64(d.Entropy))
+	m.confMargin.Set(float64(d.Margin))
+	m.confLow.Set(float64(d.LowShare))
+	m.confAlarm.Set(alarm(d.State == confidence.StateDecay))
+}
+
+func (m *metrics) publishOutput(o *confidence.Output) {
+	m.perplexity.Set(float64(o.Perplexity))
+	m.outputAlarm.Set(alarm(o.State == confidence.StateDrift))
+}
+
+func (m *metrics) publishLatency(l *latency.Result) {
+	m.latencyAlarm.Set(alarm(l.State == latency.StateAnomalous))
+	m.latencyConfCorr.Set(float64(l.Correlation))
 }

@@ -6,13 +6,19 @@ package analyzers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vigil-gw/vigil/analyzers/calibrate"
+	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/config"
 )
 
@@ -29,37 +35,62 @@ type Options struct {
 	Seed uint64
 }
 
+// maxOpen bounds the responses being parsed at once. The gateway calls
+// OnResponse for every OnRequest unless the queue dropped it; beyond the
+// bound the oldest parse is abandoned, so memory stays bounded either way.
+const maxOpen = 8192
+
 // A Pipeline is the analyzers behind one gateway. Its On* methods are called
-// by one goroutine (the gateway's dispatcher); Run, Signals and PinBaseline
-// may be called concurrently with them.
+// by one goroutine (the gateway's dispatcher); Run, Evaluate, Signals,
+// PinBaseline and Feedback may be called concurrently with them.
 type Pipeline struct {
+	cfg   config.Analyzers
 	log   *slog.Logger
 	now   func() time.Time
-	drift *drift.Monitor // nil when disabled
-	every time.Duration
+	drift *drift.Monitor      // nil when disabled
+	conf  *confidence.Monitor // nil when both confidence and output are disabled
+	lat   *latency.Monitor    // nil when disabled
+	calib *calibrate.Store    // nil when confidence is disabled
 	m     *metrics
-	last  atomic.Pointer[drift.Result]
+
+	// Owned by the dispatcher goroutine.
+	open  map[*Request]*logprob.Accumulator
+	order []*Request // FIFO of open, for eviction
+	pool  []*logprob.Accumulator
+
+	last atomic.Pointer[Signals]
 }
 
 // New builds a pipeline from validated options.
 func New(o Options) (*Pipeline, error) {
-	p := &Pipeline{log: o.Log, now: o.Now, every: o.Config.Interval}
+	c := o.Config
+	p := &Pipeline{cfg: c, log: o.Log, now: o.Now, open: map[*Request]*logprob.Accumulator{}}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
 	if p.now == nil {
 		p.now = time.Now
 	}
-	if o.Config.Drift.Enabled {
+	if c.Drift.Enabled {
 		seed := o.Seed
 		if seed == 0 {
 			seed = 0x5eed
 		}
-		d, err := drift.New(o.Config, seed)
+		d, err := drift.New(c, seed)
 		if err != nil {
 			return nil, err
 		}
 		p.drift = d
+	}
+	if c.Confidence.Enabled || c.Output.Enabled {
+		p.conf = confidence.New(c)
+	}
+	if c.Confidence.Enabled {
+		cal := c.Calibration
+		p.calib = calibrate.NewStore(cal.MaxPending, cal.TTL, cal.MaxLabels)
+	}
+	if c.Latency.Enabled {
+		p.lat = latency.New(c)
 	}
 	reg := o.Registry
 	if reg == nil {
@@ -69,28 +100,137 @@ func New(o Options) (*Pipeline, error) {
 	return p, nil
 }
 
-// OnRequest is part of the gateway's Observer; prompts are analysed when
-// their response ends, once the backend's token count is known.
-func (p *Pipeline) OnRequest(*Request) {}
+// formatOf maps an operation to the logprob format of its response; ok is
+// false for operations without generated tokens.
+func formatOf(r *Request) (logprob.Format, bool) {
+	switch r.Operation {
+	case "chat":
+		return logprob.OpenAIChat, true
+	case "text_completion":
+		return logprob.OpenAICompletion, true
+	case "generate":
+		if r.Stream {
+			return logprob.TGIStream, true
+		}
+		return logprob.TGIGenerate, true
+	}
+	return 0, false
+}
 
-// OnEvent is part of the gateway's Observer.
-func (p *Pipeline) OnEvent(*Request, []byte) {}
+// OnRequest starts parsing the response of a generation request.
+func (p *Pipeline) OnRequest(r *Request) {
+	f, ok := formatOf(r)
+	if !ok || p.conf == nil && p.lat == nil {
+		return
+	}
+	if len(p.order) >= maxOpen {
+		p.close(p.order[0])
+		p.m.abandoned.Inc()
+	}
+	var a *logprob.Accumulator
+	if n := len(p.pool); n > 0 {
+		a, p.pool = p.pool[n-1], p.pool[:n-1]
+	} else {
+		a = new(logprob.Accumulator)
+	}
+	a.Reset(f, logprob.Options{LowProb: p.cfg.Confidence.LowProb})
+	p.open[r] = a
+	p.order = append(p.order, r)
+}
 
-// OnResponse records the prompt's features (with the backend's prompt
-// token count when it reported one) in the drift windows.
+// close forgets r's accumulator and returns it to the pool.
+func (p *Pipeline) close(r *Request) {
+	a, ok := p.open[r]
+	if !ok {
+		return
+	}
+	delete(p.open, r)
+	for i, q := range p.order {
+		if q == r {
+			p.order = append(p.order[:i], p.order[i+1:]...)
+			break
+		}
+	}
+	p.pool = append(p.pool, a)
+}
+
+// OnEvent parses one SSE event of a streamed response.
+func (p *Pipeline) OnEvent(r *Request, data []byte) {
+	if a := p.open[r]; a != nil {
+		if err := a.AddEvent(data); err != nil {
+			p.m.parseErrors.Inc()
+		}
+	}
+}
+
+// OnResponse finishes a response: the prompt's features go to the drift
+// windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *Request, resp *Response) {
-	if p.drift == nil || !promptOperation(r.Operation) {
+	t := r.Start.Add(resp.Latency)
+	if p.drift != nil && promptOperation(r.Operation) {
+		if f, err := drift.Extract(r.Body); err != nil {
+			p.m.featureErrors.Inc()
+		} else {
+			if resp.PromptTokens > 0 {
+				f.Vector[drift.FeatTokens] = float64(resp.PromptTokens)
+			}
+			p.drift.Add(r.Start, &f)
+		}
+	}
+	a := p.open[r]
+	if a == nil {
 		return
 	}
-	f, err := drift.Extract(r.Body)
-	if err != nil {
-		p.m.featureErrors.Inc()
+	defer p.close(r)
+	if !r.Stream && len(resp.Body) > 0 {
+		if err := a.AddBody(resp.Body); err != nil && !resp.Truncated {
+			p.m.parseErrors.Inc()
+		}
+	}
+	if resp.Status != 200 || resp.ErrorClass != "" {
 		return
 	}
-	if resp.PromptTokens > 0 {
-		f.Vector[drift.FeatTokens] = float64(resp.PromptTokens)
+	s := a.Summary()
+	if p.conf != nil {
+		p.conf.Add(t, &s)
+		p.m.observeResponse(&s)
 	}
-	p.drift.Add(r.Start, &f)
+	if p.calib != nil && s.ID != "" && s.Tokens > 0 {
+		p.calib.Remember(s.ID, math.Exp(s.MeanLogprob), t)
+	}
+	if p.lat != nil {
+		smp := sample(r, resp, &s)
+		for i, bad := range p.lat.Add(t, &smp) {
+			if bad {
+				p.m.latencyAnomalies.WithLabelValues(latency.Names[i]).Inc()
+			}
+		}
+	}
+}
+
+// sample derives a response's timings.
+func sample(r *Request, resp *Response, s *logprob.Summary) latency.Sample {
+	nan := math.NaN()
+	smp := latency.Sample{Values: [latency.NumMetrics]float64{nan, nan, nan, nan}, MeanLogprob: nan}
+	total := resp.Latency.Seconds()
+	smp.Values[latency.E2E] = total
+	tokens := max(resp.CompletionTokens, s.OutputTokens)
+	gen := total
+	if r.Stream && resp.TTFT > 0 {
+		ttft := resp.TTFT.Seconds()
+		smp.Values[latency.TTFT] = ttft
+		gen = total - ttft
+		if tokens > 1 {
+			smp.Values[latency.ITL] = gen / float64(tokens-1)
+		}
+	}
+	if tokens > 0 && gen > 0 {
+		smp.Values[latency.TPS] = float64(tokens) / gen
+	}
+	if s.Tokens > 0 {
+		smp.MeanLogprob = s.MeanLogprob
+	}
+	return smp
 }
 
 func promptOperation(op string) bool {
@@ -103,11 +243,7 @@ func promptOperation(op string) bool {
 
 // Run evaluates the signals every interval until ctx is done.
 func (p *Pipeline) Run(ctx context.Context) error {
-	if p.drift == nil {
-		<-ctx.Done()
-		return nil
-	}
-	t := time.NewTicker(p.every)
+	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -120,37 +256,104 @@ func (p *Pipeline) Run(ctx context.Context) error {
 }
 
 // Evaluate runs one evaluation of every signal now, publishes it and
-// returns the drift result (zero when drift is disabled).
-func (p *Pipeline) Evaluate() drift.Result {
-	if p.drift == nil {
-		return drift.Result{}
+// returns it.
+func (p *Pipeline) Evaluate() *Signals {
+	now := p.now()
+	s := &Signals{Evaluated: now.UTC()}
+	unknown := struct {
+		State string `json:"state"`
+	}{"unknown"}
+	s.Drift, s.Confidence, s.Latency, s.Output, s.Precision = unknown, unknown, unknown, unknown, unknown
+	s.Window = Window{Start: now.UTC(), End: now.UTC()}
+	if p.drift != nil {
+		res := p.drift.Evaluate(now)
+		s.Drift = res
+		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
+		s.states.drift = res.State
+		p.m.publishDrift(&res)
 	}
-	res := p.drift.Evaluate(p.now())
-	p.last.Store(&res)
-	p.m.publishDrift(&res)
-	return res
+	if p.conf != nil {
+		d, o := p.conf.Evaluate(now)
+		if p.cfg.Confidence.Enabled {
+			rep := calibrate.Compute(p.calib.Pairs(), p.cfg.Calibration.Bins)
+			s.Confidence = Confidence{Decay: d, Calibration: rep}
+			s.states.confidence = d.State
+			p.m.publishConfidence(&d, &rep)
+		}
+		if p.cfg.Output.Enabled {
+			s.Output = o
+			s.states.output = o.State
+			p.m.publishOutput(&o)
+		}
+	}
+	if p.lat != nil {
+		l := p.lat.Evaluate(now)
+		s.Latency = l
+		s.states.latency = l.State
+		p.m.publishLatency(&l)
+	}
+	p.last.Store(s)
+	return s
 }
 
-// PinBaseline pins the current drift window as the reference.
+// PinBaseline pins the current windows as every signal's reference.
 func (p *Pipeline) PinBaseline(context.Context) error {
-	if p.drift == nil {
-		return errDriftDisabled
+	now := p.now()
+	var err error
+	if p.drift != nil {
+		err = p.drift.Pin(now)
 	}
-	if err := p.drift.Pin(p.now()); err != nil {
-		return err
+	if p.conf != nil {
+		p.conf.Pin(now)
+	}
+	if p.lat != nil {
+		p.lat.Pin(now)
+	}
+	if p.drift == nil && p.conf == nil && p.lat == nil {
+		err = errors.New("every signal is disabled")
 	}
 	p.Evaluate()
+	return err
+}
+
+// ErrUnknownResponse is returned by Feedback for a response id that is not
+// (or no longer) remembered.
+var ErrUnknownResponse = errors.New("unknown response id")
+
+// Feedback joins a user's label to a remembered response, for calibration.
+// Responses are remembered when they carried logprobs and an id (OpenAI
+// APIs), for analyzers.calibration.ttl.
+func (p *Pipeline) Feedback(_ context.Context, id string, correct bool) error {
+	if p.calib == nil {
+		return errors.New("calibration needs analyzers.confidence.enabled")
+	}
+	if err := p.calib.Label(id, correct, p.now()); err != nil {
+		if errors.Is(err, calibrate.ErrUnknown) {
+			return ErrUnknownResponse
+		}
+		return err
+	}
 	return nil
+}
+
+// Confidence is the confidence signal with the calibration of its
+// confidences against feedback labels.
+type Confidence struct {
+	confidence.Decay
+	Calibration calibrate.Report `json:"calibration"`
 }
 
 // Signals is the picture /admin/signals shows.
 type Signals struct {
-	Window     Window  `json:"window"`
-	Drift      any     `json:"drift"`
-	Confidence unknown `json:"confidence"`
-	Latency    unknown `json:"latency"`
-	Output     unknown `json:"output"`
-	Precision  unknown `json:"precision"`
+	Window     Window    `json:"window"`
+	Evaluated  time.Time `json:"evaluated"`
+	Drift      any       `json:"drift"`
+	Confidence any       `json:"confidence"`
+	Latency    any       `json:"latency"`
+	Output     any       `json:"output"`
+	Precision  any       `json:"precision"`
+
+	states struct{ drift, confidence, latency, output string }
 }
 
 // Window is the span the signals describe: the drift signal's current window.
@@ -160,20 +363,10 @@ type Window struct {
 	Requests int64     `json:"requests"`
 }
 
-// unknown is the state of a signal that is not computed yet.
-type unknown struct {
-	State string `json:"state"`
-}
-
-// Signals returns the latest evaluation.
+// Signals returns the latest evaluation (evaluating now if none ran yet).
 func (p *Pipeline) Signals(context.Context) (any, error) {
-	u := unknown{State: drift.StateUnknown}
-	s := Signals{Drift: u, Confidence: u, Latency: u, Output: u, Precision: u}
-	if res := p.last.Load(); res != nil {
-		s.Drift = res
-		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
-	} else {
-		s.Window = Window{Start: p.now().UTC(), End: p.now().UTC()}
+	if s := p.last.Load(); s != nil {
+		return s, nil
 	}
-	return s, nil
+	return p.Evaluate(), nil
 }

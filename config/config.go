@@ -159,7 +159,8 @@ type Confidence struct {
 	// LowProb is the probability below which a token counts as low-confidence.
 	LowProb float64 `yaml:"low_prob"`
 	// MinDrop is the smallest relative drop of the geometric-mean token
-	// probability, exp(mean logprob), that counts as decay (0.03: 3%).
+	// probability, exp(mean logprob), that counts as decay (0.03: 3%); also
+	// the smallest rise of the low-confidence token share (in share points).
 	MinDrop float64 `yaml:"min_drop"`
 	// Inject asks backends for logprobs on a sample of the requests whose
 	// clients did not, and strips them from what those clients receive.

@@ -1,0 +1,312 @@
+// Package latency turns per-response timings into signal 3, latency
+// variance: windows of end-to-end latency, time to first token, inter-token
+// latency and tokens per second with their mean, σ and P50/P95/P99; an
+// anomaly whenever a response is beyond the reference's mean + k·σ; the
+// signal is "anomalous" when the current window's anomalous share rises
+// clearly above the reference's.
+package latency
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/config"
+)
+
+// States of the signal.
+const (
+	StateUnknown   = "unknown"
+	StateOK        = "ok"
+	StateAnomalous = "anomalous"
+)
+
+// Metrics measured per response.
+const (
+	E2E  = iota // request received to last byte, seconds
+	TTFT        // to the first byte of a stream, seconds
+	ITL         // mean time between tokens of a stream, seconds
+	TPS         // output tokens per second of generation
+	NumMetrics
+)
+
+// Names are the metric names used in labels and JSON.
+var Names = [NumMetrics]string{"e2e", "ttft", "itl", "tokens_per_second"}
+
+// lowerIsWorse marks metrics whose anomalies are low values.
+var lowerIsWorse = [NumMetrics]bool{TPS: true}
+
+// Sample is one response's timings; NaN where a metric does not apply
+// (TTFT and ITL of a non-streaming response, ITL of a one-token stream).
+type Sample struct {
+	Values [NumMetrics]float64
+	// MeanLogprob is the response's mean token logprob, NaN when unknown,
+	// for the latency–confidence correlation.
+	MeanLogprob float64
+}
+
+// summary is one bucket: per metric its moments, a quantile sketch and
+// anomaly counts; and the latency–confidence co-moments.
+type summary struct {
+	m         [NumMetrics]window.Moments
+	q         [NumMetrics]window.Sketch
+	checked   [NumMetrics]int64 // values compared with a reference
+	anomalous [NumMetrics]int64
+	co        coMoments
+}
+
+func (s *summary) Merge(o *summary) error {
+	for i := range NumMetrics {
+		s.m[i].Merge(&o.m[i])
+		if err := s.q[i].Merge(&o.q[i]); err != nil {
+			return err
+		}
+		s.checked[i] += o.checked[i]
+		s.anomalous[i] += o.anomalous[i]
+	}
+	s.co.merge(&o.co)
+	return nil
+}
+
+func (s *summary) Reset() {
+	for i := range NumMetrics {
+		s.m[i].Reset()
+		s.q[i].Reset()
+	}
+	s.checked, s.anomalous, s.co = [NumMetrics]int64{}, [NumMetrics]int64{}, coMoments{}
+}
+
+func count(s *summary) int64 { return s.m[E2E].Count() }
+
+// coMoments are the sums of a bivariate sample (x: end-to-end latency,
+// y: mean logprob) from which Pearson's r follows; they merge by addition.
+type coMoments struct {
+	n                     float64
+	sx, sy, sxx, syy, sxy float64
+}
+
+func (c *coMoments) add(x, y float64) {
+	c.n++
+	c.sx += x
+	c.sy += y
+	c.sxx += x * x
+	c.syy += y * y
+	c.sxy += x * y
+}
+
+func (c *coMoments) merge(o *coMoments) {
+	c.n += o.n
+	c.sx += o.sx
+	c.sy += o.sy
+	c.sxx += o.sxx
+	c.syy += o.syy
+	c.sxy += o.sxy
+}
+
+// r is Pearson's correlation coefficient, NaN with fewer than 3 pairs or
+// no variance.
+func (c *coMoments) r() float64 {
+	if c.n < 3 {
+		return math.NaN()
+	}
+	cov := c.sxy - c.sx*c.sy/c.n
+	vx := c.sxx - c.sx*c.sx/c.n
+	vy := c.syy - c.sy*c.sy/c.n
+	if !(vx > 0 && vy > 0) {
+		return math.NaN()
+	}
+	return cov / math.Sqrt(vx*vy)
+}
+
+// A Monitor keeps latency windows. It is safe for concurrent use.
+type Monitor struct {
+	cfg config.Analyzers
+
+	mu      sync.Mutex
+	buckets *window.Series[summary, *summary]
+	limits  [NumMetrics]float64 // anomaly thresholds from the last evaluation; NaN: none yet
+	pinned  *summary
+	streak  int
+}
+
+// New returns a Monitor for validated analyzer settings.
+func New(cfg config.Analyzers) *Monitor {
+	span := int((cfg.Window+cfg.Reference)/cfg.Bucket) + 2
+	m := &Monitor{cfg: cfg, buckets: window.NewSeries[summary](cfg.Bucket, span, nil)}
+	for i := range m.limits {
+		m.limits[i] = math.NaN()
+	}
+	return m
+}
+
+// Add records one response that ended at t and reports, per metric,
+// whether it was anomalous against the latest reference.
+func (m *Monitor) Add(t time.Time, s *Sample) (anomalies [NumMetrics]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets.Bucket(t)
+	if b == nil {
+		return anomalies
+	}
+	for i, v := range s.Values {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		b.m[i].Add(v)
+		b.q[i].Add(v)
+		if lim := m.limits[i]; !math.IsNaN(lim) {
+			b.checked[i]++
+			if (!lowerIsWorse[i] && v > lim) || (lowerIsWorse[i] && v < lim) {
+				b.anomalous[i]++
+				anomalies[i] = true
+			}
+		}
+	}
+	if x := s.Values[E2E]; !math.IsNaN(x) && !math.IsNaN(s.MeanLogprob) {
+		b.co.add(x, s.MeanLogprob)
+	}
+	return anomalies
+}
+
+// Pin makes the current window the reference.
+func (m *Monitor) Pin(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, _, _, _ := m.buckets.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
+	m.pinned = cur
+}
+
+// Quantiles are a metric's quantiles in milliseconds (tokens per second
+// for that metric).
+type Quantiles struct {
+	P50 stats.Num `json:"p50"`
+	P95 stats.Num `json:"p95"`
+	P99 stats.Num `json:"p99"`
+}
+
+// Stat describes one metric in the current window.
+type Stat struct {
+	Quantiles
+	Mean stats.Num `json:"mean"`
+	Std  stats.Num `json:"std"`
+	// Limit is the anomaly threshold: reference mean ± k·σ.
+	Limit stats.Num `json:"limit"`
+	// AnomalousShare and RefAnomalousShare are the shares of checked
+	// values beyond the limit in the current window and the reference.
+	AnomalousShare    stats.Num `json:"anomalous_share"`
+	RefAnomalousShare stats.Num `json:"reference_anomalous_share"`
+	Anomalous         bool      `json:"anomalous"`
+}
+
+// Result is the latency signal, as /admin/signals shows it. Times are in
+// milliseconds.
+type Result struct {
+	State     string          `json:"state"`
+	TTFT      Quantiles       `json:"ttft_ms"`
+	E2E       Quantiles       `json:"e2e_ms"`
+	ITL       Quantiles       `json:"itl_ms"`
+	TPS       Quantiles       `json:"tokens_per_second"`
+	Metrics   map[string]Stat `json:"metrics"`
+	Anomalies int64           `json:"anomalies"` // anomalous values in the current window, all metrics
+	Responses int64           `json:"responses"`
+	Reference string          `json:"reference"`
+	// Correlation is Pearson's r between end-to-end latency and mean token
+	// logprob in the current window (null without logprobs).
+	Correlation stats.Num `json:"latency_confidence_correlation"`
+	Streak      int       `json:"streak"`
+}
+
+// Evaluate computes the signal as of now and refreshes the anomaly limits
+// from the reference.
+func (m *Monitor) Evaluate(now time.Time) Result {
+	m.mu.Lock()
+	cur, _, ref, _ := m.buckets.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
+	res := Result{Reference: "rolling", Metrics: map[string]Stat{}}
+	if m.pinned != nil {
+		*ref = *m.pinned
+		res.Reference = "pinned"
+	}
+	k := m.cfg.Latency.K
+	min := int64(m.cfg.MinRequests)
+	haveRef := count(ref) >= min
+	for i := range NumMetrics {
+		if haveRef && ref.m[i].Count() >= 2 {
+			sign := 1.0
+			if lowerIsWorse[i] {
+				sign = -1
+			}
+			m.limits[i] = ref.m[i].Mean() + sign*k*ref.m[i].SampleStd()
+		}
+	}
+	limits := m.limits
+	m.mu.Unlock()
+
+	res.Responses = count(cur)
+	scale := [NumMetrics]float64{1000, 1000, 1000, 1}
+	anomalous := false
+	for i := range NumMetrics {
+		num := func(v float64) stats.Num { return stats.Num(v * scale[i]) }
+		st := Stat{
+			Quantiles: Quantiles{
+				P50: num(cur.q[i].Quantile(0.5)),
+				P95: num(cur.q[i].Quantile(0.95)),
+				P99: num(cur.q[i].Quantile(0.99)),
+			},
+			Mean: num(cur.m[i].Mean()), Std: num(cur.m[i].SampleStd()), Limit: num(limits[i]),
+			AnomalousShare:    stats.Num(share(cur.anomalous[i], cur.checked[i])),
+			RefAnomalousShare: stats.Num(share(ref.anomalous[i], ref.checked[i])),
+		}
+		res.Anomalies += cur.anomalous[i]
+		if cur.checked[i] >= min && ref.checked[i] >= min {
+			st.Anomalous = risen(cur.anomalous[i], cur.checked[i], ref.anomalous[i], ref.checked[i], m.cfg.Alpha, m.cfg.Latency.MinRise)
+		}
+		anomalous = anomalous || st.Anomalous
+		res.Metrics[Names[i]] = st
+	}
+	res.E2E, res.TTFT, res.ITL, res.TPS = res.Metrics["e2e"].Quantiles, res.Metrics["ttft"].Quantiles, res.Metrics["itl"].Quantiles, res.Metrics["tokens_per_second"].Quantiles
+	res.Correlation = stats.Num(cur.co.r())
+	switch {
+	case res.Responses < min || !haveRef:
+		res.State = StateUnknown
+	default:
+		res.State = StateOK
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if anomalous {
+		m.streak++
+	} else {
+		m.streak = 0
+	}
+	res.Streak = m.streak
+	if m.streak >= m.cfg.Consecutive {
+		res.State = StateAnomalous
+	}
+	return res
+}
+
+func share(k, n int64) float64 {
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(k) / float64(n)
+}
+
+// risen reports whether the current anomalous share kc/nc exceeds the
+// reference's kr/nr by at least minRise, significantly (one-sided
+// two-proportion z-test at alpha).
+func risen(kc, nc, kr, nr int64, alpha, minRise float64) bool {
+	pc, pr := float64(kc)/float64(nc), float64(kr)/float64(nr)
+	if pc-pr < minRise {
+		return false
+	}
+	pooled := float64(kc+kr) / float64(nc+nr)
+	se := math.Sqrt(pooled * (1 - pooled) * (1/float64(nc) + 1/float64(nr)))
+	if se == 0 {
+		return true
+	}
+	return 0.5*math.Erfc((pc-pr)/se/math.Sqrt2) < alpha
+}

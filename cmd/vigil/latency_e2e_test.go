@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// TestLatencyAndConfidenceEndToEnd: streams with logprobs go through a real
+// gateway to a simulator; the confidence and latency signals read them; the
+// simulator's TTFT is raised through its admin endpoint and the latency
+// signal turns anomalous on ttft. The step is 3×: wall-clock jitter on a
+// loaded two-core machine (and -race) inflates σ, so that mean + 2σ cannot
+// promise to catch 1.5× here; the detection of 1.5× under controlled jitter
+// is measured in analyzers/latency (TestTTFTDetection).
+func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL, k.OutputTokens = 40*time.Millisecond, time.Millisecond, 8
+	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
+	defer backend.Close()
+
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
+	cfg.Health.Interval = 0
+	an := &cfg.Analyzers
+	an.Bucket, an.MinRequests, an.Window, an.Consecutive = time.Second, 100, time.Hour, 1
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(a.gw.Handler())
+	defer gw.Close()
+	go a.gw.Run(t.Context())
+
+	send := func(n int) {
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for i := w; i < n; i += 4 {
+					body := fmt.Sprintf(`{"model":"m","stream":true,"logprobs":true,"top_logprobs":3,"messages":[{"role":"user","content":"q%d"}]}`, i)
+					resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Bucket boundaries follow the wall clock (1 s here): a phase sends in
+	// two halves a bucket apart, so that each half has a bucket of its own.
+	phase := func() {
+		send(130)
+		time.Sleep(1100 * time.Millisecond)
+		send(130)
+		time.Sleep(1100 * time.Millisecond)
+	}
+	// Anomalies are counted against the limits of the latest evaluation:
+	// a first phase sets them, a second is checked against them.
+	phase()
+	if lim := a.pipeline.Evaluate().Latency.(latency.Result).Metrics["ttft"].Limit; math.IsNaN(float64(lim)) {
+		t.Fatal("no anomaly limits after the first phase")
+	}
+	phase()
+	s := a.pipeline.Evaluate()
+	if st := s.Latency.(latency.Result).State; st != latency.StateOK {
+		t.Fatalf("latency state %q before the change, want ok: %+v", st, s.Latency)
+	}
+	d := s.Confidence.(analyzers.Confidence)
+	if d.Responses < 100 || !(float64(d.MeanLogprob) < 0) {
+		t.Errorf("confidence from streamed logprobs: %+v", d)
+	}
+
+	req, _ := http.NewRequest(http.MethodPatch, backend.URL+"/sim/knobs", strings.NewReader(`{"ttft":"120ms"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PATCH /sim/knobs: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	send(130)
+	var last latency.Result
+	for deadline := time.Now().Add(10 * time.Second); last.State != latency.StateAnomalous; {
+		if time.Now().After(deadline) {
+			st := last.Metrics["ttft"]
+			t.Fatalf("latency not anomalous after TTFT x3: ttft limit %.1f ms, p50 %.1f ms, anomalous share %.2f (reference %.2f)",
+				float64(st.Limit), float64(st.P50), float64(st.AnomalousShare), float64(st.RefAnomalousShare))
+		}
+		last = a.pipeline.Evaluate().Latency.(latency.Result)
+		time.Sleep(20 * time.Millisecond)
+	}
+	sig, err := http.Get(gw.URL + "/admin/signals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Body.Close()
+	var out struct {
+		Latency struct {
+			State   string
+			TTFT    struct{ P50 float64 } `json:"ttft_ms"`
+			Metrics map[string]struct{ Anomalous bool }
+		}
+	}
+	if err := json.NewDecoder(sig.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Latency.State != "anomalous" || !out.Latency.Metrics["ttft"].Anomalous || out.Latency.TTFT.P50 < 110 {
+		t.Errorf("/admin/signals latency: %+v", out.Latency)
+	}
+}
