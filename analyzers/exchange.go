@@ -13,7 +13,8 @@ type Request struct {
 	Backend   string
 	Stream    bool
 	Start     time.Time
-	// Body is the request body as sent upstream. Observers must not modify it.
+	// Body is the request body as the client sent it (upstream too, unless
+	// Injected). Observers must not modify it.
 	Body []byte
 	// Injected says that the gateway asked the backend for token logprobs
 	// the client did not ask for (analyzers.confidence.inject). Body is then

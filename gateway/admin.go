@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -43,7 +44,7 @@ type FeedbackSink interface {
 }
 
 // ErrUnknownResponse is returned by a FeedbackSink for an unknown response id.
-var ErrUnknownResponse = errors.New("unknown response id")
+var ErrUnknownResponse = analyzers.ErrUnknownResponse
 
 func (s *Server) adminAuth(c *gin.Context) {
 	tok := s.cfg.Admin.Token

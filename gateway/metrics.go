@@ -22,7 +22,10 @@ type metrics struct {
 	tpot     *prometheus.HistogramVec
 	tokens   *prometheus.HistogramVec
 	dropped  prometheus.Counter
-	models   modelLabels
+	// injections counts requests sent upstream with logprobs the client
+	// did not ask for (inject.go).
+	injections prometheus.Counter
+	models     modelLabels
 }
 
 func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, known []string) *metrics {
@@ -58,6 +61,10 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, known []string) 
 			Name: "vigil_observer_dropped_events_total",
 			Help: "Events not handed to the analyzers because their queue was full.",
 		}),
+		injections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_logprob_injections_total",
+			Help: "Requests sent to a backend with token logprobs their client did not ask for (analyzers.confidence.inject); the client's response has them removed.",
+		}),
 	}
 	for _, k := range known {
 		m.models.admit(k)
@@ -65,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, known []string) 
 	healthy := prometheus.NewDesc("vigil_backend_healthy", "1 when the backend passes its health checks.", []string{"backend"}, nil)
 	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
 	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current balancing weight.", []string{"backend"}, nil)
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped,
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped, m.injections,
 		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight}, collect: func(ch chan<- prometheus.Metric) {
 			for _, b := range pool.Backends() {
 				h := 0.0

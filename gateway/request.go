@@ -30,6 +30,10 @@ type requestFields struct {
 	Prompt   jsonKind `json:"prompt"`
 	Input    jsonKind `json:"input"`
 	Inputs   jsonKind `json:"inputs"`
+	// Logprobs and TopLogprobs decide whether logprobs may be injected
+	// (inject.go); decoding them here spares a second parse.
+	Logprobs    jsonKind `json:"logprobs"`
+	TopLogprobs jsonKind `json:"top_logprobs"`
 }
 
 // API operations, used as gen_ai.operation.name and to pick the field checks.

@@ -67,6 +67,7 @@ type Server struct {
 	metrics *metrics
 	engine  *gin.Engine
 	window  requestWindow
+	inject  injector
 
 	signals  SignalsSource
 	alerts   AlertsSource
@@ -97,6 +98,7 @@ func New(opts Options) (*Server, error) {
 		known = append(known, b.Models...)
 	}
 	s.metrics = newMetrics(s.reg, pool, known)
+	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, s.metrics.dropped.Inc)
 	}
@@ -254,6 +256,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		return
 	}
 	req.Body = body
+	inject := false
 	if r.Method == http.MethodPost && op != opOther {
 		f, aerr := parseRequest(op, body)
 		if aerr != nil {
@@ -261,6 +264,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 			return
 		}
 		req.Model, req.Stream = f.Model, f.Stream
+		inject = s.inject.sample(op, &f)
 	} else if len(body) > 0 && body[0] == '{' {
 		req.Model = sniffModel(body)
 	}
@@ -278,6 +282,12 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 	defer release()
 	s.window.add(req.Start)
 
+	if inject {
+		// req.Body stays the client's body; Injected tells the analyzers.
+		body = s.inject.rewrite(op, body)
+		req.Injected = true
+		s.metrics.injections.Inc()
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	if s.disp != nil {
@@ -322,6 +332,11 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	pr.Out.Header.Set("Traceparent", x.traceparent)
 	pr.Out.Header.Set("X-Request-Id", x.req.ID)
+	if x.req.Injected {
+		// The stripper reads plain bodies only: ask for one, or the
+		// injected logprobs would reach the client compressed.
+		pr.Out.Header.Del("Accept-Encoding")
+	}
 }
 
 func (s *Server) modifyResponse(resp *http.Response) error {
@@ -331,8 +346,24 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	h.Set("X-Vigil-Backend", x.backend.Name)
 	h.Set("X-Vigil-Trace-Id", x.req.TraceID)
 	h.Set("X-Request-Id", x.req.ID)
-	isSSE := strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") && h.Get("Content-Encoding") == ""
+	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
+	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
 	resp.Body = newTap(resp.Body, x, isSSE, s.cfg.Analyzers.MaxCaptureBytes)
+	// Injected logprobs leave after the tap, so the analyzers see them and
+	// the client does not. Error answers pass unchanged, as they always do.
+	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
+		switch {
+		case isSSE:
+			resp.Body = newStripper(resp.Body, true)
+		case strings.HasPrefix(ct, "application/json"):
+			// The body gets shorter, so it goes chunked: the client sees
+			// the same body bytes as without injection, but no
+			// Content-Length header.
+			resp.Body = newStripper(resp.Body, false)
+			h.Del("Content-Length")
+			resp.ContentLength = -1
+		}
+	}
 	return nil
 }
 

@@ -41,7 +41,13 @@
 // Response ids are drawn from a PCG seeded with Seed and an FNV-1a hash of
 // the request body, so a successful response is a pure function of (Seed,
 // request body, Knobs, Options.Created): identical requests get identical
-// bytes. Whether a request fails under ErrorRate is drawn per request from a
+// bytes. The hash leaves out the body's top-level "logprobs" and
+// "top_logprobs" members (with the comma that joins each to its neighbour):
+// asking for logprobs changes nothing else in the response, as with a real
+// engine, whose tokens do not depend on it. A request with logprobs and the
+// same request without them get the same ids and tokens, and their bytes
+// differ only in the value of each choice's "logprobs" (null when not
+// asked), which is what Vigil's logprob injection relies on. Whether a request fails under ErrorRate is drawn per request from a
 // sequence fixed by Seed (the n-th request of the server draws the n-th
 // number), so identical requests fail at the configured rate.
 package sim

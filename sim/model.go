@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/hex"
+	"hash"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -67,11 +69,131 @@ func mix(x uint64) uint64 {
 }
 
 // requestRNG returns the generator of everything a request draws outside
-// the language model: the error decision, then ids.
+// the language model: the error decision, then ids. It is seeded with a
+// hash of the body without its top-level logprobs and top_logprobs members
+// (see hashRequest), so that asking for logprobs changes nothing else in
+// the response.
 func requestRNG(seed int64, body []byte) *rand.Rand {
 	h := fnv.New64a()
-	h.Write(body)
+	hashRequest(h, body)
 	return rand.New(rand.NewPCG(uint64(seed), h.Sum64()))
+}
+
+// hashRequest writes body to h without the top-level members "logprobs"
+// and "top_logprobs". A real engine's tokens do not depend on whether
+// logprobs are returned; Vigil's logprob injection (issue 4) relies on the
+// simulator behaving alike: a request and the same request with those
+// members appended get the same ids, hence the same bytes once logprobs are
+// nulled.
+//
+// A removed member takes with it the comma before it and the whitespace
+// between that comma and its key (the first member: the comma after it and
+// the whitespace up to the next key), so that appending
+// `,"logprobs":true,"top_logprobs":5` before the final '}' and removing it
+// again gives back the original bytes, and so does a client's
+// `"logprobs":false` followed by an injected `"logprobs":true`. Keys are
+// compared as raw bytes (an escaped key is another key here). Bodies that
+// are not a JSON object, or that do not parse, are hashed whole.
+func hashRequest(h hash.Hash64, body []byte) {
+	if !bytes.Contains(body, []byte("logprobs")) {
+		h.Write(body) // the usual case, and the hash of every body before issue 4
+		return
+	}
+	from := 0 // body[from:] is not written yet
+	drop := func(start, end int) {
+		start = max(start, from)
+		h.Write(body[from:start])
+		from = end
+	}
+	i := skipSpace(body, 0)
+	if i == len(body) || body[i] != '{' {
+		h.Write(body)
+		return
+	}
+	comma := -1 // the comma before the current member, -1 for the first
+	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
+		keyStart := i
+		keyEnd := skipValue(body, i)
+		if body[i] != '"' || keyEnd < 0 {
+			break
+		}
+		j := skipSpace(body, keyEnd)
+		if j == len(body) || body[j] != ':' {
+			break
+		}
+		valEnd := skipValue(body, skipSpace(body, j+1))
+		if valEnd < 0 {
+			break
+		}
+		next := skipSpace(body, valEnd)
+		key := body[keyStart+1 : keyEnd-1]
+		if string(key) == "logprobs" || string(key) == "top_logprobs" {
+			switch {
+			case comma >= 0:
+				drop(comma, valEnd)
+			case next < len(body) && body[next] == ',':
+				drop(keyStart, skipSpace(body, next+1))
+			default:
+				drop(keyStart, valEnd)
+			}
+		}
+		if next == len(body) || body[next] != ',' {
+			break
+		}
+		comma = next
+		i = skipSpace(body, next+1)
+	}
+	h.Write(body[from:])
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the JSON value starting at b[i], or -1 when
+// it does not end. It checks only what it needs to find the end.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(b) {
+				return -1
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of a scalar before its container's end
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	if depth > 0 {
+		return -1
+	}
+	return i
 }
 
 // hexID draws 32 hex digits, the length of vLLM's random_uuid().

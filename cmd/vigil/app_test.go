@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
@@ -125,4 +126,48 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestFeedbackEndToEnd: a response with logprobs is labelled through
+// POST /v1/feedback and counted in the calibration; unknown ids get 404.
+func TestFeedbackEndToEnd(t *testing.T) {
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL = 0, 0
+	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
+	defer backend.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
+	cfg.Health.Interval = 0
+	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(a.gw.Handler())
+	defer gw.Close()
+	go a.gw.Run(t.Context())
+
+	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","max_tokens":8,"logprobs":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	feedback := func(id string) int {
+		resp, err := http.Post(gw.URL+"/v1/feedback", "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q,"correct":true}`, id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// The analyzers see the response off the request path: wait for them.
+	waitUntil(t, "the response to be remembered", func() bool { return feedback(c.ID) == 200 })
+	if code := feedback("chatcmpl-nope"); code != 404 {
+		t.Errorf("unknown id: %d, want 404", code)
+	}
+	if n := a.pipeline.Evaluate().Confidence.(analyzers.Confidence).Calibration.Labels; n != 1 {
+		t.Errorf("calibration labels = %d, want 1", n)
+	}
 }

@@ -96,7 +96,7 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	}
 	gw, err := gateway.New(gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
-		Observer: p, Signals: p, Baseline: p,
+		Observer: p, Signals: p, Baseline: p, Feedback: p,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/vigil-gw/vigil/config"
+)
+
+// Logprob injection (analyzers.confidence.inject, issue 4): for a sampled
+// share of the chat and completions requests whose clients did not ask for
+// logprobs, the gateway asks the backend for them, lets the tap hand them
+// to the analyzers, and strips them (strip.go) from what the client gets,
+// so the client receives the bytes it would have received without
+// injection.
+//
+// TGI's /generate and /generate_stream are never injected: their options
+// sit nested in "parameters", so appending a key is not enough, and TGI's
+// "details" change more of the response than one value per choice (the
+// non-streaming body gains a "details" object, the last stream event
+// carries one), so there is no single value to null.
+
+// injector decides which requests get logprobs injected. The zero value
+// injects nothing. It is safe for concurrent use.
+type injector struct {
+	ratio float64
+	// chat and completion are the members appended to chat and legacy
+	// completions bodies, each starting with its comma.
+	chat, completion string
+}
+
+func newInjector(c config.Inject) injector {
+	k := strconv.Itoa(c.TopLogprobs)
+	return injector{
+		ratio:      c.SampleRatio,
+		chat:       `,"logprobs":true,"top_logprobs":` + k,
+		completion: `,"logprobs":` + k,
+	}
+}
+
+// sample reports whether a request of operation op with fields f gets
+// logprobs injected. A request is eligible when its client did not ask for
+// logprobs: chat without "top_logprobs" and with "logprobs" absent, null or
+// false; legacy completions with "logprobs" absent or null (0 asks for the
+// chosen token's logprob, so it is the client asking).
+func (in injector) sample(op string, f *requestFields) bool {
+	if in.ratio == 0 {
+		return false
+	}
+	switch op {
+	case opChat:
+		if (f.Logprobs.present() && f.Logprobs != 'f') || f.TopLogprobs.present() {
+			return false
+		}
+	case opCompletion:
+		if f.Logprobs.present() {
+			return false
+		}
+	default:
+		return false
+	}
+	return rand.Float64() < in.ratio
+}
+
+// rewrite returns body, a JSON object, with the logprob members for op
+// appended before its final '}'. When the client sent "logprobs": false or
+// null, the body then holds the key twice; the later one wins in Python's
+// json module (vLLM) and in Go's encoding/json alike.
+func (in injector) rewrite(op string, body []byte) []byte {
+	add := in.completion
+	if op == opChat {
+		add = in.chat
+	}
+	end := len(body) - 1
+	for end >= 0 && isSpace(body[end]) {
+		end--
+	}
+	if end < 0 || body[end] != '}' {
+		return body // parseRequest admits only objects; keep the bytes if not
+	}
+	prev := end - 1
+	for prev >= 0 && isSpace(body[prev]) {
+		prev--
+	}
+	if prev >= 0 && body[prev] == '{' {
+		add = add[1:] // an empty object takes no comma
+	}
+	out := make([]byte, 0, len(body)+len(add))
+	out = append(out, body[:end]...)
+	out = append(out, add...)
+	return append(out, body[end:]...)
+}
+
+// isSpace reports whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
