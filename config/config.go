@@ -54,6 +54,7 @@ type Config struct {
 	Balancer  Balancer  `yaml:"balancer"`
 	State     State     `yaml:"state"`
 	Tracing   Tracing   `yaml:"tracing"`
+	Retrieval Retrieval `yaml:"retrieval"`
 	Analyzers Analyzers `yaml:"analyzers"`
 	Alerts    Alerts    `yaml:"alerts"`
 	Admin     Admin     `yaml:"admin"`
@@ -111,6 +112,29 @@ type Tracing struct {
 	// CaptureContent records prompts and completions on spans. They may hold
 	// personal data; off by default.
 	CaptureContent bool `yaml:"capture_content"`
+	// MaxContentBytes truncates captured prompts and completions.
+	MaxContentBytes int `yaml:"max_content_bytes"`
+	// Exporter is "otlp" (OTLP over gRPC, configured by the standard
+	// OTEL_EXPORTER_OTLP_* variables; default endpoint localhost:4317) or
+	// "none" (spans are made, for trace ids and propagation, but not sent).
+	Exporter string `yaml:"exporter"`
+}
+
+// Retrieval configures the optional retrieval hook: before inference, the
+// last user message is posted to URL and the passages returned are
+// inserted into the chat request as a context message.
+type Retrieval struct {
+	// URL of the retrieval service. Empty: no retrieval.
+	URL string `yaml:"url"`
+	// Timeout of one retrieval call.
+	Timeout time.Duration `yaml:"timeout"`
+	// TopK is the number of passages asked for.
+	TopK int `yaml:"top_k"`
+	// Inject is where the context goes: "system" (a system message before
+	// the others) or "user" (a user message before the last user message).
+	Inject string `yaml:"inject"`
+	// OnError is "skip" (infer without context) or "fail" (answer 502).
+	OnError string `yaml:"on_error"`
 }
 
 // Analyzers configures the signal analyzers.
@@ -295,10 +319,11 @@ type Log struct {
 // every request traced without content. Each call returns a new value.
 func Default() Config {
 	return Config{
-		Listen:   ":8080",
-		Balancer: Balancer{Strategy: "dynamic"},
-		State:    State{Redis: Redis{Prefix: "vigil"}},
-		Tracing:  Tracing{SampleRatio: 1.0},
+		Listen:    ":8080",
+		Balancer:  Balancer{Strategy: "dynamic"},
+		State:     State{Redis: Redis{Prefix: "vigil"}},
+		Tracing:   Tracing{SampleRatio: 1.0, MaxContentBytes: 4096, Exporter: "otlp"},
+		Retrieval: Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Analyzers: Analyzers{
 			QueueSize: 4096, MaxCaptureBytes: 1 << 20,
 			Interval: 15 * time.Second, Bucket: 10 * time.Second, MinRequests: 300,

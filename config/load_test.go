@@ -31,7 +31,8 @@ func TestDefault(t *testing.T) {
 		Listen:    ":8080",
 		Balancer:  config.Balancer{Strategy: "dynamic"},
 		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
-		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false},
+		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false, MaxContentBytes: 4096, Exporter: "otlp"},
+		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Analyzers: wantAnalyzers(),
 		Alerts:    config.Alerts{Period: 5 * time.Minute},
 		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
@@ -102,9 +103,10 @@ log: {level: debug, access: false}
 					{Name: "b", URL: "https://10.0.0.2:8080", Kind: "tgi", Weight: 2.5},
 					{Name: "b2", URL: "http://10.0.0.3:8000", Kind: "openai", Weight: 100},
 				},
-				Balancer: config.Balancer{Strategy: "least_request"},
-				State:    config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
-				Tracing:  config.Tracing{SampleRatio: 0.25, CaptureContent: true},
+				Balancer:  config.Balancer{Strategy: "least_request"},
+				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
+				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
+				Retrieval: config.Default().Retrieval,
 				Analyzers: func() config.Analyzers {
 					a := config.Default().Analyzers
 					a.QueueSize, a.MaxCaptureBytes = 128, 0

@@ -31,6 +31,7 @@ func (c *Config) Validate() error {
 	l.nest("balancer", c.Balancer.Validate())
 	l.nest("state", c.State.Validate())
 	l.nest("tracing", c.Tracing.Validate())
+	l.nest("retrieval", c.Retrieval.Validate())
 	l.nest("analyzers", c.Analyzers.Validate())
 	l.nest("alerts", c.Alerts.Validate())
 	l.nest("admin", c.Admin.Validate())
@@ -124,6 +125,23 @@ func (r *Redis) Validate() error {
 func (t *Tracing) Validate() error {
 	var l errList
 	l.add("sample_ratio", checkRatio(t.SampleRatio))
+	if t.MaxContentBytes < 1 {
+		l.add("max_content_bytes", fmt.Errorf("must be >= 1, got %d", t.MaxContentBytes))
+	}
+	l.add("exporter", oneOf(t.Exporter, []string{"otlp", "none"}))
+	return l.err()
+}
+
+// Validate checks r.
+func (r *Retrieval) Validate() error {
+	var l errList
+	l.add("url", checkOptionalHTTPURL(r.URL))
+	l.add("timeout", checkPositiveDuration(r.Timeout))
+	if r.TopK < 1 || r.TopK > 100 {
+		l.add("top_k", fmt.Errorf("must be in [1, 100], got %d", r.TopK))
+	}
+	l.add("inject", oneOf(r.Inject, []string{"system", "user"}))
+	l.add("on_error", oneOf(r.OnError, []string{"skip", "fail"}))
 	return l.err()
 }
 
