@@ -1,12 +1,19 @@
 package analyzers
 
-import "time"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
 
 // Request describes one proxied request. It is immutable once handed to an
 // Observer and may be retained.
 type Request struct {
-	ID        string
-	TraceID   string
+	ID      string
+	TraceID string
+	// Span is the request's server span, the parent of the analyzers'
+	// postprocess span.
+	Span      trace.SpanContext
 	Route     string // the route pattern, e.g. /v1/chat/completions
 	Operation string // chat, text_completion, embeddings, generate, other
 	Model     string

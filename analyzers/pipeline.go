@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/confidence"
@@ -33,6 +35,9 @@ type Options struct {
 	Now func() time.Time
 	// Seed seeds the samplers' random keys. Zero: a fixed default.
 	Seed uint64
+	// Tracer makes the postprocess span of each sampled request, a child of
+	// its server span carrying the analysis results. Nil: no spans.
+	Tracer trace.Tracer
 }
 
 // maxOpen bounds the responses being parsed at once. The gateway calls
@@ -44,14 +49,15 @@ const maxOpen = 8192
 // by one goroutine (the gateway's dispatcher); Run, Evaluate, Signals,
 // PinBaseline and Feedback may be called concurrently with them.
 type Pipeline struct {
-	cfg   config.Analyzers
-	log   *slog.Logger
-	now   func() time.Time
-	drift *drift.Monitor      // nil when disabled
-	conf  *confidence.Monitor // nil when both confidence and output are disabled
-	lat   *latency.Monitor    // nil when disabled
-	calib *calibrate.Store    // nil when confidence is disabled
-	m     *metrics
+	cfg    config.Analyzers
+	log    *slog.Logger
+	now    func() time.Time
+	drift  *drift.Monitor      // nil when disabled
+	conf   *confidence.Monitor // nil when both confidence and output are disabled
+	lat    *latency.Monitor    // nil when disabled
+	calib  *calibrate.Store    // nil when confidence is disabled
+	tracer trace.Tracer        // nil: no postprocess spans
+	m      *metrics
 
 	// Owned by the dispatcher goroutine.
 	open  map[*Request]*logprob.Accumulator
@@ -64,7 +70,7 @@ type Pipeline struct {
 // New builds a pipeline from validated options.
 func New(o Options) (*Pipeline, error) {
 	c := o.Config
-	p := &Pipeline{cfg: c, log: o.Log, now: o.Now, open: map[*Request]*logprob.Accumulator{}}
+	p := &Pipeline{cfg: c, log: o.Log, now: o.Now, tracer: o.Tracer, open: map[*Request]*logprob.Accumulator{}}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -167,6 +173,10 @@ func (p *Pipeline) OnEvent(r *Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 	t := r.Start.Add(resp.Latency)
+	var attrs []attribute.KeyValue
+	if p.tracer != nil && r.Span.IsSampled() {
+		defer func() { p.postprocessSpan(r, attrs) }()
+	}
 	if p.drift != nil && promptOperation(r.Operation) {
 		if f, err := drift.Extract(r.Body); err != nil {
 			p.m.featureErrors.Inc()
@@ -191,6 +201,14 @@ func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 		return
 	}
 	s := a.Summary()
+	if s.Tokens > 0 {
+		attrs = append(attrs,
+			attribute.Int("vigil.logprob.tokens", s.Tokens),
+			attribute.Float64("vigil.logprob.mean", s.MeanLogprob),
+			attribute.Float64("vigil.perplexity", s.Perplexity),
+			attribute.Float64("vigil.logprob.entropy", s.MeanEntropy),
+			attribute.Float64("vigil.logprob.low_share", s.LowShare))
+	}
 	if p.conf != nil {
 		p.conf.Add(t, &s)
 		p.m.observeResponse(&s)
@@ -200,12 +218,26 @@ func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 	}
 	if p.lat != nil {
 		smp := sample(r, resp, &s)
+		var anomalous []string
 		for i, bad := range p.lat.Add(t, &smp) {
 			if bad {
 				p.m.latencyAnomalies.WithLabelValues(latency.Names[i]).Inc()
+				anomalous = append(anomalous, latency.Names[i])
 			}
 		}
+		if len(anomalous) > 0 {
+			attrs = append(attrs, attribute.StringSlice("vigil.latency.anomalous", anomalous))
+		}
 	}
+}
+
+// postprocessSpan records the analysis of one response as a child of its
+// server span. It runs after the response ended, off the request path, so
+// its start is the time of analysis.
+func (p *Pipeline) postprocessSpan(r *Request, attrs []attribute.KeyValue) {
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), r.Span)
+	_, sp := p.tracer.Start(ctx, "postprocess", trace.WithAttributes(attrs...))
+	sp.End()
 }
 
 // sample derives a response's timings.

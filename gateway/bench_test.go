@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
+	"github.com/vigil-gw/vigil/tracing"
 )
 
 // BenchmarkAddedLatency measures what Vigil adds to a request: the same
@@ -31,19 +34,34 @@ func BenchmarkAddedLatency(b *testing.B) {
 	cfg := config.Default()
 	cfg.Backends = []config.Backend{backend("a", simSrv, "m1")}
 	cfg.Health.Interval = 0
-	gw, err := New(Options{
-		Config:    cfg,
-		Log:       slog.New(slog.DiscardHandler),
-		AccessLog: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Observer:  nopObserver{},
-	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	newGateway := func(tracer *tracing.Provider) string {
+		o := Options{
+			Config:    cfg,
+			Log:       slog.New(slog.DiscardHandler),
+			AccessLog: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+			Observer:  nopObserver{},
+		}
+		if tracer != nil {
+			o.Tracer, o.Propagator = tracer.Tracer(), tracer.Propagator()
+		}
+		gw, err := New(o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		go gw.Run(ctx)
+		return newBenchServer(b, gw.Handler())
+	}
+	gwSrv := newGateway(nil)
+	// 100% sampling, spans batched to an exporter that discards them: the
+	// cost of making and exporting the span tree, without a network.
+	tp, err := tracing.New(ctx, tracing.Options{Config: config.Default().Tracing, Exporter: discardExporter{}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go gw.Run(ctx)
-	gwSrv := newBenchServer(b, gw.Handler())
+	defer tp.Shutdown(context.Background())
+	tracedSrv := newGateway(tp)
 
 	bodies := map[string]string{
 		"nonstream": `{"model":"m1","max_tokens":32,"messages":[{"role":"user","content":"Benchmark prompt of a typical size for a chat request."}]}`,
@@ -51,7 +69,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	for _, mode := range []string{"nonstream", "stream"} {
-		for _, target := range []struct{ name, url string }{{"direct", simSrv}, {"vigil", gwSrv}} {
+		for _, target := range []struct{ name, url string }{{"direct", simSrv}, {"vigil", gwSrv}, {"vigil-traced", tracedSrv}} {
 			b.Run(mode+"/"+target.name, func(b *testing.B) {
 				url := target.url + "/v1/chat/completions"
 				var lat []time.Duration
@@ -76,6 +94,11 @@ func BenchmarkAddedLatency(b *testing.B) {
 		}
 	}
 }
+
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 type nopObserver struct{}
 

@@ -34,6 +34,16 @@ type requestFields struct {
 	// (inject.go); decoding them here spares a second parse.
 	Logprobs    jsonKind `json:"logprobs"`
 	TopLogprobs jsonKind `json:"top_logprobs"`
+	// Sampling parameters, for the inference span (OpenAI names, then TGI's).
+	MaxTokens           *float64 `json:"max_tokens"`
+	MaxCompletionTokens *float64 `json:"max_completion_tokens"`
+	Temperature         *float64 `json:"temperature"`
+	TopP                *float64 `json:"top_p"`
+	Parameters          struct {
+		MaxNewTokens *float64 `json:"max_new_tokens"`
+		Temperature  *float64 `json:"temperature"`
+		TopP         *float64 `json:"top_p"`
+	} `json:"parameters"`
 }
 
 // API operations, used as gen_ai.operation.name and to pick the field checks.

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/config"
@@ -46,6 +48,11 @@ type Options struct {
 	Alerts   AlertsSource
 	Baseline Baseliner
 	Feedback FeedbackSink
+	// Tracer makes the request's spans and Propagator carries the trace
+	// context in and out. Nil: spans with real ids that are never recorded,
+	// and W3C tracecontext + baggage.
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
 	// Transport carries requests to backends. Nil: a tuned clone of
 	// http.DefaultTransport with limits.upstream_timeout as the response
 	// header timeout.
@@ -69,6 +76,10 @@ type Server struct {
 	window  requestWindow
 	inject  injector
 
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	retrieval *retriever // nil when no retrieval hook is configured
+
 	signals  SignalsSource
 	alerts   AlertsSource
 	baseline Baseliner
@@ -88,6 +99,13 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	s.tracer, s.prop = opts.Tracer, opts.Propagator
+	if s.tracer == nil {
+		s.tracer = defaultTracer()
+	}
+	if s.prop == nil {
+		s.prop = defaultPropagator()
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -113,6 +131,9 @@ func New(opts Options) (*Server, error) {
 		transport = t
 	}
 	s.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	if cfg.Retrieval.URL != "" {
+		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
+	}
 	s.checker = &upstream.Checker{
 		Pool: pool, Client: s.client, Path: cfg.Health.Path,
 		Interval: cfg.Health.Interval, Timeout: cfg.Health.Timeout, Log: s.log,
@@ -207,10 +228,11 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 // touched only by the request's goroutine (the proxy calls Rewrite,
 // ModifyResponse, ErrorHandler and the body tap on it).
 type exchange struct {
-	req         *Request
-	backend     *upstream.Backend
-	disp        *dispatcher
-	traceparent string
+	req     *Request
+	backend *upstream.Backend
+	disp    *dispatcher
+	server  trace.Span // the request's SERVER span
+	infer   trace.Span // the CLIENT span of the backend call; nil before it
 
 	status           int
 	firstByte        time.Time
@@ -222,6 +244,9 @@ type exchange struct {
 	truncated        bool
 	readErr          error
 	apiErr           *apiError
+	// From the response, for the inference span.
+	respID, respModel, finish string
+	streamed                  []byte // SSE payloads kept when capture_content is on
 }
 
 type exchangeKey struct{}
@@ -244,45 +269,35 @@ func (s *Server) proxyRoute(op string, kinds ...string) gin.HandlerFunc {
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op string, kinds []string) {
 	req := &Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r)}
 	x := &exchange{req: req, disp: s.disp}
-	req.TraceID, x.traceparent = traceContext(r)
+	ctx, server := s.startServer(r, route)
+	x.server = server
+	req.Span = server.SpanContext()
+	req.TraceID = req.Span.TraceID().String()
 	h := w.Header()
 	h.Set("X-Request-Id", req.ID)
 	h.Set("X-Vigil-Trace-Id", req.TraceID)
 	defer s.finish(r.Context(), x)
 
-	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes)
+	// preprocess: read and check the request, choose the backend.
+	_, pre := s.tracer.Start(ctx, "preprocess")
+	f, body, aerr := s.preprocess(w, r, x, kinds)
+	pre.End()
 	if aerr != nil {
 		s.fail(w, x, aerr)
 		return
 	}
-	req.Body = body
-	inject := false
-	if r.Method == http.MethodPost && op != opOther {
-		f, aerr := parseRequest(op, body)
-		if aerr != nil {
-			s.fail(w, x, aerr)
-			return
-		}
-		req.Model, req.Stream = f.Model, f.Stream
-		inject = s.inject.sample(op, &f)
-	} else if len(body) > 0 && body[0] == '{' {
-		req.Model = sniffModel(body)
-	}
-	if route == "/generate_stream" {
-		req.Stream = true
-	}
-
-	b, err := s.pool.Pick(req.Model, kinds...)
-	if err != nil {
-		s.fail(w, x, pickError(err, req.Model, kinds))
-		return
-	}
-	x.backend, req.Backend = b, b.Name
-	release := b.Acquire()
+	release := x.backend.Acquire()
 	defer release()
 	s.window.add(req.Start)
 
-	if inject {
+	if s.retrieval != nil && op == opChat {
+		var aerr *apiError
+		if body, aerr = s.retrieve(ctx, x, body); aerr != nil {
+			s.fail(w, x, aerr)
+			return
+		}
+	}
+	if f != nil && s.inject.sample(op, f) {
 		// req.Body stays the client's body; Injected tells the analyzers.
 		body = s.inject.rewrite(op, body)
 		req.Injected = true
@@ -293,7 +308,40 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 	if s.disp != nil {
 		s.disp.request(req)
 	}
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+	ictx, infer := s.startInference(ctx, x, f)
+	x.infer = infer
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ictx, exchangeKey{}, x)))
+}
+
+// preprocess reads the body, checks the fields the route needs and picks
+// the backend. f is nil for passed-through routes.
+func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *exchange, kinds []string) (*requestFields, []byte, *apiError) {
+	req := x.req
+	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes)
+	if aerr != nil {
+		return nil, nil, aerr
+	}
+	req.Body = body
+	var f *requestFields
+	if r.Method == http.MethodPost && req.Operation != opOther {
+		fields, aerr := parseRequest(req.Operation, body)
+		if aerr != nil {
+			return nil, nil, aerr
+		}
+		f = &fields
+		req.Model, req.Stream = f.Model, f.Stream
+	} else if len(body) > 0 && body[0] == '{' {
+		req.Model = sniffModel(body)
+	}
+	if req.Route == "/generate_stream" {
+		req.Stream = true
+	}
+	b, err := s.pool.Pick(req.Model, kinds...)
+	if err != nil {
+		return nil, nil, pickError(err, req.Model, kinds)
+	}
+	x.backend, req.Backend = b, b.Name
+	return f, body, nil
 }
 
 // fail answers with a gateway-made error.
@@ -330,7 +378,8 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
 	}
 	pr.SetXForwarded()
-	pr.Out.Header.Set("Traceparent", x.traceparent)
+	// The backend's spans continue under the inference span.
+	s.prop.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 	pr.Out.Header.Set("X-Request-Id", x.req.ID)
 	if x.req.Injected {
 		// The stripper reads plain bodies only: ask for one, or the
@@ -348,7 +397,11 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	h.Set("X-Request-Id", x.req.ID)
 	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
 	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
-	resp.Body = newTap(resp.Body, x, isSSE, s.cfg.Analyzers.MaxCaptureBytes)
+	tp := newTap(resp.Body, x, isSSE, s.captureBytes())
+	if isSSE && s.cfg.Tracing.CaptureContent && x.infer != nil && x.infer.IsRecording() {
+		tp.keepStream = s.cfg.Tracing.MaxContentBytes
+	}
+	resp.Body = tp
 	// Injected logprobs leave after the tap, so the analyzers see them and
 	// the client does not. Error answers pass unchanged, as they always do.
 	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
@@ -365,6 +418,16 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		}
 	}
 	return nil
+}
+
+// captureBytes is the bound on the copy of a non-streaming body: what the
+// analyzers need, or what content capture needs if that is more.
+func (s *Server) captureBytes() int {
+	n := s.cfg.Analyzers.MaxCaptureBytes
+	if s.cfg.Tracing.CaptureContent {
+		n = max(n, s.cfg.Tracing.MaxContentBytes)
+	}
+	return n
 }
 
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
@@ -393,6 +456,7 @@ func (s *Server) finish(ctx context.Context, x *exchange) {
 	x.latency = time.Since(x.req.Start)
 	status, class := x.outcome(ctx, p != nil)
 	s.metrics.observe(x, status, class)
+	s.endSpans(x, status, class)
 	if s.access != nil {
 		s.logAccess(ctx, x, status, class)
 	}

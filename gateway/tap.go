@@ -20,6 +20,7 @@ type tap struct {
 	sse        bool
 	split      sse.Splitter
 	captureMax int
+	keepStream int // bytes of SSE payloads to keep for content capture; 0: none
 	onData     func([]byte)
 }
 
@@ -35,6 +36,9 @@ func (t *tap) Read(p []byte) (int, error) {
 		x := t.x
 		if x.firstByte.IsZero() {
 			x.firstByte = time.Now()
+			if x.infer != nil {
+				x.infer.AddEvent(firstTokenEvent)
+			}
 		}
 		if t.sse {
 			t.split.Write(p[:n], t.onData)
@@ -74,14 +78,27 @@ func (t *tap) capture(b []byte) {
 
 var doneMarker = []byte("[DONE]")
 
+// firstTokenEvent marks, on the inference span, when the first byte of the
+// response body arrived.
+const firstTokenEvent = "gen_ai.first_token"
+
 func (t *tap) data(payload []byte) {
 	x := t.x
 	x.events++
 	if bytes.Equal(payload, doneMarker) {
 		return
 	}
+	if x.events == 1 {
+		x.meta(payload) // id and model: one small decode per stream
+	}
+	if r := finishReason(payload); r != "" {
+		x.finish = r
+	}
 	if hasObject(payload, `"usage"`) || hasObject(payload, `"details"`) {
 		x.usage(payload)
+	}
+	if t.keepStream > 0 && len(x.streamed) < t.keepStream {
+		x.streamed = append(x.streamed, payload[:min(len(payload), t.keepStream-len(x.streamed))]...)
 	}
 	if x.disp != nil {
 		x.disp.chunk(x.req, payload)
@@ -107,6 +124,36 @@ func hasObject(b []byte, key string) bool {
 	}
 }
 
+// finishReason returns a chunk's "finish_reason" string value without
+// parsing the chunk; "" when it has none (or null).
+func finishReason(b []byte) string {
+	const key = `"finish_reason":`
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	b = bytes.TrimLeft(b[i+len(key):], " ")
+	if len(b) == 0 || b[0] != '"' {
+		return ""
+	}
+	end := bytes.IndexByte(b[1:], '"')
+	if end < 0 || end > 64 {
+		return ""
+	}
+	return string(b[1 : 1+end])
+}
+
+// meta records the response id and model of an OpenAI-style document.
+func (x *exchange) meta(doc []byte) {
+	var m struct {
+		ID    string `json:"id"`
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(doc, &m) == nil {
+		x.respID, x.respModel = m.ID, m.Model
+	}
+}
+
 // usageBody holds the token counts of OpenAI (usage) and TGI (details) bodies.
 type usageBody struct {
 	Usage *struct {
@@ -114,8 +161,15 @@ type usageBody struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	Details *struct {
-		GeneratedTokens int `json:"generated_tokens"`
+		GeneratedTokens int    `json:"generated_tokens"`
+		FinishReason    string `json:"finish_reason"`
 	} `json:"details"`
+	// Non-streaming OpenAI bodies: for the inference span.
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Choices []struct {
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
 }
 
 // usage records the token counts found in a JSON document, if any.
@@ -128,6 +182,18 @@ func (x *exchange) usage(doc []byte) {
 }
 
 func (x *exchange) setUsage(u usageBody) {
+	if u.ID != "" {
+		x.respID = u.ID
+	}
+	if u.Model != "" {
+		x.respModel = u.Model
+	}
+	if len(u.Choices) > 0 && u.Choices[0].FinishReason != "" {
+		x.finish = u.Choices[0].FinishReason
+	}
+	if u.Details != nil && u.Details.FinishReason != "" {
+		x.finish = u.Details.FinishReason
+	}
 	switch {
 	case u.Usage != nil:
 		x.promptTokens, x.completionTokens = u.Usage.PromptTokens, u.Usage.CompletionTokens

@@ -27,6 +27,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	defer backend.Close()
 
 	cfg := config.Default()
+	cfg.Tracing.Exporter = "none"
 	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
 	cfg.Health.Interval = 0
 	an := &cfg.Analyzers
@@ -136,6 +137,7 @@ func TestFeedbackEndToEnd(t *testing.T) {
 	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
 	defer backend.Close()
 	cfg := config.Default()
+	cfg.Tracing.Exporter = "none"
 	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
 	cfg.Health.Interval = 0
 	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)

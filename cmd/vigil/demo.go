@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -49,6 +50,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	cfg := config.Default()
 	cfg.Listen = *listen
+	// The demo needs no collector; set OTEL_EXPORTER_OTLP_ENDPOINT to send
+	// its spans to one (e.g. Jaeger's OTLP port).
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		cfg.Tracing.Exporter = "none"
+	}
+	// Ask for logprobs on a share of the demo's requests, so that the
+	// confidence signals have data.
+	cfg.Analyzers.Confidence.Inject.SampleRatio = 0.5
 	cfg.Health.Interval = 2 * time.Second
 	var g errgroup.Group
 	simCtx, stopSims := context.WithCancel(context.WithoutCancel(ctx))

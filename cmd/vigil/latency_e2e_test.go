@@ -33,6 +33,7 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 	defer backend.Close()
 
 	cfg := config.Default()
+	cfg.Tracing.Exporter = "none"
 	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
 	cfg.Health.Interval = 0
 	an := &cfg.Analyzers

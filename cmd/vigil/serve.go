@@ -20,6 +20,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/gateway"
+	"github.com/vigil-gw/vigil/tracing"
 )
 
 // multiFlag collects a repeatable string flag.
@@ -83,6 +84,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type app struct {
 	gw       *gateway.Server
 	pipeline *analyzers.Pipeline
+	tracing  *tracing.Provider
 	log      *slog.Logger
 }
 
@@ -90,22 +92,37 @@ type app struct {
 func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := analyzers.New(analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log})
+	tp, err := tracing.New(context.Background(), tracing.Options{Config: cfg.Tracing, Version: buildVersion(), Log: log, Registry: reg})
 	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	p, err := analyzers.New(analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer()})
+	if err != nil {
+		tp.Shutdown(context.Background())
 		return nil, err
 	}
 	gw, err := gateway.New(gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
+		Tracer: tp.Tracer(), Propagator: tp.Propagator(),
 		Observer: p, Signals: p, Baseline: p, Feedback: p,
 	})
 	if err != nil {
+		tp.Shutdown(context.Background())
 		return nil, err
 	}
-	return &app{gw: gw, pipeline: p, log: log}, nil
+	return &app{gw: gw, pipeline: p, tracing: tp, log: log}, nil
 }
 
+// serve runs the app on ln until ctx is done; spans still queued are
+// flushed last, for at most five seconds.
 func (a *app) serve(ctx context.Context, ln net.Listener) error {
-	return serveGateway(ctx, ln, a.gw, a.log, a.pipeline.Run)
+	err := serveGateway(ctx, ln, a.gw, a.log, a.pipeline.Run)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if terr := a.tracing.Shutdown(sctx); terr != nil {
+		a.log.Warn("flushing spans", "err", terr)
+	}
+	return err
 }
 
 // loadConfig reads the file (if any) over the defaults and applies VIGIL_*

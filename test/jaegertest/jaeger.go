@@ -1,0 +1,473 @@
+// Package jaegertest runs a real Jaeger (v2, all-in-one, in-memory storage)
+// for end-to-end tests and reads traces back through its query API.
+//
+// The binary is found at $VIGIL_JAEGER_BIN, which ./test/run sets after
+// building Jaeger v1.76.0 from the test/tools module into a cache. Without
+// the variable, Start skips the test.
+//
+//	j := jaegertest.Start(t)
+//	// export OTLP/gRPC, plaintext, to j.OTLPEndpoint()
+//	spans := j.Trace(t, traceID, 10*time.Second)
+package jaegertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvBin names the environment variable that holds the Jaeger binary's path.
+const EnvBin = "VIGIL_JAEGER_BIN"
+
+// Jaeger is a running Jaeger process owned by one test. Its methods are safe
+// for concurrent use.
+type Jaeger struct {
+	otlp  string // host:port of the OTLP/gRPC receiver
+	query string // base URL of the HTTP query API
+	out   *logBuffer
+}
+
+// JaegerSpan is a span as Jaeger's query API returns it.
+type JaegerSpan struct {
+	TraceID       string
+	SpanID        string
+	OperationName string
+	References    []Reference
+	// ParentSpanID is the span id of the CHILD_OF reference; "" for a root.
+	ParentSpanID string
+	// Tags maps keys to string, bool, int64, float64 or []byte values.
+	// Jaeger adds span.kind, otel.scope.name, otel.status_code and the like.
+	Tags        map[string]any
+	Logs        []Log
+	ServiceName string
+	// ProcessTags are the resource attributes other than service.name.
+	ProcessTags map[string]any
+	StartTime   time.Time
+	Duration    time.Duration
+}
+
+// Reference links a span to another.
+type Reference struct {
+	RefType string // "CHILD_OF" or "FOLLOWS_FROM"
+	TraceID string
+	SpanID  string
+}
+
+// Log is a span event.
+type Log struct {
+	Timestamp time.Time
+	Fields    map[string]any // Jaeger puts the event name under "event"
+}
+
+// startAttempts bounds retries when another process takes one of the ports
+// between choosing them and Jaeger binding them.
+const startAttempts = 3
+
+// Start runs Jaeger on free ports of 127.0.0.1 and waits until it serves;
+// it stops at the end of the test. It skips the test when $VIGIL_JAEGER_BIN
+// is unset and fails it when the file is missing.
+func Start(t testing.TB) *Jaeger {
+	t.Helper()
+	bin := os.Getenv(EnvBin)
+	if bin == "" {
+		t.Skip(EnvBin + " unset: run ./test/run, which builds Jaeger")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("jaegertest: %s: %v", EnvBin, err)
+	}
+	var err error
+	for range startAttempts {
+		var j *Jaeger
+		if j, err = start(t, bin); err == nil {
+			return j
+		}
+	}
+	t.Fatalf("jaegertest: %v", err)
+	return nil
+}
+
+// config is a minimal Jaeger v2 configuration: the OTLP/gRPC receiver, the
+// in-memory store and the query service, each on a port chosen here. The
+// other all-in-one listeners (OTLP/HTTP, Jaeger and Zipkin receivers,
+// sampling, health check, expvar, zpages, the :8888 metrics endpoint) are
+// left out, and the query service's own tracing is off, so that nothing
+// binds a fixed port or sends traces to the machine's :4317.
+const config = `service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: []
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 100000
+  jaeger_query:
+    enable_tracing: false
+    storage:
+      traces: mem
+    http:
+      endpoint: %s
+    grpc:
+      endpoint: %s
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+`
+
+func start(t testing.TB, bin string) (*Jaeger, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	otlp, queryHTTP, queryGRPC := ports[0], ports[1], ports[2]
+	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, config, queryHTTP, queryGRPC, otlp), 0o644); err != nil {
+		return nil, err
+	}
+
+	j := &Jaeger{otlp: otlp, query: "http://" + queryHTTP, out: &logBuffer{max: 64 << 10}}
+	cmd := exec.Command(bin, "--config", "file:"+cfg)
+	cmd.Stdout, cmd.Stderr = j.out, j.out
+	cmd.Env = withoutOTEL(os.Environ())
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+
+	if err := j.waitReady(exited, 30*time.Second); err != nil {
+		stop()
+		return nil, fmt.Errorf("%w\njaeger output:\n%s", err, j.out)
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("jaeger output:\n%s", j.out)
+		}
+	})
+	return j, nil
+}
+
+// waitReady polls the query API and the OTLP port until both answer.
+func (j *Jaeger) waitReady(exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-exited:
+			return errors.New("jaeger exited before it was ready")
+		default:
+		}
+		if j.ready() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("jaeger not ready after %v", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (j *Jaeger) ready() bool {
+	c, err := net.DialTimeout("tcp", j.otlp, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/services", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// OTLPEndpoint returns host:port of the OTLP/gRPC receiver (plaintext).
+func (j *Jaeger) OTLPEndpoint() string { return j.otlp }
+
+// QueryURL returns the base URL of the HTTP query API.
+func (j *Jaeger) QueryURL() string { return j.query }
+
+// settle is how long a found trace must keep its span count before Trace
+// returns it: exporters send a trace's spans in more than one batch.
+const settle = 300 * time.Millisecond
+
+// Trace polls GET /api/traces/{traceID} until the trace is found and its
+// span count has not changed for a short while, and returns its spans in
+// start order. It fails the test after timeout.
+func (j *Jaeger) Trace(t testing.TB, traceID string, timeout time.Duration) []JaegerSpan {
+	t.Helper()
+	return j.poll(t, traceID, 0, timeout)
+}
+
+// TraceWithSpans polls like Trace until the trace has at least n spans.
+func (j *Jaeger) TraceWithSpans(t testing.TB, traceID string, n int, timeout time.Duration) []JaegerSpan {
+	t.Helper()
+	return j.poll(t, traceID, n, timeout)
+}
+
+func (j *Jaeger) poll(t testing.TB, traceID string, n int, timeout time.Duration) []JaegerSpan {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var (
+		spans     []JaegerSpan
+		lastErr   error
+		lastCount = -1
+		since     time.Time
+	)
+	for {
+		spans, lastErr = j.get(traceID)
+		switch {
+		case lastErr != nil || len(spans) == 0:
+		case n > 0 && len(spans) >= n:
+			return spans
+		case n == 0 && len(spans) != lastCount:
+			lastCount, since = len(spans), time.Now()
+		case n == 0 && time.Since(since) >= settle:
+			return spans
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jaegertest: trace %s: %d spans after %v (want %d; last error: %v)", traceID, len(spans), timeout, n, lastErr)
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// errNotFound is what get returns while Jaeger does not know the trace.
+var errNotFound = errors.New("trace not found")
+
+func (j *Jaeger) get(traceID string) ([]JaegerSpan, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/traces/"+traceID, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, errNotFound
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /api/traces/%s: %s: %.200s", traceID, resp.Status, body)
+	}
+	return decode(body)
+}
+
+// The JSON of Jaeger's /api/traces (the UI model, cmd/query/app/internal/uimodel).
+type apiResponse struct {
+	Data []struct {
+		Spans []struct {
+			TraceID       string `json:"traceID"`
+			SpanID        string `json:"spanID"`
+			OperationName string `json:"operationName"`
+			References    []struct {
+				RefType string `json:"refType"`
+				TraceID string `json:"traceID"`
+				SpanID  string `json:"spanID"`
+			} `json:"references"`
+			StartTime int64    `json:"startTime"` // µs since the epoch
+			Duration  int64    `json:"duration"`  // µs
+			Tags      []apiTag `json:"tags"`
+			Logs      []apiLog `json:"logs"`
+			ProcessID string   `json:"processID"`
+		} `json:"spans"`
+		Processes map[string]struct {
+			ServiceName string   `json:"serviceName"`
+			Tags        []apiTag `json:"tags"`
+		} `json:"processes"`
+	} `json:"data"`
+}
+
+type apiTag struct {
+	Key   string          `json:"key"`
+	Type  string          `json:"type"`
+	Value json.RawMessage `json:"value"`
+}
+
+type apiLog struct {
+	Timestamp int64    `json:"timestamp"`
+	Fields    []apiTag `json:"fields"`
+}
+
+func decode(body []byte) ([]JaegerSpan, error) {
+	var r apiResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("decode trace: %w", err)
+	}
+	var out []JaegerSpan
+	for _, tr := range r.Data {
+		for _, s := range tr.Spans {
+			js := JaegerSpan{
+				TraceID:       s.TraceID,
+				SpanID:        s.SpanID,
+				OperationName: s.OperationName,
+				Tags:          tags(s.Tags),
+				StartTime:     time.UnixMicro(s.StartTime),
+				Duration:      time.Duration(s.Duration) * time.Microsecond,
+			}
+			for _, ref := range s.References {
+				js.References = append(js.References, Reference(ref))
+				if ref.RefType == "CHILD_OF" && js.ParentSpanID == "" {
+					js.ParentSpanID = ref.SpanID
+				}
+			}
+			for _, l := range s.Logs {
+				js.Logs = append(js.Logs, Log{Timestamp: time.UnixMicro(l.Timestamp), Fields: tags(l.Fields)})
+			}
+			if p, ok := tr.Processes[s.ProcessID]; ok {
+				js.ServiceName, js.ProcessTags = p.ServiceName, tags(p.Tags)
+			}
+			out = append(out, js)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b JaegerSpan) int { return a.StartTime.Compare(b.StartTime) })
+	return out, nil
+}
+
+func tags(ts []apiTag) map[string]any {
+	m := make(map[string]any, len(ts))
+	for _, t := range ts {
+		m[t.Key] = tagValue(t)
+	}
+	return m
+}
+
+// tagValue converts a tag by its declared type, so that int64 tags keep
+// their precision.
+func tagValue(t apiTag) any {
+	raw := string(t.Value)
+	switch t.Type {
+	case "int64":
+		if v, err := strconv.ParseInt(strings.Trim(raw, `"`), 10, 64); err == nil {
+			return v
+		}
+	case "float64":
+		if v, err := strconv.ParseFloat(strings.Trim(raw, `"`), 64); err == nil {
+			return v
+		}
+	case "bool":
+		var v bool
+		if json.Unmarshal(t.Value, &v) == nil {
+			return v
+		}
+	case "binary":
+		var v []byte
+		if json.Unmarshal(t.Value, &v) == nil {
+			return v
+		}
+	}
+	var v any
+	if json.Unmarshal(t.Value, &v) == nil {
+		return v
+	}
+	return raw
+}
+
+// freePorts returns n distinct free 127.0.0.1 host:port pairs. They are
+// free when returned, not reserved; Start retries if Jaeger loses a race.
+func freePorts(n int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// withoutOTEL drops OTEL_* variables: they are meant for Vigil and would
+// configure Jaeger's own telemetry.
+func withoutOTEL(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// logBuffer keeps the first max bytes of Jaeger's output; safe for
+// concurrent use (exec copies stdout and stderr from two goroutines).
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
