@@ -38,6 +38,9 @@ type Options struct {
 	// Tracer makes the postprocess span of each sampled request, a child of
 	// its server span carrying the analysis results. Nil: no spans.
 	Tracer trace.Tracer
+	// Sharing shares the windows with other replicas. Nil: this process's
+	// own windows only.
+	Sharing *Sharing
 }
 
 // maxOpen bounds the responses being parsed at once. The gateway calls
@@ -57,6 +60,7 @@ type Pipeline struct {
 	lat    *latency.Monitor    // nil when disabled
 	calib  *calibrate.Store    // nil when confidence is disabled
 	tracer trace.Tracer        // nil: no postprocess spans
+	share  *sharer             // nil without Sharing
 	m      *metrics
 
 	// Owned by the dispatcher goroutine.
@@ -103,6 +107,27 @@ func New(o Options) (*Pipeline, error) {
 		reg = prometheus.NewRegistry()
 	}
 	p.m = newMetrics(reg)
+	if sh := o.Sharing; sh != nil && sh.Store != nil {
+		cfg := *sh
+		if cfg.Replica == "" {
+			cfg.Replica = ReplicaID()
+		}
+		if cfg.Interval <= 0 {
+			cfg.Interval = time.Second
+		}
+		p.share = &sharer{cfg: cfg, log: p.log, m: newShareMetrics(reg),
+			// Long enough for the reference span and the perplexity baseline.
+			ttl: c.Window + c.Reference + 10*time.Minute}
+		if p.drift != nil {
+			p.share.monitors = append(p.share.monitors, p.drift)
+		}
+		if p.conf != nil {
+			p.share.monitors = append(p.share.monitors, p.conf)
+		}
+		if p.lat != nil {
+			p.share.monitors = append(p.share.monitors, p.lat)
+		}
+	}
 	return p, nil
 }
 
@@ -273,8 +298,14 @@ func promptOperation(op string) bool {
 	return false
 }
 
-// Run evaluates the signals every interval until ctx is done.
+// Run evaluates the signals every interval, and flushes the windows to the
+// shared store when there is one, until ctx is done.
 func (p *Pipeline) Run(ctx context.Context) error {
+	if p.share != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); p.share.Run(ctx) }()
+		defer func() { <-done }()
+	}
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -284,6 +315,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		case <-t.C:
 			p.Evaluate()
 		}
+	}
+}
+
+// Flush shares the windows now (a no-op without Sharing).
+func (p *Pipeline) Flush(ctx context.Context) {
+	if p.share != nil {
+		p.share.flush(ctx)
 	}
 }
 

@@ -35,7 +35,8 @@ func OpenRedis(url string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second, time.Second
-	opt.MaxRetries = 0 // the callers retry on their own schedule
+	opt.MaxRetries = 0    // the callers retry on their own schedule
+	opt.DialerRetries = 1 // and a refused dial should fail at once
 	return redis.NewClient(opt), nil
 }
 

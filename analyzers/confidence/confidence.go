@@ -47,8 +47,8 @@ type Monitor struct {
 	cfg config.Analyzers
 
 	mu      sync.Mutex
-	buckets *window.Series[summary, *summary]               // decay windows
-	minutes *window.Series[window.Moments, *window.Moments] // perplexity per minute
+	buckets *window.Shared[summary, *summary]               // decay windows
+	minutes *window.Shared[window.Moments, *window.Moments] // perplexity per minute
 	pinned  *summary
 	pinAt   time.Time
 	band    *band // pinned perplexity baseline
@@ -61,8 +61,8 @@ func New(cfg config.Analyzers) *Monitor {
 	mins := int(cfg.Reference/time.Minute) + cfg.Output.Minutes + 2
 	return &Monitor{
 		cfg:     cfg,
-		buckets: window.NewSeries[summary](cfg.Bucket, span, nil),
-		minutes: window.NewSeries[window.Moments](time.Minute, mins, nil),
+		buckets: window.NewShared[summary](cfg.Bucket, span, nil),
+		minutes: window.NewShared[window.Moments](time.Minute, mins, nil),
 	}
 }
 
@@ -93,7 +93,8 @@ func (m *Monitor) Add(t time.Time, s *logprob.Summary) {
 func (m *Monitor) Pin(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, _, _, _ := m.buckets.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
+	view, _ := m.buckets.View()
+	cur, _, _, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
 	m.pinned, m.pinAt = cur, now
 	b := m.baseline(now)
 	m.band = &b
@@ -137,7 +138,8 @@ type Output struct {
 // Evaluate computes both signals as of now.
 func (m *Monitor) Evaluate(now time.Time) (Decay, Output) {
 	m.mu.Lock()
-	cur, _, ref, _ := m.buckets.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
+	view, _ := m.buckets.View()
+	cur, _, ref, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
 	d := Decay{Reference: "rolling"}
 	if m.pinned != nil {
 		*ref = *m.pinned
@@ -187,6 +189,15 @@ func (m *Monitor) Evaluate(now time.Time) (Decay, Output) {
 	return d, out
 }
 
+// Shared hands the monitor's series to the replica flusher, under the
+// monitor's lock.
+func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f("confidence", m.buckets)
+	f("perplexity", m.minutes)
+}
+
 // band is a perplexity baseline: mean and standard deviation of per-minute
 // mean perplexity.
 type band struct {
@@ -198,10 +209,11 @@ type band struct {
 // span before the newest Output.Minutes minutes. Callers hold m.mu.
 func (m *Monitor) baseline(now time.Time) band {
 	var per window.Moments
-	last := m.minutes.Start(now)                                        // the minute in progress
+	minutes, _ := m.minutes.View()
+	last := minutes.Start(now)                                          // the minute in progress
 	end := last.Add(-time.Duration(m.cfg.Output.Minutes) * time.Minute) // the band excludes the minutes tested
 	from := end.Add(-m.cfg.Reference)
-	for t, b := range m.minutes.All() {
+	for t, b := range minutes.All() {
 		if !t.Before(from) && t.Before(end) && b.Count() > 0 {
 			per.Add(b.Mean())
 		}
@@ -224,7 +236,8 @@ func (m *Monitor) output(now time.Time) Output {
 	// Per-minute means of the complete minutes, newest first; a minute
 	// without responses ends the run.
 	means := map[time.Time]float64{}
-	for t, mm := range m.minutes.All() {
+	minutes, _ := m.minutes.View()
+	for t, mm := range minutes.All() {
 		if mm.Count() > 0 {
 			means[t] = mm.Mean()
 		}
@@ -247,4 +260,14 @@ func (m *Monitor) output(now time.Time) Output {
 		o.State = StateDrift
 	}
 	return o
+}
+
+// MarshalBinary encodes s (a window.Codec, for sharing across replicas).
+func (s *summary) MarshalBinary() ([]byte, error) {
+	return window.EncodeParts(&s.meanLP, &s.entropy, &s.margin, &s.low, &s.ppl)
+}
+
+// UnmarshalBinary decodes s.
+func (s *summary) UnmarshalBinary(b []byte) error {
+	return window.DecodeParts(b, &s.meanLP, &s.entropy, &s.margin, &s.low, &s.ppl)
 }

@@ -1,6 +1,7 @@
 package drift
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"math"
@@ -43,8 +44,8 @@ type Monitor struct {
 	mdim []int // positions in num of the features the joint test uses
 
 	mu     sync.Mutex
-	fine   *window.Series[summary, *summary] // current window
-	coarse *window.Series[summary, *summary] // reference
+	fine   *window.Shared[summary, *summary] // current window
+	coarse *window.Shared[summary, *summary] // reference
 	pinned *summary
 	pinAt  time.Time
 	keys   *rand.PCG
@@ -86,8 +87,8 @@ func New(cfg config.Analyzers, seed uint64) (*Monitor, error) {
 	// never finer than the current window's.
 	coarse := max(cfg.Reference/12, cfg.Bucket)
 	coarseSpan := int((cfg.Reference+cfg.Window)/coarse) + 2
-	m.fine = window.NewSeries[summary](cfg.Bucket, fineSpan, newSummary)
-	m.coarse = window.NewSeries[summary](coarse, coarseSpan, newSummary)
+	m.fine = window.NewShared[summary](cfg.Bucket, fineSpan, newSummary)
+	m.coarse = window.NewShared[summary](coarse, coarseSpan, newSummary)
 	m.vec = make([]float64, len(m.num))
 	m.last = Result{State: StateUnknown}
 	return m, nil
@@ -113,7 +114,7 @@ func (m *Monitor) Add(t time.Time, f *Features) {
 		}
 		m.vec[j] = v
 	}
-	for _, s := range []*window.Series[summary, *summary]{m.fine, m.coarse} {
+	for _, s := range []*window.Shared[summary, *summary]{m.fine, m.coarse} {
 		if b := s.Bucket(t); b != nil {
 			b.rows.Add(m.vec, m.keys)
 			for j, i := range m.cat {
@@ -141,14 +142,15 @@ func (m *Monitor) Pin(now time.Time) error {
 // summary and the start of its oldest bucket. Callers hold m.mu.
 func (m *Monitor) current(now time.Time) (*summary, time.Time) {
 	out := newSummary(m.cfg.Drift.Reservoir, len(m.num), len(m.cat))
-	start := m.fine.Start(now)
+	fine, _ := m.fine.View()
+	start := fine.Start(now)
 	oldest := now.Add(-m.cfg.Window)
 	type bucket struct {
 		start time.Time
 		s     *summary
 	}
 	var live []bucket // oldest first
-	for t, b := range m.fine.All() {
+	for t, b := range fine.All() {
 		if !t.After(start) && t.Add(m.cfg.Bucket).After(oldest) {
 			live = append(live, bucket{t, b})
 		}
@@ -173,9 +175,10 @@ func (m *Monitor) reference(curStart time.Time) (*summary, refKey) {
 	}
 	out := newSummary(m.cfg.Drift.Reservoir, len(m.num), len(m.cat))
 	from := curStart.Add(-m.cfg.Reference)
-	w := m.coarse.Width()
+	coarse, _ := m.coarse.View()
+	w := coarse.Width()
 	var key refKey
-	for start, b := range m.coarse.All() {
+	for start, b := range coarse.All() {
 		if !start.Add(w).After(curStart) && !start.Before(from.Truncate(w)) {
 			out.Merge(b)
 			if key.from.IsZero() {
@@ -203,6 +206,15 @@ type jointFit struct {
 	mcd    *stats.MCD
 	cutoff float64
 	kr, nr float64 // reference prompts beyond the cutoff, and in all
+}
+
+// Shared hands the monitor's series to the replica flusher, under the
+// monitor's lock.
+func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f("drift", m.fine)
+	f("drift-reference", m.coarse)
 }
 
 // Result is one evaluation of the signal, as /admin/signals shows it.
@@ -543,4 +555,23 @@ func (s *summary) clone() *summary {
 	c := newSummary(s.rows.Capacity(), s.rows.Dim(), len(s.cats))
 	c.Merge(s)
 	return c
+}
+
+// MarshalBinary encodes s (a window.Codec, for sharing across replicas).
+func (s *summary) MarshalBinary() ([]byte, error) {
+	parts := []encoding.BinaryMarshaler{&s.rows}
+	for i := range s.cats {
+		parts = append(parts, &s.cats[i])
+	}
+	return window.EncodeParts(parts...)
+}
+
+// UnmarshalBinary decodes s, which must have been made by newSummary with
+// the same number of categorical features.
+func (s *summary) UnmarshalBinary(b []byte) error {
+	parts := []encoding.BinaryUnmarshaler{&s.rows}
+	for i := range s.cats {
+		parts = append(parts, &s.cats[i])
+	}
+	return window.DecodeParts(b, parts...)
 }

@@ -7,6 +7,9 @@
 package latency
 
 import (
+	"encoding"
+	"encoding/binary"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -125,7 +128,7 @@ type Monitor struct {
 	cfg config.Analyzers
 
 	mu      sync.Mutex
-	buckets *window.Series[summary, *summary]
+	buckets *window.Shared[summary, *summary]
 	limits  [NumMetrics]float64 // anomaly thresholds from the last evaluation; NaN: none yet
 	pinned  *summary
 	streak  int
@@ -134,7 +137,7 @@ type Monitor struct {
 // New returns a Monitor for validated analyzer settings.
 func New(cfg config.Analyzers) *Monitor {
 	span := int((cfg.Window+cfg.Reference)/cfg.Bucket) + 2
-	m := &Monitor{cfg: cfg, buckets: window.NewSeries[summary](cfg.Bucket, span, nil)}
+	m := &Monitor{cfg: cfg, buckets: window.NewShared[summary](cfg.Bucket, span, nil)}
 	for i := range m.limits {
 		m.limits[i] = math.NaN()
 	}
@@ -170,11 +173,20 @@ func (m *Monitor) Add(t time.Time, s *Sample) (anomalies [NumMetrics]bool) {
 	return anomalies
 }
 
+// Shared hands the monitor's series to the replica flusher, under the
+// monitor's lock.
+func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f("latency", m.buckets)
+}
+
 // Pin makes the current window the reference.
 func (m *Monitor) Pin(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, _, _, _ := m.buckets.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
+	view, _ := m.buckets.View()
+	cur, _, _, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
 	m.pinned = cur
 }
 
@@ -222,7 +234,8 @@ type Result struct {
 // from the reference.
 func (m *Monitor) Evaluate(now time.Time) Result {
 	m.mu.Lock()
-	cur, _, ref, _ := m.buckets.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
+	view, _ := m.buckets.View()
+	cur, _, ref, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
 	res := Result{Reference: "rolling", Metrics: map[string]Stat{}}
 	if m.pinned != nil {
 		*ref = *m.pinned
@@ -309,4 +322,64 @@ func risen(kc, nc, kr, nr int64, alpha, minRise float64) bool {
 		return true
 	}
 	return 0.5*math.Erfc((pc-pr)/se/math.Sqrt2) < alpha
+}
+
+// MarshalBinary encodes s (a window.Codec, for sharing across replicas).
+func (s *summary) MarshalBinary() ([]byte, error) {
+	parts := make([]encoding.BinaryMarshaler, 0, 2*NumMetrics+1)
+	for i := range NumMetrics {
+		parts = append(parts, &s.m[i], &s.q[i])
+	}
+	head, err := window.EncodeParts(parts...)
+	if err != nil {
+		return nil, err
+	}
+	for i := range NumMetrics {
+		head = binary.AppendUvarint(head, uint64(s.checked[i]))
+		head = binary.AppendUvarint(head, uint64(s.anomalous[i]))
+	}
+	for _, f := range []float64{s.co.n, s.co.sx, s.co.sy, s.co.sxx, s.co.syy, s.co.sxy} {
+		head = binary.LittleEndian.AppendUint64(head, math.Float64bits(f))
+	}
+	return binary.AppendUvarint(head, uint64(len(parts))), nil
+}
+
+// UnmarshalBinary decodes s.
+func (s *summary) UnmarshalBinary(b []byte) error {
+	// The parts carry their lengths; the counters, co-moments and the
+	// part count follow them.
+	parts := make([]encoding.BinaryUnmarshaler, 0, 2*NumMetrics)
+	for i := range NumMetrics {
+		parts = append(parts, &s.m[i], &s.q[i])
+	}
+	rest := b
+	for i, p := range parts {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || uint64(len(rest)-k) < n {
+			return fmt.Errorf("latency summary: part %d: %w", i, window.ErrCorrupt)
+		}
+		if err := p.UnmarshalBinary(rest[k : k+int(n)]); err != nil {
+			return err
+		}
+		rest = rest[k+int(n):]
+	}
+	for i := range NumMetrics {
+		for _, dst := range []*int64{&s.checked[i], &s.anomalous[i]} {
+			v, k := binary.Uvarint(rest)
+			if k <= 0 {
+				return fmt.Errorf("latency summary: counts: %w", window.ErrCorrupt)
+			}
+			*dst, rest = int64(v), rest[k:]
+		}
+	}
+	for _, dst := range []*float64{&s.co.n, &s.co.sx, &s.co.sy, &s.co.sxx, &s.co.syy, &s.co.sxy} {
+		if len(rest) < 8 {
+			return fmt.Errorf("latency summary: co-moments: %w", window.ErrCorrupt)
+		}
+		*dst, rest = math.Float64frombits(binary.LittleEndian.Uint64(rest)), rest[8:]
+	}
+	if n, k := binary.Uvarint(rest); k <= 0 || int(n) != len(parts) || k != len(rest) {
+		return fmt.Errorf("latency summary: trailer: %w", window.ErrCorrupt)
+	}
+	return nil
 }

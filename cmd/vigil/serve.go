@@ -20,6 +20,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/gateway"
+	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/tracing"
 )
 
@@ -85,6 +86,7 @@ type app struct {
 	gw       *gateway.Server
 	pipeline *analyzers.Pipeline
 	tracing  *tracing.Provider
+	closers  []io.Closer // closed after serving
 	log      *slog.Logger
 }
 
@@ -96,7 +98,20 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	p, err := analyzers.New(analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer()})
+	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer()}
+	var closers []io.Closer
+	if url := cfg.State.Redis.URL; url != "" {
+		rc, err := state.OpenRedis(url)
+		if err != nil {
+			tp.Shutdown(context.Background())
+			return nil, err
+		}
+		// Windows go to Redis off the request path; a Redis outage costs
+		// only their sharing, never a request.
+		ao.Sharing = &analyzers.Sharing{Store: state.NewRedis(rc, cfg.State.Redis.Prefix)}
+		closers = append(closers, rc)
+	}
+	p, err := analyzers.New(ao)
 	if err != nil {
 		tp.Shutdown(context.Background())
 		return nil, err
@@ -110,7 +125,7 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 		tp.Shutdown(context.Background())
 		return nil, err
 	}
-	return &app{gw: gw, pipeline: p, tracing: tp, log: log}, nil
+	return &app{gw: gw, pipeline: p, tracing: tp, closers: closers, log: log}, nil
 }
 
 // serve runs the app on ln until ctx is done; spans still queued are
@@ -121,6 +136,9 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	if terr := a.tracing.Shutdown(sctx); terr != nil {
 		a.log.Warn("flushing spans", "err", terr)
+	}
+	for _, c := range a.closers {
+		c.Close()
 	}
 	return err
 }

@@ -1,0 +1,192 @@
+package analyzers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/state"
+)
+
+// Sharing configures how a Pipeline shares its windows with the other
+// replicas of a deployment through a state.Store.
+type Sharing struct {
+	Store state.Store
+	// Replica names this process in the store. Empty: hostname plus a
+	// random suffix.
+	Replica string
+	// Interval between flushes. Zero: one second.
+	Interval time.Duration
+}
+
+// ReplicaID returns a name for this process: hostname-xxxxxx.
+func ReplicaID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%s", host, hex.EncodeToString(b[:]))
+}
+
+// fullEvery: every this many flushes, every live bucket is rewritten, so
+// that a store that lost its data (a Redis restart between two flushes)
+// is whole again within that many intervals.
+const fullEvery = 30
+
+// sharer flushes the pipeline's windows to the store and imports the other
+// replicas'. Its Run is owned by Pipeline.Run.
+type sharer struct {
+	cfg      Sharing
+	ttl      time.Duration
+	monitors []sharedMonitor
+	log      *slog.Logger
+	m        *shareMetrics
+
+	mu      sync.Mutex // serializes flushes (Run and Pipeline.Flush)
+	n       int
+	lastSeq uint64
+	failing bool
+	warned  atomic.Int64 // unix seconds of the last warning
+}
+
+// sharedMonitor is a monitor whose series can be shared.
+type sharedMonitor interface {
+	Shared(f func(name string, s window.Sharer))
+}
+
+type shareMetrics struct {
+	up       prometheus.Gauge
+	flushes  prometheus.Counter
+	failures prometheus.Counter
+}
+
+func newShareMetrics(reg prometheus.Registerer) *shareMetrics {
+	m := &shareMetrics{
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vigil_state_store_up",
+			Help: "1 when the last flush to the shared state store succeeded."}),
+		flushes: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_state_flushes_total",
+			Help: "Flushes of the windows to the shared state store."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_state_flush_failures_total",
+			Help: "Flushes that failed; their buckets are kept and sent again."}),
+	}
+	reg.MustRegister(m.up, m.flushes, m.failures)
+	return m
+}
+
+// Run flushes every interval until ctx is done, then once more.
+func (s *sharer) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s.flush(fctx)
+			cancel()
+			return nil
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+			s.flush(fctx)
+			cancel()
+		}
+	}
+}
+
+type batch struct {
+	enc      []window.Encoded
+	from, to int64
+	put      bool
+	remote   []state.ReplicaBucket
+}
+
+// flush writes the touched buckets of every series, reads the others'
+// snapshots of the live span, and imports them. The monitors' locks are
+// held only to export and import, never during I/O.
+func (s *sharer) flush(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A flush never takes longer than the interval, whatever the store does.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
+	s.n++
+	full := s.failing || s.n%fullEvery == 0
+	batches := map[string]*batch{}
+	for _, m := range s.monitors {
+		m.Shared(func(name string, sh window.Sharer) {
+			if full {
+				sh.Touch()
+			}
+			enc, err := sh.Export()
+			if err != nil {
+				s.log.Error("encoding a window", "series", name, "err", err)
+			}
+			from, to := sh.Numbers()
+			batches[name] = &batch{enc: enc, from: from, to: to}
+		})
+	}
+	// Sequences only grow, also across restarts: a late, retried flush of
+	// older snapshots is ignored by the store.
+	seq := max(uint64(time.Now().UnixNano()), s.lastSeq+1)
+	s.lastSeq = seq
+	var failed error
+	for name, b := range batches {
+		if failed != nil {
+			break // the store is failing: keep the rest for the next flush
+		}
+		bs := make([]state.Bucket, len(b.enc))
+		for i, e := range b.enc {
+			bs[i] = state.Bucket{Start: e.Start, Payload: e.Payload}
+		}
+		if err := s.cfg.Store.PutBuckets(ctx, name, s.cfg.Replica, seq, bs, s.ttl); err != nil {
+			failed = err
+			continue
+		}
+		b.put = true
+		rb, err := s.cfg.Store.Buckets(ctx, name, b.from, b.to)
+		if err != nil {
+			failed = err
+			continue
+		}
+		b.remote = rb
+	}
+	for _, m := range s.monitors {
+		m.Shared(func(name string, sh window.Sharer) {
+			b := batches[name]
+			if b == nil {
+				return
+			}
+			if !b.put {
+				sh.Unexport(b.enc)
+			}
+			for _, r := range b.remote {
+				if r.Replica == s.cfg.Replica {
+					continue
+				}
+				if err := sh.Import(r.Replica, window.Encoded{Start: r.Start, Payload: r.Payload}); err != nil {
+					s.log.Warn("importing a replica's window", "series", name, "replica", r.Replica, "err", err)
+				}
+			}
+		})
+	}
+	s.m.flushes.Inc()
+	s.failing = failed != nil
+	if failed != nil {
+		s.m.failures.Inc()
+		s.m.up.Set(0)
+		// At most one line a minute while the store is down.
+		if now := time.Now().Unix(); now-s.warned.Load() >= 60 {
+			s.warned.Store(now)
+			s.log.Warn("shared state store unreachable; windows are kept locally and sent when it returns", "err", failed)
+		}
+		return
+	}
+	s.m.up.Set(1)
+}
