@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -26,15 +27,39 @@ func NewRedis(c redis.UniversalClient, prefix string) *Redis {
 	return &Redis{c: c, prefix: prefix}
 }
 
-// OpenRedis parses a redis:// (rediss://, unix://) URL into a
-// UniversalClient with short timeouts: callers run off the request path,
-// but a hung Redis must still not hold them long.
-func OpenRedis(url string) (redis.UniversalClient, error) {
-	opt, err := redis.ParseURL(url)
+// OpenRedis makes a client from a URL, with short timeouts: callers run
+// off the request path, but a hung Redis must still not hold them long.
+//
+//	redis://host:6379/0                               one server (rediss:// for TLS, unix:///path)
+//	redis://host1:7000?addr=host2:7001&addr=host3:7002 Redis Cluster (any seed nodes)
+//	redis://sentinel:26379/0?master_name=mymaster      Sentinel (addr= for more sentinels)
+func OpenRedis(rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second, time.Second
+	const timeout = time.Second
+	switch q := u.Query(); {
+	case q.Has("master_name"):
+		opt, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis sentinel url: %w", err)
+		}
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.MaxRetries = timeout, timeout, timeout, 0
+		return redis.NewFailoverClient(opt), nil
+	case q.Has("addr"):
+		opt, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster url: %w", err)
+		}
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.MaxRetries = timeout, timeout, timeout, 0
+		return redis.NewClusterClient(opt), nil
+	}
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
 	opt.MaxRetries = 0    // the callers retry on their own schedule
 	opt.DialerRetries = 1 // and a refused dial should fail at once
 	return redis.NewClient(opt), nil

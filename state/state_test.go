@@ -24,6 +24,14 @@ func stores(t *testing.T, f func(t *testing.T, s state.Store)) {
 		t.Cleanup(func() { c.Close() })
 		f(t, state.NewRedis(c, "test"))
 	})
+	t.Run("redis-cluster", func(t *testing.T) {
+		c, err := state.OpenRedis(redistest.StartCluster(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		f(t, state.NewRedis(c, "test"))
+	})
 }
 
 func TestBucketsAtMostOnce(t *testing.T) {
