@@ -127,6 +127,7 @@ func New(o Options) (*Pipeline, error) {
 		if p.lat != nil {
 			p.share.monitors = append(p.share.monitors, p.lat)
 		}
+		p.share.onPin = func(at time.Time) { p.pinAt(at) }
 	}
 	return p, nil
 }
@@ -366,23 +367,35 @@ func (p *Pipeline) Evaluate() *Signals {
 	return s
 }
 
-// PinBaseline pins the current windows as every signal's reference.
-func (p *Pipeline) PinBaseline(context.Context) error {
+// PinBaseline pins the current windows as every signal's reference, here
+// and, through the shared store, on every replica.
+func (p *Pipeline) PinBaseline(ctx context.Context) error {
 	now := p.now()
+	err := p.pinAt(now) // an error may concern one signal: the others are pinned
+	if p.share != nil {
+		if serr := p.share.pin(ctx, now); serr != nil {
+			p.log.Warn("baseline pinned here but not shared with other replicas", "err", serr)
+		}
+	}
+	p.Evaluate()
+	return err
+}
+
+// pinAt pins the windows as of at.
+func (p *Pipeline) pinAt(at time.Time) error {
 	var err error
 	if p.drift != nil {
-		err = p.drift.Pin(now)
+		err = p.drift.Pin(at)
 	}
 	if p.conf != nil {
-		p.conf.Pin(now)
+		p.conf.Pin(at)
 	}
 	if p.lat != nil {
-		p.lat.Pin(now)
+		p.lat.Pin(at)
 	}
 	if p.drift == nil && p.conf == nil && p.lat == nil {
 		err = errors.New("every signal is disabled")
 	}
-	p.Evaluate()
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -53,6 +54,10 @@ type sharer struct {
 	mu      sync.Mutex // serializes flushes (Run and Pipeline.Flush)
 	n       int
 	lastSeq uint64
+	// pinned is the latest baseline pin applied here; onPin applies one
+	// that another replica made.
+	pinned  time.Time
+	onPin   func(time.Time)
 	failing bool
 	warned  atomic.Int64 // unix seconds of the last warning
 }
@@ -176,6 +181,9 @@ func (s *sharer) flush(ctx context.Context) {
 			}
 		})
 	}
+	if failed == nil {
+		failed = s.syncBaseline(ctx)
+	}
 	s.m.flushes.Inc()
 	s.failing = failed != nil
 	if failed != nil {
@@ -189,4 +197,38 @@ func (s *sharer) flush(ctx context.Context) {
 		return
 	}
 	s.m.up.Set(1)
+}
+
+// baselineKey is the store document naming the time of the latest baseline
+// pin, so that a pin made on one replica is made on all.
+const baselineKey = "baseline"
+
+// pin records a pin made on this replica.
+func (s *sharer) pin(ctx context.Context, at time.Time) error {
+	s.mu.Lock()
+	s.pinned = at
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
+	return s.cfg.Store.Set(ctx, baselineKey, []byte(at.UTC().Format(time.RFC3339Nano)), 0)
+}
+
+// syncBaseline applies a newer pin made by another replica. Callers hold s.mu.
+func (s *sharer) syncBaseline(ctx context.Context) error {
+	v, err := s.cfg.Store.Get(ctx, baselineKey)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	at, err := time.Parse(time.RFC3339Nano, string(v))
+	if err != nil || !at.After(s.pinned) {
+		return nil
+	}
+	s.pinned = at
+	if s.onPin != nil {
+		s.onPin(at)
+	}
+	return nil
 }

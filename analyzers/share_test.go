@@ -1,0 +1,63 @@
+package analyzers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/state"
+)
+
+// TestSharing: two pipelines over one store see each other's responses
+// exactly once, however often they flush, and a baseline pinned on one is
+// pinned on the other.
+func TestSharing(t *testing.T) {
+	store := state.NewMemory()
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	cfg := config.Default().Analyzers
+	cfg.MinRequests, cfg.Window = 1000, time.Hour
+	mk := func(replica string) *Pipeline {
+		p, err := New(Options{Config: cfg, Now: func() time.Time { return now },
+			Sharing: &Sharing{Store: store, Replica: replica}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := mk("a"), mk("b")
+	feed := func(p *Pipeline, n int) {
+		for i := range n {
+			body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":"q%d"}]}`, i)
+			r := &Request{Operation: "chat", Model: "m", Start: now, Body: body}
+			p.OnRequest(r)
+			p.OnResponse(r, &Response{Status: 200, Latency: 300 * time.Millisecond, CompletionTokens: 10})
+			now = now.Add(100 * time.Millisecond)
+		}
+	}
+	responses := func(p *Pipeline) int64 { return p.Evaluate().Latency.(latency.Result).Responses }
+	ctx := context.Background()
+	feed(a, 30)
+	feed(b, 20)
+	for range 3 { // repeated flushes must not count twice
+		a.Flush(ctx)
+		b.Flush(ctx)
+	}
+	if ra, rb := responses(a), responses(b); ra != 50 || rb != 50 {
+		t.Errorf("merged responses: a %d, b %d, want 50 each", ra, rb)
+	}
+	feed(a, 5)
+	a.Flush(ctx)
+	b.Flush(ctx)
+	if rb := responses(b); rb != 55 {
+		t.Errorf("b sees %d responses after a served 5 more, want 55", rb)
+	}
+
+	a.PinBaseline(ctx) // drift refuses (fewer than min_requests prompts); the others pin
+	b.Flush(ctx)
+	if ref := b.Evaluate().Latency.(latency.Result).Reference; ref != "pinned" {
+		t.Errorf("b's latency reference %q after a pinned, want pinned", ref)
+	}
+}
