@@ -60,6 +60,7 @@ type Config struct {
 	Admin     Admin     `yaml:"admin"`
 	Limits    Limits    `yaml:"limits"`
 	Health    Health    `yaml:"health"`
+	Retries   Retries   `yaml:"retries"`
 	Log       Log       `yaml:"log"`
 }
 
@@ -87,8 +88,45 @@ type Backend struct {
 
 // Balancer selects how requests are spread over backends.
 type Balancer struct {
-	// Strategy is dynamic, round_robin or least_request.
+	// Strategy is dynamic (weighted random on live weights), round_robin or
+	// least_request (fewest requests in flight through this gateway).
 	Strategy string `yaml:"strategy"`
+	// LoadWeights weigh each load signal in a backend's load, the weighted
+	// mean of its fresh signals; its weight is base × (1 − load).
+	LoadWeights LoadWeights `yaml:"load_weights"`
+	// QueueSaturation is the number of waiting requests at which the queue
+	// signal reads 0.5: queue = waiting / (waiting + QueueSaturation). > 0.
+	QueueSaturation float64 `yaml:"queue_saturation"`
+	// StaleAfter: a signal older than this is left out of the blend. > 0.
+	StaleAfter time.Duration `yaml:"stale_after"`
+	// ScrapeInterval is how often agents and metrics endpoints are read and
+	// the weights recomputed; it also bounds each read. > 0.
+	ScrapeInterval time.Duration `yaml:"scrape_interval"`
+}
+
+// LoadWeights are the relative weights of the load signals, each >= 0. A
+// signal that is unknown or stale drops out and the others are
+// renormalized; when every weight of the fresh signals is zero the load is
+// zero (static weights).
+type LoadWeights struct {
+	// CPU and Mem are the node's CPU utilization and memory use (agent).
+	CPU float64 `yaml:"cpu"`
+	Mem float64 `yaml:"mem"`
+	// GPU and GPUMem are GPU utilization and GPU memory use (agent).
+	// GPUMem defaults to 0: vLLM reserves most GPU memory for its KV cache
+	// up front, so the reading says nothing about load; KVCache does.
+	GPU    float64 `yaml:"gpu"`
+	GPUMem float64 `yaml:"gpu_mem"`
+	// Queue is the server's waiting requests (vllm:num_requests_waiting,
+	// tgi_queue_size), saturated by Balancer.QueueSaturation.
+	Queue float64 `yaml:"queue"`
+	// KVCache is vllm:kv_cache_usage_perc (or vllm:gpu_cache_usage_perc).
+	KVCache float64 `yaml:"kv_cache"`
+	// Latency is the backend's time-to-first-byte EWMA relative to the
+	// fastest backend: 1 − best/own.
+	Latency float64 `yaml:"latency"`
+	// Errors is the EWMA of the share of the backend's attempts that failed.
+	Errors float64 `yaml:"errors"`
 }
 
 // State selects where windows and shared state live.
@@ -297,7 +335,7 @@ type Limits struct {
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
 }
 
-// Health configures active health checks of backends.
+// Health configures active health checks of backends and passive ejection.
 type Health struct {
 	// Path is requested on each backend; 2xx means healthy. It starts with "/".
 	Path string `yaml:"path"`
@@ -305,6 +343,22 @@ type Health struct {
 	Interval time.Duration `yaml:"interval"`
 	// Timeout of one check, > 0.
 	Timeout time.Duration `yaml:"timeout"`
+	// Failures is the number of consecutive failed requests (connect
+	// errors, timeouts, 5xx answers, broken streams) that eject a backend.
+	// Zero disables passive ejection.
+	Failures int `yaml:"failures"`
+	// Backoff is how long the first ejection lasts; each further ejection
+	// without a successful request in between doubles it. > 0.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps the doubling. >= Backoff.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// Retries configures retrying a failed request on another backend.
+type Retries struct {
+	// Attempts is the most tries a request gets, the first included, each
+	// on a different backend; 1 disables retries. In [1, 10].
+	Attempts int `yaml:"attempts"`
 }
 
 // Log configures logging.
@@ -319,8 +373,14 @@ type Log struct {
 // every request traced without content. Each call returns a new value.
 func Default() Config {
 	return Config{
-		Listen:    ":8080",
-		Balancer:  Balancer{Strategy: "dynamic"},
+		Listen: ":8080",
+		Balancer: Balancer{
+			Strategy: "dynamic",
+			LoadWeights: LoadWeights{
+				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 2, KVCache: 1, Latency: 1, Errors: 2,
+			},
+			QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
+		},
 		State:     State{Redis: Redis{Prefix: "vigil"}},
 		Tracing:   Tracing{SampleRatio: 1.0, MaxContentBytes: 4096, Exporter: "otlp"},
 		Retrieval: Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
@@ -338,8 +398,12 @@ func Default() Config {
 		},
 		Alerts: Alerts{Period: 5 * time.Minute},
 		Limits: Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
-		Health: Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
-		Log:    Log{Level: "info", Access: true},
+		Health: Health{
+			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
+			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
+		},
+		Retries: Retries{Attempts: 3},
+		Log:     Log{Level: "info", Access: true},
 	}
 }
 

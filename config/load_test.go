@@ -28,16 +28,26 @@ func writeConfig(t *testing.T, content string) string {
 
 func TestDefault(t *testing.T) {
 	want := config.Config{
-		Listen:    ":8080",
-		Balancer:  config.Balancer{Strategy: "dynamic"},
+		Listen: ":8080",
+		Balancer: config.Balancer{
+			Strategy: "dynamic",
+			LoadWeights: config.LoadWeights{
+				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 2, KVCache: 1, Latency: 1, Errors: 2,
+			},
+			QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
+		},
 		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
 		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false, MaxContentBytes: 4096, Exporter: "otlp"},
 		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Analyzers: wantAnalyzers(),
 		Alerts:    config.Alerts{Period: 5 * time.Minute},
 		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
-		Health:    config.Health{Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second},
-		Log:       config.Log{Level: "info", Access: true},
+		Health: config.Health{
+			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
+			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
+		},
+		Retries: config.Retries{Attempts: 3},
+		Log:     config.Log{Level: "info", Access: true},
 	}
 	got := config.Default()
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -81,14 +91,15 @@ backends:
     kind: tgi
     weight: 2.5
   - url: http://10.0.0.3:8000
-balancer: {strategy: least_request}  # dynamic | round_robin | least_request
+balancer: {strategy: least_request, load_weights: {cpu: 0, queue: 5}, stale_after: 30s}  # dynamic | round_robin | least_request
 state: {redis: {url: redis://127.0.0.1:6379/0, prefix: gw}}   # omit: in-memory
 tracing: {sample_ratio: 0.25, capture_content: true}
 analyzers: {queue_size: 128, max_capture_bytes: 0}
 alerts: {alertmanager_url: http://127.0.0.1:9093, webhook_url: "", period: 1m30s}
 admin: {token: "s3cret"}
 limits: {max_body_bytes: 1048576, upstream_timeout: 90s}
-health: {path: /healthz, interval: 0s, timeout: 500ms}
+health: {path: /healthz, interval: 0s, timeout: 500ms, failures: 5, max_backoff: 10s}
+retries: {attempts: 1}
 log: {level: debug, access: false}
 `,
 			want: config.Config{
@@ -103,7 +114,11 @@ log: {level: debug, access: false}
 					{Name: "b", URL: "https://10.0.0.2:8080", Kind: "tgi", Weight: 2.5},
 					{Name: "b2", URL: "http://10.0.0.3:8000", Kind: "openai", Weight: 100},
 				},
-				Balancer:  config.Balancer{Strategy: "least_request"},
+				Balancer: func() config.Balancer {
+					b := config.Default().Balancer
+					b.Strategy, b.LoadWeights.CPU, b.LoadWeights.Queue, b.StaleAfter = "least_request", 0, 5, 30*time.Second
+					return b
+				}(),
 				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
 				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
 				Retrieval: config.Default().Retrieval,
@@ -115,8 +130,12 @@ log: {level: debug, access: false}
 				Alerts: config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second},
 				Admin:  config.Admin{Token: "s3cret"},
 				Limits: config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},
-				Health: config.Health{Path: "/healthz", Interval: 0, Timeout: 500 * time.Millisecond},
-				Log:    config.Log{Level: "debug", Access: false},
+				Health: config.Health{
+					Path: "/healthz", Interval: 0, Timeout: 500 * time.Millisecond,
+					Failures: 5, Backoff: time.Second, MaxBackoff: 10 * time.Second,
+				},
+				Retries: config.Retries{Attempts: 1},
+				Log:     config.Log{Level: "debug", Access: false},
 			},
 		},
 		{

@@ -37,6 +37,7 @@ func (c *Config) Validate() error {
 	l.nest("admin", c.Admin.Validate())
 	l.nest("limits", c.Limits.Validate())
 	l.nest("health", c.Health.Validate())
+	l.nest("retries", c.Retries.Validate())
 	l.nest("log", c.Log.Validate())
 	return l.err()
 }
@@ -104,6 +105,23 @@ func (b *Backend) Validate() error {
 func (b *Balancer) Validate() error {
 	var l errList
 	l.add("strategy", oneOf(b.Strategy, strategies))
+	w := &b.LoadWeights
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"cpu", w.CPU}, {"mem", w.Mem}, {"gpu", w.GPU}, {"gpu_mem", w.GPUMem},
+		{"queue", w.Queue}, {"kv_cache", w.KVCache}, {"latency", w.Latency}, {"errors", w.Errors},
+	} {
+		if !(f.v >= 0 && f.v <= 1e6) { // also rejects NaN and infinities
+			l.add("load_weights."+f.name, fmt.Errorf("must be in [0, 1000000], got %v", f.v))
+		}
+	}
+	if !(b.QueueSaturation > 0 && b.QueueSaturation <= 1e6) {
+		l.add("queue_saturation", fmt.Errorf("must be in (0, 1000000], got %v", b.QueueSaturation))
+	}
+	l.add("stale_after", checkPositiveDuration(b.StaleAfter))
+	l.add("scrape_interval", checkPositiveDuration(b.ScrapeInterval))
 	return l.err()
 }
 
@@ -302,6 +320,22 @@ func (h *Health) Validate() error {
 		l.add("interval", fmt.Errorf("must be >= 0, got %v", h.Interval))
 	}
 	l.add("timeout", checkPositiveDuration(h.Timeout))
+	if h.Failures < 0 {
+		l.add("failures", fmt.Errorf("must be >= 0 (0 disables passive ejection), got %d", h.Failures))
+	}
+	l.add("backoff", checkPositiveDuration(h.Backoff))
+	if h.Backoff > 0 && h.MaxBackoff < h.Backoff {
+		l.add("max_backoff", fmt.Errorf("must be >= health.backoff (%v), got %v", h.Backoff, h.MaxBackoff))
+	}
+	return l.err()
+}
+
+// Validate checks r.
+func (r *Retries) Validate() error {
+	var l errList
+	if r.Attempts < 1 || r.Attempts > 10 {
+		l.add("attempts", fmt.Errorf("must be in [1, 10], got %d", r.Attempts))
+	}
 	return l.err()
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -61,26 +63,100 @@ func (s *Server) adminAuth(c *gin.Context) {
 
 // backendJSON is one entry of GET /admin/backends.
 type backendJSON struct {
-	Name     string         `json:"name"`
-	URL      string         `json:"url"`
-	Kind     string         `json:"kind"`
-	Models   []string       `json:"models,omitempty"`
-	Healthy  bool           `json:"healthy"`
-	Weight   float64        `json:"weight"`
-	Inflight int64          `json:"inflight"`
-	Load     map[string]any `json:"load"`
+	Name     string   `json:"name"`
+	URL      string   `json:"url"`
+	Kind     string   `json:"kind"`
+	Models   []string `json:"models,omitempty"`
+	Healthy  bool     `json:"healthy"`
+	Weight   float64  `json:"weight"`
+	Base     float64  `json:"base_weight"`
+	Inflight int64    `json:"inflight"`
+	// Load holds the node and server signals in [0, 1] (cpu, mem, gpu,
+	// gpu_mem, queue, kv_cache); a signal is absent when unknown or stale.
+	Load map[string]float64 `json:"load"`
+	// LoadBlend is the weighted mean of every fresh score, latency and
+	// errors included: weight = base_weight × (1 − load_blend).
+	LoadBlend float64       `json:"load_blend"`
+	Observed  observedJSON  `json:"observed"`
+	Requests  *requestsJSON `json:"requests,omitempty"`
+	Health    healthJSON    `json:"health"`
+	// WeightShared reports a weight taken from the replicas' shared store.
+	WeightShared bool `json:"weight_shared,omitempty"`
+}
+
+// observedJSON is what the gateway itself measures of a backend; absent
+// fields are unknown or stale.
+type observedJSON struct {
+	// TTFBMs is the EWMA of the time to the first response byte.
+	TTFBMs *float64 `json:"ttfb_ms,omitempty"`
+	// ErrorRate is the EWMA of the share of failed attempts.
+	ErrorRate *float64 `json:"error_rate,omitempty"`
+	// Latency and Errors are the scores in [0, 1] that enter the blend.
+	Latency *float64 `json:"latency,omitempty"`
+	Errors  *float64 `json:"errors,omitempty"`
+}
+
+// requestsJSON holds the server's own request counts, when fresh.
+type requestsJSON struct {
+	Waiting float64 `json:"waiting"`
+	Running float64 `json:"running"`
+}
+
+type healthJSON struct {
+	// Active is the last active check's result (true before any).
+	Active              bool       `json:"active"`
+	ConsecutiveFailures int64      `json:"consecutive_failures"`
+	EjectedUntil        *time.Time `json:"ejected_until,omitempty"`
 }
 
 func (s *Server) getBackends(c *gin.Context) {
+	snap := s.balancer.Snapshot()
+	staleAfter := s.cfg.Balancer.StaleAfter
+	now := time.Now()
+	known := func(v float64) *float64 {
+		if math.IsNaN(v) {
+			return nil
+		}
+		return &v
+	}
 	out := make([]backendJSON, 0, len(s.pool.Backends()))
-	for _, b := range s.pool.Backends() {
-		out = append(out, backendJSON{
+	for i, b := range s.pool.Backends() {
+		st := &snap.Backends[i]
+		j := backendJSON{
 			Name: b.Name, URL: b.URL.String(), Kind: b.Kind, Models: b.Models(),
-			Healthy: b.Healthy(), Weight: b.Weight, Inflight: b.Inflight(),
-			Load: map[string]any{}, // load signals arrive with the dynamic balancer
-		})
+			Healthy: b.Healthy(), Weight: st.Weight, Base: b.Weight, Inflight: b.Inflight(),
+			Load: map[string]float64{}, LoadBlend: st.Load, WeightShared: st.Shared,
+			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
+		}
+		for _, sig := range []balance.Signal{balance.CPU, balance.Mem, balance.GPU, balance.GPUMem, balance.Queue, balance.KVCache} {
+			if v := st.Scores[sig]; !math.IsNaN(v) {
+				j.Load[sig.String()] = v
+			}
+		}
+		j.Observed.Latency, j.Observed.Errors = known(st.Scores[balance.Latency]), known(st.Scores[balance.Errors])
+		if v, at := b.Latency(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
+			j.Observed.TTFBMs = known(v * 1000)
+		}
+		if v, at := b.ErrorRate(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
+			j.Observed.ErrorRate = known(v)
+		}
+		if !math.IsNaN(st.Waiting) || !math.IsNaN(st.Running) {
+			j.Requests = &requestsJSON{Waiting: zeroNaN(st.Waiting), Running: zeroNaN(st.Running)}
+		}
+		if until := b.EjectedUntil(); !until.IsZero() {
+			u := until.UTC()
+			j.Health.EjectedUntil = &u
+		}
+		out = append(out, j)
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+func zeroNaN(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
 }
 
 func (s *Server) getSignals(c *gin.Context) {

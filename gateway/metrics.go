@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -25,10 +27,16 @@ type metrics struct {
 	// injections counts requests sent upstream with logprobs the client
 	// did not ask for (inject.go).
 	injections prometheus.Counter
-	models     modelLabels
+	// retries counts attempts retried on another backend, by reason.
+	retries *prometheus.CounterVec
+	// ejections counts passive ejections by backend.
+	ejections *prometheus.CounterVec
+	// scrapeErrors counts failed reads of agents and metrics endpoints.
+	scrapeErrors *prometheus.CounterVec
+	models       modelLabels
 }
 
-func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, known []string) *metrics {
+func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Balancer, known []string) *metrics {
 	genAI := []string{"gen_ai_operation_name", "gen_ai_request_model", "backend"}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -65,23 +73,45 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, known []string) 
 			Name: "vigil_logprob_injections_total",
 			Help: "Requests sent to a backend with token logprobs their client did not ask for (analyzers.confidence.inject); the client's response has them removed.",
 		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_retries_total",
+			Help: "Attempts that failed before anything reached the client and were retried on another backend, by reason (connect, transport, status_5xx).",
+		}, []string{"reason"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_backend_ejections_total",
+			Help: "Passive ejections of the backend after consecutive failed requests.",
+		}, []string{"backend"}),
+		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_balancer_scrape_errors_total",
+			Help: "Failed reads of a backend's load agent or metrics endpoint, by source (agent, metrics).",
+		}, []string{"backend", "source"}),
 	}
 	for _, k := range known {
 		m.models.admit(k)
 	}
-	healthy := prometheus.NewDesc("vigil_backend_healthy", "1 when the backend passes its health checks.", []string{"backend"}, nil)
+	healthy := prometheus.NewDesc("vigil_backend_healthy", "1 when the backend passes its health checks and is not ejected.", []string{"backend"}, nil)
 	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
-	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current balancing weight.", []string{"backend"}, nil)
+	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current dynamic balancing weight: base × (1 − load), at least 1% of base.", []string{"backend"}, nil)
+	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors, and the blend); absent when unknown or stale.", []string{"backend", "signal"}, nil)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped, m.injections,
-		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight}, collect: func(ch chan<- prometheus.Metric) {
-			for _, b := range pool.Backends() {
+		m.retries, m.ejections, m.scrapeErrors,
+		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load}, collect: func(ch chan<- prometheus.Metric) {
+			snap := bal.Snapshot()
+			for i, b := range pool.Backends() {
 				h := 0.0
 				if b.Healthy() {
 					h = 1
 				}
+				st := &snap.Backends[i]
 				ch <- prometheus.MustNewConstMetric(healthy, prometheus.GaugeValue, h, b.Name)
 				ch <- prometheus.MustNewConstMetric(inflight, prometheus.GaugeValue, float64(b.Inflight()), b.Name)
-				ch <- prometheus.MustNewConstMetric(weight, prometheus.GaugeValue, b.Weight, b.Name)
+				ch <- prometheus.MustNewConstMetric(weight, prometheus.GaugeValue, st.Weight, b.Name)
+				for sig, v := range st.Scores {
+					if !math.IsNaN(v) {
+						ch <- prometheus.MustNewConstMetric(load, prometheus.GaugeValue, v, b.Name, balance.Signal(sig).String())
+					}
+				}
+				ch <- prometheus.MustNewConstMetric(load, prometheus.GaugeValue, st.Load, b.Name, "blend")
 			}
 		}})
 	return m

@@ -181,41 +181,87 @@ func TestSSEFirstEventBeforeBackendFinishes(t *testing.T) {
 }
 
 // TestBackendKilledMidStream: when the backend's connection dies after some
-// events, the client must see a broken stream (an error), never a clean end.
+// events, the client must see an error, never a silent clean end: the
+// stream ends with an error event (the OpenAI SDK's case is in
+// TestStreamBreakSDK), framed as an event of its own wherever the break fell.
 func TestBackendKilledMidStream(t *testing.T) {
+	tests := []struct {
+		name, path, sent, want string
+	}{
+		{"between events", "/v1/chat/completions", "data: {\"n\":0}\n\n",
+			"data: {\"n\":0}\n\n" + `data: {"error":{"message":"the stream from backend a broke before it ended","type":"upstream_error","code":"upstream_stream_broken"}}` + "\n\n"},
+		{"after a line", "/v1/completions", "data: {\"n\":0}\n",
+			"data: {\"n\":0}\n\n" + `data: {"error":{"message":"the stream from backend a broke before it ended","type":"upstream_error","code":"upstream_stream_broken"}}` + "\n\n"},
+		{"mid-line", "/v1/chat/completions", "data: {\"n\":0}\n\ndata: {\"n\"",
+			"data: {\"n\":0}\n\ndata: {\"n\"\n\n" + `data: {"error":{"message":"the stream from backend a broke before it ended","type":"upstream_error","code":"upstream_stream_broken"}}` + "\n\n"},
+		{"tgi", "/generate_stream", "data:{\"token\":{\"id\":1}}\n\n",
+			"data:{\"token\":{\"id\":1}}\n\n" + `data:{"error":"the stream from backend a broke before it ended","error_type":"upstream_error"}` + "\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, tt.sent)
+				w.(http.Flusher).Flush()
+				time.Sleep(20 * time.Millisecond)
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close() // the backend dies without ending the chunked body
+				}
+			}))
+			defer be.Close()
+			b := backend("a", be.URL)
+			if tt.path == "/generate_stream" {
+				b.Kind = "tgi"
+			}
+			gw := startGateway(t, []config.Backend{b}, nil)
+
+			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"prompt":"x","inputs":"x"}`
+			code, _, got := post(t, gw.URL+tt.path, body)
+			if code != http.StatusOK {
+				t.Fatalf("status %d", code)
+			}
+			if diff := cmp.Diff(tt.want, string(got)); diff != "" {
+				t.Errorf("client got (-want +got):\n%s", diff)
+			}
+			waitFor(t, "access log line", func() bool { return len(gw.access.lines(t)) == 1 })
+			if c := gw.access.lines(t)[0]["error_class"]; c != classUpstream5xx {
+				t.Errorf("error_class = %v, want %s", c, classUpstream5xx)
+			}
+			// A broken stream counts against the backend.
+			if n := gw.Pool().Backends()[0].ConsecutiveFailures(); n != 1 {
+				t.Errorf("consecutive failures = %d, want 1", n)
+			}
+			// The gateway survives and serves the next request.
+			if code, _ := get(t, gw.URL+"/healthz"); code != 200 {
+				t.Errorf("gateway stopped serving: /healthz %d", code)
+			}
+		})
+	}
+}
+
+// TestBackendKilledMidBody: a plain (non-SSE) body that breaks still aborts
+// the client's connection: there is no in-band way to signal it.
+func TestBackendKilledMidBody(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"n\":0}\n\n")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"x","choices":[`)
 		w.(http.Flusher).Flush()
 		time.Sleep(20 * time.Millisecond)
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close() // the backend dies without ending the chunked body
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
 		}
 	}))
 	defer be.Close()
 	gw := startGateway(t, []config.Backend{backend("a", be.URL)}, nil)
-
 	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil {
-		t.Fatalf("stream ended cleanly after %q; want an error for the client", b)
-	}
-	if !strings.Contains(string(b), `{"n":0}`) {
-		t.Errorf("client did not get the event sent before the break: %q", b)
-	}
-	waitFor(t, "access log line", func() bool { return len(gw.access.lines(t)) == 1 })
-	if c := gw.access.lines(t)[0]["error_class"]; c != classUpstream5xx {
-		t.Errorf("error_class = %v, want %s", c, classUpstream5xx)
-	}
-	// The gateway survives and serves the next request.
-	if code, _ := get(t, gw.URL+"/healthz"); code != 200 {
-		t.Errorf("gateway stopped serving: /healthz %d", code)
+	if b, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("body ended cleanly after %q; want an error for the client", b)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -57,24 +58,29 @@ type Options struct {
 	// http.DefaultTransport with limits.upstream_timeout as the response
 	// header timeout.
 	Transport http.RoundTripper
+	// WeightStore shares balancing weights among gateway replicas (issue 6's
+	// Redis state store). Nil: each replica balances on its own weights.
+	WeightStore balance.Store
 }
 
 // A Server is the gateway. Build it with New, serve Handler() with an
 // http.Server and run Run for its background work. It is safe for concurrent use.
 type Server struct {
-	cfg     config.Config
-	log     *slog.Logger
-	access  *slog.Logger
-	reg     *prometheus.Registry
-	pool    *upstream.Pool
-	checker *upstream.Checker
-	proxy   *httputil.ReverseProxy
-	client  *http.Client
-	disp    *dispatcher
-	metrics *metrics
-	engine  *gin.Engine
-	window  requestWindow
-	inject  injector
+	cfg      config.Config
+	log      *slog.Logger
+	access   *slog.Logger
+	reg      *prometheus.Registry
+	pool     *upstream.Pool
+	balancer *balance.Balancer
+	checker  *upstream.Checker
+	scraper  *upstream.Scraper
+	proxy    *httputil.ReverseProxy
+	client   *http.Client
+	disp     *dispatcher
+	metrics  *metrics
+	engine   *gin.Engine
+	window   requestWindow
+	inject   injector
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
@@ -89,12 +95,17 @@ type Server struct {
 // New builds a gateway from opts.
 func New(opts Options) (*Server, error) {
 	cfg := opts.Config
-	pool, err := upstream.NewPool(cfg.Backends)
+	pool, err := upstream.NewPool(cfg.Backends, cfg.Health)
 	if err != nil {
 		return nil, err
 	}
+	bal := balance.New(pool, balance.Options{
+		Strategy: cfg.Balancer.Strategy, Weights: cfg.Balancer.LoadWeights,
+		QueueSaturation: cfg.Balancer.QueueSaturation, StaleAfter: cfg.Balancer.StaleAfter,
+		Store: opts.WeightStore,
+	})
 	s := &Server{
-		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool,
+		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
 		signals: opts.Signals, alerts: opts.Alerts, baseline: opts.Baseline, feedback: opts.Feedback,
 	}
 	if s.log == nil {
@@ -115,7 +126,7 @@ func New(opts Options) (*Server, error) {
 	for _, b := range cfg.Backends {
 		known = append(known, b.Models...)
 	}
-	s.metrics = newMetrics(s.reg, pool, known)
+	s.metrics = newMetrics(s.reg, pool, bal, known)
 	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, s.metrics.dropped.Inc)
@@ -138,6 +149,13 @@ func New(opts Options) (*Server, error) {
 		Pool: pool, Client: s.client, Path: cfg.Health.Path,
 		Interval: cfg.Health.Interval, Timeout: cfg.Health.Timeout, Log: s.log,
 	}
+	s.scraper = &upstream.Scraper{
+		Pool: pool, Client: s.client, Timeout: cfg.Balancer.ScrapeInterval,
+		OnError: func(b *upstream.Backend, source string, err error) {
+			s.metrics.scrapeErrors.WithLabelValues(b.Name, source).Inc()
+			s.log.Debug("load scrape failed", "backend", b.Name, "source", source, "err", err)
+		},
+	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
 		Transport:      transport,
@@ -156,11 +174,16 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Pool returns the gateway's backends.
 func (s *Server) Pool() *upstream.Pool { return s.pool }
 
-// Run runs the gateway's background work (health checks, delivery to the
-// Observer) until ctx is done, then drains queued events.
+// Balancer returns the gateway's balancer.
+func (s *Server) Balancer() *balance.Balancer { return s.balancer }
+
+// Run runs the gateway's background work (health checks, load scraping and
+// weights, delivery to the Observer) until ctx is done, then drains queued
+// events.
 func (s *Server) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.checker.Run(ctx) })
+	g.Go(func() error { return s.runBalancer(ctx) })
 	if s.disp != nil {
 		g.Go(func() error { return s.disp.Run(ctx) })
 	}
@@ -229,10 +252,19 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 // ModifyResponse, ErrorHandler and the body tap on it).
 type exchange struct {
 	req     *Request
-	backend *upstream.Backend
+	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
 	server  trace.Span // the request's SERVER span
-	infer   trace.Span // the CLIENT span of the backend call; nil before it
+	infer   trace.Span // the CLIENT span of the current attempt; nil between attempts
+
+	// Retries (retry.go).
+	kinds        []string            // the route's backend kinds
+	attempts     int                 // attempts started
+	attemptStart time.Time           // when the current attempt started
+	tried        []*upstream.Backend // backends that failed this request, over triedBuf
+	triedBuf     [maxAttempts]*upstream.Backend
+	next         *upstream.Backend // set when the attempt failed and goes on there
+	settled      bool              // the observer has the request (settle)
 
 	status           int
 	firstByte        time.Time
@@ -286,8 +318,6 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		s.fail(w, x, aerr)
 		return
 	}
-	release := x.backend.Acquire()
-	defer release()
 	s.window.add(req.Start)
 
 	if s.retrieval != nil && op == opChat {
@@ -303,11 +333,27 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		req.Injected = true
 		s.metrics.injections.Inc()
 	}
+	x.kinds, x.tried = kinds, x.triedBuf[:0]
+	for {
+		s.attempt(ctx, w, r, x, f, body)
+		if x.next == nil {
+			return
+		}
+		// The attempt failed before anything reached the client.
+		x.backend, x.next = x.next, nil
+	}
+}
+
+// attempt sends the request to x.backend once, replaying the body bytes.
+// It sets x.next when the attempt failed in a way that goes on to another
+// backend.
+func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, f *requestFields, body []byte) {
+	release := x.backend.Acquire()
+	defer release()
+	x.attempts++
+	x.attemptStart = time.Now()
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	if s.disp != nil {
-		s.disp.request(req)
-	}
 	ictx, infer := s.startInference(ctx, x, f)
 	x.infer = infer
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ictx, exchangeKey{}, x)))
@@ -336,7 +382,7 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *exchange,
 	if req.Route == "/generate_stream" {
 		req.Stream = true
 	}
-	b, err := s.pool.Pick(req.Model, kinds...)
+	b, err := s.balancer.Pick(req.Model, kinds)
 	if err != nil {
 		return nil, nil, pickError(err, req.Model, kinds)
 	}
@@ -390,6 +436,15 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 
 func (s *Server) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
+	if resp.StatusCode >= 500 {
+		s.recordFailure(x.backend)
+		if s.retry(x, retryStatus, resp.StatusCode) {
+			return errRetry // the proxy closes the body and calls proxyError
+		}
+	} else {
+		s.recordSuccess(x.backend)
+	}
+	x.settle()
 	x.status = resp.StatusCode
 	h := resp.Header
 	h.Set("X-Vigil-Backend", x.backend.Name)
@@ -398,6 +453,9 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
 	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
 	tp := newTap(resp.Body, x, isSSE, s.captureBytes())
+	if isSSE {
+		tp.tgi = x.req.Operation == opGenerate
+	}
 	if isSSE && s.cfg.Tracing.CaptureContent && x.infer != nil && x.infer.IsRecording() {
 		tp.keepStream = s.cfg.Tracing.MaxContentBytes
 	}
@@ -432,14 +490,25 @@ func (s *Server) captureBytes() int {
 
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
-	e := upstreamError(r.Context(), err)
-	if e.status == http.StatusBadGateway {
-		e.message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
-		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "err", err)
-		if isDialError(err) && x.backend.SetHealthy(false) {
-			s.log.Warn("backend marked unhealthy until its next health check", "backend", x.backend.Name)
-		}
+	if errors.Is(err, errRetry) {
+		return // modifyResponse chose another backend; nothing was written
 	}
+	e := upstreamError(r.Context(), err)
+	if e.status != statusClientClosed {
+		s.recordFailure(x.backend)
+	}
+	if e.status == http.StatusBadGateway {
+		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.attempts, "err", err)
+		reason := retryTransport
+		if isDialError(err) {
+			reason = retryConnect
+		}
+		if s.retry(x, reason, 0) {
+			return
+		}
+		e.message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
+	}
+	x.settle()
 	x.apiErr = e
 	if e.status == statusClientClosed {
 		return // nobody to answer
@@ -453,8 +522,10 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // re-raised.
 func (s *Server) finish(ctx context.Context, x *exchange) {
 	p := recover()
-	x.latency = time.Since(x.req.Start)
+	now := time.Now()
+	x.latency = now.Sub(x.req.Start)
 	status, class := x.outcome(ctx, p != nil)
+	s.observeBackend(ctx, x, now)
 	s.metrics.observe(x, status, class)
 	s.endSpans(x, status, class)
 	if s.access != nil {
@@ -527,6 +598,7 @@ func (s *Server) logAccess(ctx context.Context, x *exchange, status int, class s
 		slog.Int("prompt_tokens", x.promptTokens),
 		slog.Int("completion_tokens", x.completionTokens),
 		slog.String("error_class", class),
+		slog.Int("attempts", x.attempts),
 	)
 }
 

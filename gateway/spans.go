@@ -81,7 +81,27 @@ func (s *Server) startInference(ctx context.Context, x *exchange, f *requestFiel
 	if x.req.Injected {
 		attrs = append(attrs, attribute.Bool("vigil.logprobs_injected", true))
 	}
+	if x.attempts > 1 {
+		attrs = append(attrs, attribute.Int("vigil.attempt", x.attempts))
+	}
 	return s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// endAttempt ends the inference span of an attempt that failed and is
+// retried on another backend: status is the backend's 5xx, or 0 when no
+// response came.
+func (s *Server) endAttempt(x *exchange, status int, class string) {
+	sp := x.infer
+	x.infer = nil
+	if sp == nil {
+		return
+	}
+	if status > 0 {
+		sp.SetAttributes(attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
+	}
+	sp.SetAttributes(attribute.String(tracing.AttrErrorType, class), attribute.Bool("vigil.retried", true))
+	sp.SetStatus(codes.Error, class)
+	sp.End()
 }
 
 // endSpans ends the inference and server spans of a finished request.

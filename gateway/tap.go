@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/sse"
@@ -14,14 +17,26 @@ import (
 // each to the dispatcher, which never blocks) or keeps a bounded copy of a
 // plain body. It records the first byte's time and the token usage for the
 // access log. A tap is used by the one goroutine that copies the response.
+//
+// When an SSE stream breaks (a read error other than the client leaving),
+// the tap ends it with an error event and a clean EOF rather than letting
+// the proxy abort the connection: a client's SSE parser surfaces an abort
+// inconsistently, an error event always (the OpenAI SDKs raise on a data
+// object with an "error" key). Plain bodies still abort (issue 7).
 type tap struct {
 	body       io.ReadCloser
 	x          *exchange
 	sse        bool
+	tgi        bool // error events in TGI's shape
 	split      sse.Splitter
 	captureMax int
 	keepStream int // bytes of SSE payloads to keep for content capture; 0: none
 	onData     func([]byte)
+
+	tail    [4]byte // the last bytes passed through, for the error event's framing
+	ntail   int
+	broken  bool   // the stream broke: pending, then EOF
+	pending []byte // the rest of the error event
 }
 
 func newTap(body io.ReadCloser, x *exchange, isSSE bool, captureMax int) *tap {
@@ -31,6 +46,14 @@ func newTap(body io.ReadCloser, x *exchange, isSSE bool, captureMax int) *tap {
 }
 
 func (t *tap) Read(p []byte) (int, error) {
+	if t.broken {
+		n := copy(p, t.pending)
+		t.pending = t.pending[n:]
+		if len(t.pending) == 0 {
+			return n, io.EOF
+		}
+		return n, nil
+	}
 	n, err := t.body.Read(p)
 	if n > 0 {
 		x := t.x
@@ -42,6 +65,7 @@ func (t *tap) Read(p []byte) (int, error) {
 		}
 		if t.sse {
 			t.split.Write(p[:n], t.onData)
+			t.track(p[:n])
 		} else {
 			t.capture(p[:n])
 		}
@@ -51,11 +75,62 @@ func (t *tap) Read(p []byte) (int, error) {
 			if t.sse {
 				t.split.Flush(t.onData)
 			}
-		} else if t.x.readErr == nil {
+			return n, err
+		}
+		if t.x.readErr == nil {
 			t.x.readErr = err
+		}
+		if t.sse && !errors.Is(err, context.Canceled) {
+			t.broken, t.pending = true, t.errorEvent()
+			if n > 0 {
+				return n, nil
+			}
+			return t.Read(p)
 		}
 	}
 	return n, err
+}
+
+// track keeps the last bytes of the stream.
+func (t *tap) track(b []byte) {
+	if len(b) >= len(t.tail) {
+		t.ntail = copy(t.tail[:], b[len(b)-len(t.tail):])
+		return
+	}
+	var buf [2 * len(t.tail)]byte
+	all := append(append(buf[:0], t.tail[:t.ntail]...), b...)
+	t.ntail = copy(t.tail[:], all[max(0, len(all)-len(t.tail)):])
+}
+
+// errorEvent returns the event that ends a broken stream, framed so that it
+// is an event of its own: after a complete event it follows directly; after
+// a complete line of an unfinished event, a blank line first ends that
+// event as the backend sent it; in the middle of a line, the line and its
+// event are ended first (a client sees that event as malformed, then the
+// error).
+func (t *tap) errorEvent() []byte {
+	tail := string(t.tail[:t.ntail])
+	hasSuffix := strings.HasSuffix
+	var b []byte
+	switch {
+	case t.ntail == 0 || hasSuffix(tail, "\n\n") || hasSuffix(tail, "\r\n\r\n") || hasSuffix(tail, "\r\r"):
+	case hasSuffix(tail, "\n") || hasSuffix(tail, "\r"):
+		b = append(b, '\n')
+	default:
+		b = append(b, "\n\n"...)
+	}
+	msg, _ := json.Marshal("the stream from backend " + t.x.backend.Name + " broke before it ended")
+	if t.tgi {
+		// TGI's own error events: {"error": "...", "error_type": "..."}.
+		b = append(b, `data:{"error":`...)
+		b = append(b, msg...)
+		b = append(b, `,"error_type":"upstream_error"}`...)
+	} else {
+		b = append(b, `data: {"error":{"message":`...)
+		b = append(b, msg...)
+		b = append(b, `,"type":"upstream_error","code":"upstream_stream_broken"}}`...)
+	}
+	return append(b, "\n\n"...)
 }
 
 func (t *tap) Close() error { return t.body.Close() }

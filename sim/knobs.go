@@ -47,6 +47,14 @@ type Knobs struct {
 	// requests wait in FIFO order, as vLLM's --max-num-seqs. Zero in
 	// [Options] or [Server.SetKnobs] means the default, 64.
 	MaxNumSeqs int
+	// ExtraWaiting is added to vllm:num_requests_waiting on /metrics, as if
+	// other clients had that many requests queued: it loads the backend as
+	// a balancer sees it without holding real requests. Zero means none.
+	ExtraWaiting int
+	// KVCacheUsage, when above zero, is reported as vllm:kv_cache_usage_perc
+	// (and vllm:gpu_cache_usage_perc) instead of the measured usage, in
+	// [0, 1]. Zero means the measured usage.
+	KVCacheUsage float64
 }
 
 // Limits that keep every request's memory and time bounded whatever the input.
@@ -103,6 +111,12 @@ func (k Knobs) Validate() error {
 	if k.MaxNumSeqs < 1 {
 		bad("max_num_seqs", "must be at least 1, got %d", k.MaxNumSeqs)
 	}
+	if k.ExtraWaiting < 0 {
+		bad("extra_waiting", "must not be negative, got %d", k.ExtraWaiting)
+	}
+	if !(k.KVCacheUsage >= 0 && k.KVCacheUsage <= 1) {
+		bad("kv_cache_usage", "must be in [0, 1] (0 means measured), got %v", k.KVCacheUsage)
+	}
 	return errors.Join(errs...)
 }
 
@@ -127,6 +141,8 @@ func (k Knobs) normalized() Knobs {
 	if k.MaxNumSeqs <= 0 {
 		k.MaxNumSeqs = d.MaxNumSeqs
 	}
+	k.ExtraWaiting = max(k.ExtraWaiting, 0)
+	k.KVCacheUsage = clampFinite(k.KVCacheUsage, 0, 1, 0)
 	return k
 }
 
@@ -147,6 +163,8 @@ type knobsJSON struct {
 	Noise        float64 `json:"noise"`
 	OutputTokens int     `json:"output_tokens"`
 	MaxNumSeqs   int     `json:"max_num_seqs"`
+	ExtraWaiting int     `json:"extra_waiting"`
+	KVCacheUsage float64 `json:"kv_cache_usage"`
 }
 
 // knobsPatch is what UnmarshalJSON accepts: every field optional.
@@ -159,6 +177,8 @@ type knobsPatch struct {
 	Noise        *float64        `json:"noise"`
 	OutputTokens *int            `json:"output_tokens"`
 	MaxNumSeqs   *int            `json:"max_num_seqs"`
+	ExtraWaiting *int            `json:"extra_waiting"`
+	KVCacheUsage *float64        `json:"kv_cache_usage"`
 }
 
 // MarshalJSON writes the knobs with snake_case names and durations as Go
@@ -173,6 +193,8 @@ func (k Knobs) MarshalJSON() ([]byte, error) {
 		Noise:        k.Noise,
 		OutputTokens: k.OutputTokens,
 		MaxNumSeqs:   k.MaxNumSeqs,
+		ExtraWaiting: k.ExtraWaiting,
+		KVCacheUsage: k.KVCacheUsage,
 	})
 }
 
@@ -216,6 +238,12 @@ func (k *Knobs) UnmarshalJSON(b []byte) error {
 	}
 	if p.MaxNumSeqs != nil {
 		k.MaxNumSeqs = *p.MaxNumSeqs
+	}
+	if p.ExtraWaiting != nil {
+		k.ExtraWaiting = *p.ExtraWaiting
+	}
+	if p.KVCacheUsage != nil {
+		k.KVCacheUsage = *p.KVCacheUsage
 	}
 	return nil
 }

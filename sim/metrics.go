@@ -29,9 +29,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		return "{" + labels + "} " + strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	kv := min(max(float64(s.kvTokens.Load())/kvCacheTokens, 0), 1)
+	k := s.knobs.Load()
+	if k.KVCacheUsage > 0 {
+		kv = k.KVCacheUsage
+	}
 
 	metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", val(model, s.running.Load()))
-	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", val(model, s.waiting.Load()))
+	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", val(model, s.waiting.Load()+int64(k.ExtraWaiting)))
 	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", fval(model, kv))
 	metric("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage. Older name of vllm:kv_cache_usage_perc.", fval(model, kv))
 	metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", val(model, s.promptTokens.Load()))

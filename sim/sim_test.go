@@ -122,7 +122,7 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 func TestKnobsAPI(t *testing.T) {
 	s, ts := newTestServer(t, DefaultKnobs())
 	status, body := get(t, ts.URL+"/sim/knobs")
-	want := `{"ttft":"0s","itl":"0s","error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64}`
+	want := `{"ttft":"0s","itl":"0s","error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0}`
 	if status != http.StatusOK || string(body) != want {
 		t.Errorf("GET /sim/knobs: %d %s", status, body)
 	}
@@ -153,6 +153,7 @@ func TestKnobsAPI(t *testing.T) {
 		{`{"noise":"x"}`, "noise: expected a number, got JSON string"},
 		{`{"temperature":1}`, "temperature: unknown knob"},
 		{`[]`, "knobs: expected a JSON object"},
+		{`{"extra_waiting":-1,"kv_cache_usage":2}`, "extra_waiting: must not be negative, got -1\nkv_cache_usage: must be in [0, 1] (0 means measured), got 2"},
 	}
 	for _, tt := range tests {
 		status, _, body := post(t, ts.URL+"/sim/knobs", tt.body)
@@ -172,7 +173,7 @@ func TestKnobsAPI(t *testing.T) {
 
 func TestKnobsJSONRoundTrip(t *testing.T) {
 	k := Knobs{TTFT: 80 * time.Millisecond, ITL: 15 * time.Millisecond, ErrorRate: 0.05, MaxModelLen: 8192,
-		Confidence: 0.7, Noise: 0.1, OutputTokens: 64, MaxNumSeqs: 16}
+		Confidence: 0.7, Noise: 0.1, OutputTokens: 64, MaxNumSeqs: 16, ExtraWaiting: 3, KVCacheUsage: 0.25}
 	b, err := k.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +281,13 @@ func TestMetricsReflectLoad(t *testing.T) {
 	eventually(t, "an idle server", func() bool { return s.Stats().Running == 0 })
 	if g := gauges(t, ts.URL); g["vllm:num_requests_running"] != 0 || g["vllm:num_requests_waiting"] != 0 || g["vllm:kv_cache_usage_perc"] != 0 {
 		t.Errorf("gauges after the load: %v", g)
+	}
+
+	// The load knobs set what a balancer reads without real requests.
+	post(t, ts.URL+"/sim/knobs", `{"extra_waiting":12,"kv_cache_usage":0.75}`)
+	g = gauges(t, ts.URL)
+	if g["vllm:num_requests_waiting"] != 12 || g["vllm:kv_cache_usage_perc"] != 0.75 || g["vllm:gpu_cache_usage_perc"] != 0.75 {
+		t.Errorf("gauges with extra_waiting 12, kv_cache_usage 0.75: %v", g)
 	}
 }
 

@@ -1,16 +1,15 @@
 // Package upstream holds the state of the inference backends that the
-// balancer, the health checker and the admin API share.
+// balancer, the health checks, the load scraper and the admin API share:
+// immutable configuration, and live state in atomics and immutable
+// snapshots behind atomic pointers, so that readers never take a lock.
 package upstream
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
+	"math"
 	"net/url"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,26 +22,45 @@ const (
 	KindTGI    = "tgi"
 )
 
-// Sentinel errors of Pick.
+// Sentinel errors of picking a backend.
 var (
 	// ErrUnknownModel means no backend is configured to serve the model.
 	ErrUnknownModel = errors.New("no backend serves this model")
-	// ErrNoHealthy means backends serve the model but none is healthy.
+	// ErrNoHealthy means backends serve the model but none is healthy (or
+	// every healthy one was excluded).
 	ErrNoHealthy = errors.New("no healthy backend")
 )
 
 // A Backend is one inference server. Its configuration is immutable; its
-// health and in-flight count are atomics, safe for concurrent use.
+// health, in-flight count, load signals and observations are atomics or
+// immutable snapshots behind atomic pointers, safe for concurrent use.
 type Backend struct {
-	Name   string
-	URL    *url.URL
-	Kind   string
+	Name string
+	URL  *url.URL
+	Kind string
+	// Weight is the configured base weight, > 0.
 	Weight float64
+	// Agent is the node load agent's base URL; nil when none is configured.
+	Agent *url.URL
+	// Metrics is the server's Prometheus endpoint; nil when none is configured.
+	Metrics *url.URL
 	// models is nil when the backend serves every model.
 	models map[string]struct{}
 
-	healthy  atomic.Bool
+	pool *Pool
+
+	healthy  atomic.Bool // the last active check passed (true before any)
 	inflight atomic.Int64
+
+	// Passive health (health.go).
+	fails        atomic.Int64 // consecutive failed requests
+	ejections    atomic.Int64 // ejections since the last successful request
+	ejectedUntil atomic.Int64 // unix nanoseconds; 0: not ejected
+
+	agentLoad  atomic.Pointer[AgentLoad]
+	serverLoad atomic.Pointer[ServerLoad]
+	latency    ewma // seconds to the first response byte
+	errRate    ewma // 1 per failed attempt, 0 per successful one
 }
 
 // Serves reports whether the backend is configured for model. An empty model
@@ -68,13 +86,6 @@ func (b *Backend) Models() []string {
 	return out
 }
 
-// Healthy reports the backend's last known health.
-func (b *Backend) Healthy() bool { return b.healthy.Load() }
-
-// SetHealthy records the backend's health and reports whether it changed;
-// the change is made by compare-and-swap so that it is reported once.
-func (b *Backend) SetHealthy(v bool) bool { return b.healthy.CompareAndSwap(!v, v) }
-
 // Inflight returns the number of requests being proxied to the backend.
 func (b *Backend) Inflight() int64 { return b.inflight.Load() }
 
@@ -87,21 +98,41 @@ func (b *Backend) Acquire() (release func()) {
 // A Pool is the fixed set of configured backends. It is safe for concurrent use.
 type Pool struct {
 	backends []*Backend
-	next     atomic.Uint64
+	passive  Passive
 }
 
-// NewPool builds a pool from validated backend configs. Every backend starts
-// healthy: an unchecked backend is given the benefit of the doubt.
-func NewPool(cfgs []config.Backend) (*Pool, error) {
-	p := &Pool{}
+// Passive configures passive ejection (see [Backend.RecordFailure]).
+type Passive struct {
+	// Failures is the number of consecutive failures that eject a backend.
+	// Zero disables passive ejection.
+	Failures int
+	// Backoff is the first ejection's length; it doubles with each further
+	// ejection up to MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+}
+
+// NewPool builds a pool from validated backend configs; health gives the
+// passive ejection settings. Every backend starts healthy: an unchecked
+// backend is given the benefit of the doubt.
+func NewPool(cfgs []config.Backend, health config.Health) (*Pool, error) {
+	p := &Pool{passive: Passive{Failures: health.Failures, Backoff: health.Backoff, MaxBackoff: max(health.MaxBackoff, health.Backoff)}}
 	for i, c := range cfgs {
 		u, err := url.Parse(c.URL)
 		if err != nil || u.Scheme == "" || u.Host == "" {
 			return nil, fmt.Errorf("backends[%d].url: invalid URL %q", i, c.URL)
 		}
-		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight}
+		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight, pool: p}
 		if b.Kind == "" {
 			b.Kind = KindOpenAI
+		}
+		if !(b.Weight > 0) {
+			b.Weight = 100
+		}
+		if b.Agent, err = optionalURL(c.Agent); err != nil {
+			return nil, fmt.Errorf("backends[%d].agent: invalid URL %q", i, c.Agent)
+		}
+		if b.Metrics, err = optionalURL(c.Metrics); err != nil {
+			return nil, fmt.Errorf("backends[%d].metrics: invalid URL %q", i, c.Metrics)
 		}
 		if len(c.Models) > 0 {
 			b.models = make(map[string]struct{}, len(c.Models))
@@ -110,43 +141,27 @@ func NewPool(cfgs []config.Backend) (*Pool, error) {
 			}
 		}
 		b.healthy.Store(true)
+		b.latency.reset()
+		b.errRate.reset()
 		p.backends = append(p.backends, b)
 	}
 	return p, nil
 }
 
-// Backends returns the backends in configuration order.
-func (p *Pool) Backends() []*Backend { return p.backends }
-
-// Pick chooses a healthy backend for model among those whose kind is in
-// kinds (all kinds when kinds is empty), round robin. It returns
-// ErrUnknownModel when no backend is configured for the model and
-// ErrNoHealthy when some are but none is healthy.
-func (p *Pool) Pick(model string, kinds ...string) (*Backend, error) {
-	n := len(p.backends)
-	if n == 0 {
-		return nil, ErrNoHealthy
+func optionalURL(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
 	}
-	start := int(p.next.Add(1) % uint64(n))
-	known := false
-	for i := range n {
-		b := p.backends[(start+i)%n]
-		if len(kinds) > 0 && !slices.Contains(kinds, b.Kind) {
-			continue
-		}
-		if !b.Serves(model) {
-			continue
-		}
-		known = true
-		if b.Healthy() {
-			return b, nil
-		}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, errors.New("invalid URL")
 	}
-	if !known {
-		return nil, ErrUnknownModel
-	}
-	return nil, ErrNoHealthy
+	return u, nil
 }
+
+// Backends returns the backends in configuration order. The slice is
+// shared: do not modify it.
+func (p *Pool) Backends() []*Backend { return p.backends }
 
 // Ready reports whether at least one backend is healthy.
 func (p *Pool) Ready() bool {
@@ -158,69 +173,61 @@ func (p *Pool) Ready() bool {
 	return false
 }
 
-// A Checker probes every backend's health path on an interval.
-type Checker struct {
-	Pool     *Pool
-	Client   *http.Client
-	Path     string
-	Interval time.Duration
-	Timeout  time.Duration
-	Log      *slog.Logger
-	// OnChange, if set, is called when a backend's health flips.
-	OnChange func(b *Backend, healthy bool)
+// ewma is an exponentially weighted moving average updated lock-free. NaN
+// means no observation yet.
+type ewma struct {
+	bits atomic.Uint64 // math.Float64bits of the average
+	at   atomic.Int64  // unix nanoseconds of the last observation
 }
 
-// Run checks all backends at once every Interval until ctx is done. It
-// returns nil at once when Interval is zero (checks disabled).
-func (c *Checker) Run(ctx context.Context) error {
-	if c.Interval <= 0 {
-		return nil
-	}
-	t := time.NewTicker(c.Interval)
-	defer t.Stop()
+func (e *ewma) reset() { e.bits.Store(math.Float64bits(math.NaN())) }
+
+func (e *ewma) observe(v, alpha float64, now time.Time) {
 	for {
-		c.CheckAll(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+		old := e.bits.Load()
+		avg := math.Float64frombits(old)
+		if math.IsNaN(avg) {
+			avg = v
+		} else {
+			avg += alpha * (v - avg)
+		}
+		if e.bits.CompareAndSwap(old, math.Float64bits(avg)) {
+			break
 		}
 	}
+	e.at.Store(now.UnixNano())
 }
 
-// CheckAll probes every backend once, concurrently, and waits for the results.
-func (c *Checker) CheckAll(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, b := range c.Pool.backends {
-		wg.Go(func() {
-			ok := c.check(ctx, b)
-			if ctx.Err() != nil {
-				return
-			}
-			if b.SetHealthy(ok) {
-				if c.Log != nil {
-					c.Log.Info("backend health changed", "backend", b.Name, "healthy", ok)
-				}
-				if c.OnChange != nil {
-					c.OnChange(b, ok)
-				}
-			}
-		})
+// value returns the average and the time of the last observation; NaN and
+// the zero time before any.
+func (e *ewma) value() (float64, time.Time) {
+	v := math.Float64frombits(e.bits.Load())
+	at := e.at.Load()
+	if math.IsNaN(v) || at == 0 {
+		return math.NaN(), time.Time{}
 	}
-	wg.Wait()
+	return v, time.Unix(0, at)
 }
 
-func (c *Checker) check(ctx context.Context, b *Backend) bool {
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.JoinPath(c.Path).String(), nil)
-	if err != nil {
-		return false
-	}
-	resp, err := c.Client.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode >= 200 && resp.StatusCode < 300
+// Smoothing of Vigil's own observations: the latest request counts for a
+// fifth of the latency average and a tenth of the error rate, so one slow
+// answer moves the weight a little and three failures in a row (health.failures'
+// default) move the error rate to about 0.27.
+const (
+	latencyAlpha = 0.2
+	errorAlpha   = 0.1
+)
+
+// ObserveLatency records the time from sending a request to the first byte
+// of its response body.
+func (b *Backend) ObserveLatency(d time.Duration, now time.Time) {
+	b.latency.observe(d.Seconds(), latencyAlpha, now)
 }
+
+// Latency returns the backend's time-to-first-byte EWMA in seconds and when
+// it was last updated; NaN before any observation.
+func (b *Backend) Latency() (float64, time.Time) { return b.latency.value() }
+
+// ErrorRate returns the EWMA of the share of failed attempts and when it was
+// last updated; NaN before any attempt.
+func (b *Backend) ErrorRate() (float64, time.Time) { return b.errRate.value() }

@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/vigil-gw/vigil/gateway/upstream"
+)
+
+// Retries. An attempt that fails before anything reached the client — a
+// transport error before the response (refused or reset connection, closed
+// keep-alive; not a timeout, which may leave the generation running, and
+// not a client that went away) or a 5xx answer, whose body is discarded
+// unread — is retried on another backend chosen by the balancer, never one
+// already tried, up to retries.attempts tries in all. The request body is
+// replayed from the bytes the gateway already holds. The last attempt, or
+// one with no other healthy backend left, answers as it would without
+// retries: the backend's 5xx passes through, a transport error is a 502.
+// Each attempt is its own inference span. Once the response headers are
+// accepted there is no retry: a stream that breaks later ends with an error
+// event (tap.go).
+
+// maxAttempts bounds retries.attempts (config validates [1, 10]).
+const maxAttempts = 10
+
+// errRetry is returned by modifyResponse to make the proxy discard a 5xx
+// answer that is retried elsewhere.
+var errRetry = errors.New("retrying on another backend")
+
+// Retry reasons, the values of vigil_retries_total's reason label.
+const (
+	retryConnect   = "connect"   // the backend could not be reached
+	retryTransport = "transport" // the connection failed after it was made
+	retryStatus    = "status_5xx"
+)
+
+// retry decides whether the failed attempt goes on to another backend; if
+// so it sets x.next, ends the attempt's span and counts the retry.
+func (s *Server) retry(x *exchange, reason string, status int) bool {
+	x.tried = append(x.tried, x.backend)
+	if x.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
+		return false
+	}
+	next, err := s.balancer.Pick(x.req.Model, x.kinds, x.tried...)
+	if err != nil {
+		return false
+	}
+	x.next = next
+	s.metrics.retries.WithLabelValues(reason).Inc()
+	s.log.Debug("retrying on another backend", "request_id", x.req.ID, "from", x.backend.Name, "to", next.Name, "reason", reason)
+	s.endAttempt(x, status, classUpstream5xx)
+	return true
+}
+
+// settle fixes the backend of the exchange once no attempt follows, and
+// hands the request to the observer: before settling, req.Backend may still
+// change, so the dispatcher goroutine must not see req yet.
+func (x *exchange) settle() {
+	if x.settled {
+		return
+	}
+	x.settled = true
+	x.req.Backend = x.backend.Name
+	if x.disp != nil {
+		x.disp.request(x.req)
+	}
+}
+
+func (s *Server) recordFailure(b *upstream.Backend) {
+	if ejected, until := b.RecordFailure(time.Now()); ejected {
+		s.metrics.ejections.WithLabelValues(b.Name).Inc()
+		s.log.Warn("backend ejected after consecutive failures", "backend", b.Name,
+			"failures", b.ConsecutiveFailures(), "until", until.Format(time.RFC3339Nano))
+	}
+}
+
+func (s *Server) recordSuccess(b *upstream.Backend) {
+	if b.RecordSuccess(time.Now()) {
+		s.log.Info("ejected backend re-admitted after a successful request", "backend", b.Name)
+	}
+}
+
+// observeBackend feeds the finished attempt to the backend's passive health
+// and latency average: a stream that broke after its headers is a failure;
+// the time to the first body byte of a good answer is its latency.
+func (s *Server) observeBackend(ctx context.Context, x *exchange, now time.Time) {
+	b := x.backend
+	if b == nil || x.attempts == 0 || x.apiErr != nil {
+		return
+	}
+	if x.readErr != nil && ctx.Err() == nil {
+		s.recordFailure(b)
+		return
+	}
+	if !x.firstByte.IsZero() && x.status < 500 {
+		b.ObserveLatency(x.firstByte.Sub(x.attemptStart), now)
+	}
+}
+
+// runBalancer scrapes the backends' load and recomputes the weights every
+// balancer.scrape_interval until ctx is done. Picks never wait for it.
+func (s *Server) runBalancer(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Balancer.ScrapeInterval)
+	defer t.Stop()
+	for {
+		s.refreshWeights(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refreshWeights runs one round: scrape, end elapsed ejections, reweigh.
+func (s *Server) refreshWeights(ctx context.Context) {
+	s.scraper.ScrapeAll(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	s.pool.Sweep(now, func(b *upstream.Backend) {
+		s.log.Info("ejected backend re-admitted after its back-off, on probation", "backend", b.Name)
+	})
+	uctx, cancel := context.WithTimeout(ctx, s.cfg.Balancer.ScrapeInterval)
+	defer cancel()
+	if err := s.balancer.Update(uctx, now); err != nil {
+		s.log.Warn("sharing balancer weights failed; using local weights", "err", err)
+	}
+}

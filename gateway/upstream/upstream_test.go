@@ -1,0 +1,156 @@
+package upstream
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/vigil-gw/vigil/config"
+)
+
+func TestParseServerMetrics(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		name, text string
+		want       *ServerLoad
+	}{
+		{"vllm", `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 5
+vllm:num_requests_running{engine="1",model_name="m"} 3
+vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 0 1764400000000
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
+vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.99
+vllm:num_requests_waiting_by_reason{reason="x"} 100
+`, &ServerLoad{Waiting: 2, Running: 8, KVCache: 0.6}},
+		{"older vllm", `vllm:num_requests_waiting{model_name="a b}\"c"} 4
+vllm:gpu_cache_usage_perc{model_name="m"} 0.25
+`, &ServerLoad{Waiting: 4, Running: nan, KVCache: 0.25}},
+		{"tgi", "tgi_queue_size 7\ntgi_batch_current_size 12\ntgi_request_count 100\n",
+			&ServerLoad{Waiting: 7, Running: 12, KVCache: nan}},
+		{"clamped usage", "vllm:kv_cache_usage_perc 1.5\n", &ServerLoad{Waiting: nan, Running: nan, KVCache: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseServerMetrics([]byte(tt.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateNaNs()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := ParseServerMetrics([]byte("process_cpu_seconds_total 3\n")); err != ErrNoLoadMetrics {
+		t.Errorf("no load series: %v, want ErrNoLoadMetrics", err)
+	}
+}
+
+func TestParseAgentLoad(t *testing.T) {
+	nan := math.NaN()
+	ts := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, json string
+		want       *AgentLoad
+	}{
+		{"gpu node", `{"cpu":0.25,"mem":0.5,"gpu":0.75,"gpu_mem":0.9,"has_gpu":true,"time":"2026-11-29T10:00:00Z"}`,
+			&AgentLoad{CPU: 0.25, Mem: 0.5, GPU: 0.75, GPUMem: 0.9, Sampled: ts}},
+		{"no gpu", `{"cpu":0.25,"mem":0.5,"gpu":0,"gpu_mem":0,"has_gpu":false}`,
+			&AgentLoad{CPU: 0.25, Mem: 0.5, GPU: nan, GPUMem: nan}},
+		{"partial and out of range", `{"cpu":1.5,"mem":-1}`,
+			&AgentLoad{CPU: 1, Mem: 0, GPU: nan, GPUMem: nan}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseAgentLoad([]byte(tt.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateNaNs()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := ParseAgentLoad([]byte(`[1]`)); err == nil {
+		t.Error("invalid JSON accepted")
+	}
+}
+
+// TestScraperAgesRepeatedSamples: an agent that answers the same sample
+// again keeps the sample's first-seen time, so it goes stale.
+func TestScraperAgesRepeatedSamples(t *testing.T) {
+	body := `{"cpu":0.5,"mem":0.5,"has_gpu":false,"time":"2026-11-29T10:00:00Z"}`
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/load" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte(body))
+	}))
+	defer agent.Close()
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent.URL, Weight: 1}}, config.Default().Health)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Scraper{Pool: p, Client: agent.Client()}
+	s.ScrapeAll(context.Background())
+	first := p.Backends()[0].AgentLoad()
+	if first == nil || first.CPU != 0.5 {
+		t.Fatalf("first scrape: %+v", first)
+	}
+	time.Sleep(10 * time.Millisecond)
+	s.ScrapeAll(context.Background())
+	if again := p.Backends()[0].AgentLoad(); !again.AsOf.Equal(first.AsOf) {
+		t.Errorf("the same sample got a new age: %v then %v", first.AsOf, again.AsOf)
+	}
+}
+
+// TestPassiveBackoff: ejection after Failures consecutive failures, back-off
+// doubling per ejection up to the cap, failures while ejected not extending
+// it, and a success clearing all.
+func TestPassiveBackoff(t *testing.T) {
+	h := config.Default().Health
+	h.Failures, h.Backoff, h.MaxBackoff = 3, time.Second, 3*time.Second
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := p.Backends()[0]
+	t0 := time.Now()
+	for i := range 2 {
+		if ej, _ := b.RecordFailure(t0); ej {
+			t.Fatalf("ejected after %d failures", i+1)
+		}
+	}
+	ej, until := b.RecordFailure(t0)
+	if !ej || until.Sub(t0) != time.Second {
+		t.Fatalf("third failure: ejected %v until +%v, want true, +1s", ej, until.Sub(t0))
+	}
+	if ej, _ := b.RecordFailure(t0.Add(500 * time.Millisecond)); ej {
+		t.Error("a failure while ejected ejected again")
+	}
+	// Probation: the next failure after the back-off ejects at once, for 2s,
+	// then 3s (the cap).
+	for _, want := range []time.Duration{2 * time.Second, 3 * time.Second, 3 * time.Second} {
+		t0 = until.Add(time.Millisecond)
+		ej, until = b.RecordFailure(t0)
+		if !ej || until.Sub(t0) != want {
+			t.Errorf("on probation: ejected %v for %v, want %v", ej, until.Sub(t0), want)
+		}
+	}
+	b.RecordSuccess(until.Add(time.Millisecond))
+	if b.ConsecutiveFailures() != 0 || !b.EjectedUntil().IsZero() || !b.Healthy() {
+		t.Errorf("after a success: failures %d, ejected until %v", b.ConsecutiveFailures(), b.EjectedUntil())
+	}
+	if ej, _ := b.RecordFailure(time.Now()); ej {
+		t.Error("one failure after a success ejected")
+	}
+}
