@@ -3,6 +3,8 @@
 //
 //	vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
 //	vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] ...
+//	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
+//	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
 //	vigil demo    [--listen ADDR] [--duration DUR]
 //	vigil check   --config FILE
 //	vigil version
@@ -28,6 +30,7 @@ const usage = `Vigil: an observability gateway for LLM inference.
 Usage:
   vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
   vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--error-rate F] ...
+  vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
   vigil demo    [--listen ADDR] [--duration DUR]
   vigil check   --config FILE
   vigil version
@@ -69,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, rest, stdout, stderr)
 	case "sim":
 		return runSim(ctx, rest, stderr)
+	case "agent":
+		return runAgent(ctx, rest, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "check":
