@@ -58,8 +58,8 @@ type Options struct {
 	// http.DefaultTransport with limits.upstream_timeout as the response
 	// header timeout.
 	Transport http.RoundTripper
-	// WeightStore shares balancing weights among gateway replicas (issue 6's
-	// Redis state store). Nil: each replica balances on its own weights.
+	// WeightStore shares balancing weights among gateway replicas
+	// (state.Weights over Redis). Nil: each replica balances on its own weights.
 	WeightStore balance.Store
 }
 

@@ -100,15 +100,18 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	}
 	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer()}
 	var closers []io.Closer
+	var weights *state.Weights
 	if url := cfg.State.Redis.URL; url != "" {
 		rc, err := state.OpenRedis(url)
 		if err != nil {
 			tp.Shutdown(context.Background())
 			return nil, err
 		}
-		// Windows go to Redis off the request path; a Redis outage costs
-		// only their sharing, never a request.
-		ao.Sharing = &analyzers.Sharing{Store: state.NewRedis(rc, cfg.State.Redis.Prefix)}
+		// Windows and weights go to Redis off the request path; a Redis
+		// outage costs only their sharing, never a request.
+		store, replica := state.NewRedis(rc, cfg.State.Redis.Prefix), analyzers.ReplicaID()
+		ao.Sharing = &analyzers.Sharing{Store: store, Replica: replica}
+		weights = &state.Weights{Store: store, Replica: replica, MaxAge: cfg.Balancer.StaleAfter}
 		closers = append(closers, rc)
 	}
 	p, err := analyzers.New(ao)
@@ -116,11 +119,15 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 		tp.Shutdown(context.Background())
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Options{
+	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
 		Tracer: tp.Tracer(), Propagator: tp.Propagator(),
 		Observer: p, Signals: p, Baseline: p, Feedback: p,
-	})
+	}
+	if weights != nil {
+		gopts.WeightStore = weights
+	}
+	gw, err := gateway.New(gopts)
 	if err != nil {
 		tp.Shutdown(context.Background())
 		return nil, err

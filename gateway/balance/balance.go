@@ -76,9 +76,8 @@ type Options struct {
 
 // A Store shares weights among gateway replicas: ShareWeights publishes this
 // replica's weights (by backend name) and returns the weights to use, e.g.
-// an average over the replicas that published recently. The Redis state
-// store of issue 6 is meant to implement it; until then no implementation
-// exists and weights stay local. Missing names keep the local weight.
+// an average over the replicas that published recently (state.Weights does,
+// over the Redis store). Missing names keep the local weight.
 type Store interface {
 	ShareWeights(ctx context.Context, local map[string]float64) (map[string]float64, error)
 }

@@ -1,0 +1,63 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Weights shares the balancer's backend weights among replicas (it is a
+// gateway/balance.Store): each replica publishes its weights with the time,
+// and uses the mean over the replicas that published within MaxAge.
+type Weights struct {
+	Store   Store
+	Replica string
+	// MaxAge drops the weights of replicas that stopped publishing.
+	MaxAge time.Duration
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+}
+
+type published struct {
+	At      time.Time          `json:"at"`
+	Weights map[string]float64 `json:"weights"`
+}
+
+// weightsSignal names the one-bucket series the weights live in.
+const weightsSignal = "weights"
+
+// ShareWeights publishes local and returns the mean weight per backend over
+// the fresh replicas (this one included).
+func (w *Weights) ShareWeights(ctx context.Context, local map[string]float64) (map[string]float64, error) {
+	now := time.Now()
+	if w.Now != nil {
+		now = w.Now()
+	}
+	v, err := json.Marshal(published{At: now, Weights: local})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Store.PutBuckets(ctx, weightsSignal, w.Replica, uint64(now.UnixNano()), []Bucket{{Payload: v}}, 10*w.MaxAge); err != nil {
+		return nil, err
+	}
+	all, err := w.Store.Buckets(ctx, weightsSignal, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	sum, n := map[string]float64{}, map[string]int{}
+	for _, b := range all {
+		var p published
+		if json.Unmarshal(b.Payload, &p) != nil || now.Sub(p.At) > w.MaxAge {
+			continue
+		}
+		for name, wt := range p.Weights {
+			sum[name] += wt
+			n[name]++
+		}
+	}
+	out := make(map[string]float64, len(sum))
+	for name, s := range sum {
+		out[name] = s / float64(n[name])
+	}
+	return out, nil
+}
