@@ -61,6 +61,7 @@ type Config struct {
 	Limits    Limits    `yaml:"limits"`
 	Health    Health    `yaml:"health"`
 	Retries   Retries   `yaml:"retries"`
+	Cache     Cache     `yaml:"cache"`
 	Log       Log       `yaml:"log"`
 }
 
@@ -361,6 +362,24 @@ type Retries struct {
 	Attempts int `yaml:"attempts"`
 }
 
+// Cache configures the response cache for deterministic requests
+// (temperature 0 or a fixed seed; embeddings always).
+type Cache struct {
+	// Enabled turns the cache on.
+	Enabled bool `yaml:"enabled"`
+	// TTL is how long a response is served from the cache…
+	TTL time.Duration `yaml:"ttl"`
+	// …give or take this share, at random, so entries do not expire together.
+	Jitter float64 `yaml:"jitter"`
+	// MaxEntries bounds the in-process cache (without Redis).
+	MaxEntries int `yaml:"max_entries"`
+	// MaxBodyBytes: larger responses are not cached.
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// LockTTL bounds how long replicas wait for the one replica fetching a
+	// missing entry (the stampede guard across replicas).
+	LockTTL time.Duration `yaml:"lock_ttl"`
+}
+
 // Log configures logging.
 type Log struct {
 	// Level is debug, info, warn or error.
@@ -403,6 +422,7 @@ func Default() Config {
 			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
 		},
 		Retries: Retries{Attempts: 3},
+		Cache:   Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
 		Log:     Log{Level: "info", Access: true},
 	}
 }

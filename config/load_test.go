@@ -39,6 +39,7 @@ func TestDefault(t *testing.T) {
 		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
 		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false, MaxContentBytes: 4096, Exporter: "otlp"},
 		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
+		Cache:     config.Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
 		Analyzers: wantAnalyzers(),
 		Alerts:    config.Alerts{Period: 5 * time.Minute},
 		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
@@ -122,6 +123,7 @@ log: {level: debug, access: false}
 				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
 				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
 				Retrieval: config.Default().Retrieval,
+				Cache:     config.Default().Cache,
 				Analyzers: func() config.Analyzers {
 					a := config.Default().Analyzers
 					a.QueueSize, a.MaxCaptureBytes = 128, 0

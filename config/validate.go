@@ -38,6 +38,7 @@ func (c *Config) Validate() error {
 	l.nest("limits", c.Limits.Validate())
 	l.nest("health", c.Health.Validate())
 	l.nest("retries", c.Retries.Validate())
+	l.nest("cache", c.Cache.Validate())
 	l.nest("log", c.Log.Validate())
 	return l.err()
 }
@@ -467,4 +468,21 @@ func checkToken(s string) error {
 		return errors.New("must not contain whitespace or control characters")
 	}
 	return nil
+}
+
+// Validate checks c.
+func (c *Cache) Validate() error {
+	var l errList
+	l.add("ttl", checkPositiveDuration(c.TTL))
+	if !(c.Jitter >= 0 && c.Jitter < 1) {
+		l.add("jitter", fmt.Errorf("must be in [0, 1), got %v", c.Jitter))
+	}
+	if c.MaxEntries < 1 {
+		l.add("max_entries", fmt.Errorf("must be >= 1, got %d", c.MaxEntries))
+	}
+	if c.MaxBodyBytes < 1 {
+		l.add("max_body_bytes", fmt.Errorf("must be >= 1, got %d", c.MaxBodyBytes))
+	}
+	l.add("lock_ttl", checkPositiveDuration(c.LockTTL))
+	return l.err()
 }

@@ -27,6 +27,8 @@ type metrics struct {
 	// injections counts requests sent upstream with logprobs the client
 	// did not ask for (inject.go).
 	injections prometheus.Counter
+	cacheHits  prometheus.Counter
+	cacheMiss  prometheus.Counter
 	// retries counts attempts retried on another backend, by reason.
 	retries *prometheus.CounterVec
 	// ejections counts passive ejections by backend.
@@ -73,6 +75,14 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 			Name: "vigil_logprob_injections_total",
 			Help: "Requests sent to a backend with token logprobs their client did not ask for (analyzers.confidence.inject); the client's response has them removed.",
 		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_cache_hits_total",
+			Help: "Requests answered from the response cache.",
+		}),
+		cacheMiss: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_cache_misses_total",
+			Help: "Cacheable requests forwarded to a backend (one per group of identical misses).",
+		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_retries_total",
 			Help: "Attempts that failed before anything reached the client and were retried on another backend, by reason (connect, transport, status_5xx).",
@@ -93,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
 	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current dynamic balancing weight: base × (1 − load), at least 1% of base.", []string{"backend"}, nil)
 	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors, and the blend); absent when unknown or stale.", []string{"backend", "signal"}, nil)
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped, m.injections,
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped, m.injections, m.cacheHits, m.cacheMiss,
 		m.retries, m.ejections, m.scrapeErrors,
 		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load}, collect: func(ch chan<- prometheus.Metric) {
 			snap := bal.Snapshot()

@@ -39,6 +39,7 @@ type requestFields struct {
 	MaxCompletionTokens *float64 `json:"max_completion_tokens"`
 	Temperature         *float64 `json:"temperature"`
 	TopP                *float64 `json:"top_p"`
+	Seed                jsonKind `json:"seed"` // present: deterministic, cacheable
 	Parameters          struct {
 		MaxNewTokens *float64 `json:"max_new_tokens"`
 		Temperature  *float64 `json:"temperature"`

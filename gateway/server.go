@@ -27,6 +27,7 @@ import (
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
+	"github.com/vigil-gw/vigil/state"
 )
 
 // Options configure a Server. Only Config is required.
@@ -58,6 +59,10 @@ type Options struct {
 	// http.DefaultTransport with limits.upstream_timeout as the response
 	// header timeout.
 	Transport http.RoundTripper
+	// SharedStore holds what replicas share; the response cache uses it
+	// (with Replica naming this process). Nil: an in-process cache.
+	SharedStore state.Store
+	Replica     string
 	// WeightStore shares balancing weights among gateway replicas
 	// (state.Weights over Redis). Nil: each replica balances on its own weights.
 	WeightStore balance.Store
@@ -84,7 +89,8 @@ type Server struct {
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
-	retrieval *retriever // nil when no retrieval hook is configured
+	retrieval *retriever     // nil when no retrieval hook is configured
+	cache     *responseCache // nil when cache.enabled is false
 
 	signals  SignalsSource
 	alerts   AlertsSource
@@ -142,6 +148,9 @@ func New(opts Options) (*Server, error) {
 		transport = t
 	}
 	s.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	if cfg.Cache.Enabled {
+		s.cache = newResponseCache(cfg.Cache, opts.SharedStore, opts.Replica)
+	}
 	if cfg.Retrieval.URL != "" {
 		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
 	}
@@ -318,8 +327,22 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		s.fail(w, x, aerr)
 		return
 	}
+	x.kinds = kinds
 	s.window.add(req.Start)
 
+	if s.cache != nil && f != nil {
+		if key, ok := s.cache.key(op, f, body); ok {
+			if s.cached(ctx, w, r, x, f, body, key) {
+				return
+			}
+		}
+	}
+	s.forward(ctx, w, r, x, f, body)
+}
+
+// forward runs the retrieval hook and logprob injection, then the attempts.
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, f *requestFields, body []byte) {
+	req, op := x.req, x.req.Operation
 	if s.retrieval != nil && op == opChat {
 		var aerr *apiError
 		if body, aerr = s.retrieve(ctx, x, body); aerr != nil {
@@ -333,7 +356,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		req.Injected = true
 		s.metrics.injections.Inc()
 	}
-	x.kinds, x.tried = kinds, x.triedBuf[:0]
+	x.tried = x.triedBuf[:0]
 	for {
 		s.attempt(ctx, w, r, x, f, body)
 		if x.next == nil {
@@ -343,6 +366,56 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		x.backend, x.next = x.next, nil
 	}
 }
+
+// cached serves a cacheable request from the cache, or fetches it once for
+// all identical requests in flight (here, and across replicas with a shared
+// store), and reports whether it answered. On false the caller forwards
+// the request as usual.
+func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, f *requestFields, body []byte, key string) bool {
+	serve := func(cr *cachedResponse) bool {
+		x.status, x.req.Backend, x.backend = cr.Status, "cache", nil
+		s.metrics.cacheHits.Inc()
+		w.Header().Set("X-Vigil-Backend", "cache")
+		serveCached(w, cr)
+		return true
+	}
+	if cr := s.cache.get(ctx, key); cr != nil {
+		return serve(cr)
+	}
+	leader := false
+	v, _, _ := s.cache.group.Do(key, func() (any, error) {
+		leader = true
+		if cr := s.cache.awaitOther(ctx, key); cr != nil {
+			return cr, nil
+		}
+		s.metrics.cacheMiss.Inc()
+		cw := &captureWriter{ResponseWriter: w, limit: s.cache.cfg.MaxBodyBytes}
+		w.Header().Set("X-Vigil-Cache", "miss")
+		s.forward(ctx, cw, r, x, f, body)
+		cr := cw.result(x)
+		if cr != nil {
+			s.cache.put(ctx, key, cr)
+		}
+		return servedHere{cr}, nil
+	})
+	switch res := v.(type) {
+	case servedHere:
+		if leader {
+			return true // this request was the one forwarded
+		}
+		if res.cr != nil {
+			return serve(res.cr)
+		}
+		return false // not cacheable after all: forward this one too
+	case *cachedResponse:
+		return serve(res) // another replica fetched it
+	}
+	return false
+}
+
+// servedHere is the singleflight result of a fetch forwarded by this
+// process: the cached response, or nil when it was not cacheable.
+type servedHere struct{ cr *cachedResponse }
 
 // attempt sends the request to x.backend once, replaying the body bytes.
 // It sets x.next when the attempt failed in a way that goes on to another

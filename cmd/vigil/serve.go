@@ -101,6 +101,8 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer()}
 	var closers []io.Closer
 	var weights *state.Weights
+	var shared state.Store
+	var replica string
 	if url := cfg.State.Redis.URL; url != "" {
 		rc, err := state.OpenRedis(url)
 		if err != nil {
@@ -109,7 +111,8 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 		}
 		// Windows and weights go to Redis off the request path; a Redis
 		// outage costs only their sharing, never a request.
-		store, replica := state.NewRedis(rc, cfg.State.Redis.Prefix), analyzers.ReplicaID()
+		store := state.NewRedis(rc, cfg.State.Redis.Prefix)
+		shared, replica = store, analyzers.ReplicaID()
 		ao.Sharing = &analyzers.Sharing{Store: store, Replica: replica}
 		weights = &state.Weights{Store: store, Replica: replica, MaxAge: cfg.Balancer.StaleAfter}
 		closers = append(closers, rc)
@@ -126,6 +129,7 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	}
 	if weights != nil {
 		gopts.WeightStore = weights
+		gopts.SharedStore, gopts.Replica = shared, replica
 	}
 	gw, err := gateway.New(gopts)
 	if err != nil {

@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/state"
+)
+
+// cacheStore is where cached responses live: the shared state store, or a
+// bounded in-process map. Both are safe for concurrent use.
+type cacheStore interface {
+	Get(ctx context.Context, key string) ([]byte, error)
+	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
+}
+
+// responseCache caches whole responses of deterministic requests. Identical
+// misses arriving together cause one upstream call: a singleflight within
+// the process and, with a shared store, a short lease across replicas.
+type responseCache struct {
+	cfg     config.Cache
+	store   cacheStore
+	leases  leaser // nil without a shared store
+	replica string
+	group   singleflight.Group
+}
+
+// leaser is the lease part of state.Store.
+type leaser interface {
+	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+}
+
+// cachedResponse is what the cache keeps of a response.
+type cachedResponse struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type"`
+	Body        []byte `json:"body"`
+}
+
+func newResponseCache(cfg config.Cache, shared state.Store, replica string) *responseCache {
+	c := &responseCache{cfg: cfg, replica: replica}
+	if shared != nil {
+		c.store, c.leases = shared, shared
+	} else {
+		c.store = newLocalCache(cfg.MaxEntries)
+	}
+	return c
+}
+
+// key returns the cache key of a deterministic request: a hash of the
+// operation and the body re-encoded with sorted keys and no spaces (so that
+// formatting does not matter), or false when the request is not
+// deterministic (sampling at a temperature above 0 without a seed).
+func (c *responseCache) key(op string, f *requestFields, body []byte) (string, bool) {
+	switch op {
+	case opEmbeddings:
+	case opChat, opCompletion:
+		deterministic := (f.Temperature != nil && *f.Temperature == 0) || f.Seed.present()
+		if !deterministic {
+			return "", false
+		}
+	default:
+		return "", false
+	}
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return "", false
+	}
+	norm, err := json.Marshal(v) // maps marshal with sorted keys
+	if err != nil {
+		return "", false
+	}
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{0})
+	h.Write(norm)
+	return "cache:" + hex.EncodeToString(h.Sum(nil)), true
+}
+
+func (c *responseCache) get(ctx context.Context, key string) *cachedResponse {
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	b, err := c.store.Get(ctx, key)
+	if err != nil {
+		return nil // missing, or the store is down: a miss either way
+	}
+	var cr cachedResponse
+	if json.Unmarshal(b, &cr) != nil {
+		return nil
+	}
+	return &cr
+}
+
+func (c *responseCache) put(ctx context.Context, key string, cr *cachedResponse) {
+	b, err := json.Marshal(cr)
+	if err != nil {
+		return
+	}
+	ttl := time.Duration(float64(c.cfg.TTL) * (1 + c.cfg.Jitter*(2*rand.Float64()-1)))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	c.store.Set(ctx, key, b, ttl)
+}
+
+// awaitOther, when another replica holds the fetch lease of key, polls the
+// cache for its result until the lease time is up.
+func (c *responseCache) awaitOther(ctx context.Context, key string) *cachedResponse {
+	if c.leases == nil {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	mine, err := c.leases.Acquire(lctx, "fetch-"+key, c.replica, c.cfg.LockTTL)
+	cancel()
+	if err != nil || mine {
+		return nil
+	}
+	deadline := time.Now().Add(c.cfg.LockTTL)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if cr := c.get(ctx, key); cr != nil {
+			return cr
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return nil
+}
+
+// serveCached writes a cached response: JSON as it was, SSE event by event
+// with a flush after each, as a stream is.
+func serveCached(w http.ResponseWriter, cr *cachedResponse) {
+	h := w.Header()
+	h.Set("Content-Type", cr.ContentType)
+	h.Set("X-Vigil-Cache", "hit")
+	w.WriteHeader(cr.Status)
+	if !strings.HasPrefix(cr.ContentType, "text/event-stream") {
+		w.Write(cr.Body)
+		return
+	}
+	rc := http.NewResponseController(w)
+	for rest := cr.Body; len(rest) > 0; {
+		i := bytes.Index(rest, []byte("\n\n"))
+		n := len(rest)
+		if i >= 0 {
+			n = i + 2
+		}
+		w.Write(rest[:n])
+		rc.Flush()
+		rest = rest[n:]
+	}
+}
+
+// captureWriter passes a response through and keeps a copy, up to limit,
+// for the cache. Flush and Unwrap keep streaming working.
+type captureWriter struct {
+	http.ResponseWriter
+	status int
+	buf    bytes.Buffer
+	limit  int
+	over   bool
+}
+
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if !c.over {
+		if c.buf.Len()+len(p) > c.limit {
+			c.over = true
+			c.buf = bytes.Buffer{}
+		} else {
+			c.buf.Write(p)
+		}
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+func (c *captureWriter) Flush() { http.NewResponseController(c.ResponseWriter).Flush() }
+
+func (c *captureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// result is the response to cache, or nil when it should not be (not a
+// 200 from a backend, too large, or broken).
+func (c *captureWriter) result(x *exchange) *cachedResponse {
+	if c.status != http.StatusOK || c.over || x.apiErr != nil || x.readErr != nil || x.status != http.StatusOK {
+		return nil
+	}
+	return &cachedResponse{Status: c.status, ContentType: c.Header().Get("Content-Type"), Body: bytes.Clone(c.buf.Bytes())}
+}
+
+// localCache is a bounded in-process cacheStore: least recently used
+// entries go first; expired ones on access.
+type localCache struct {
+	mu    sync.Mutex
+	max   int
+	ll    *list.List // front: most recent
+	items map[string]*list.Element
+}
+
+type localEntry struct {
+	key     string
+	value   []byte
+	expires time.Time
+}
+
+func newLocalCache(max int) *localCache {
+	return &localCache{max: max, ll: list.New(), items: map[string]*list.Element{}}
+}
+
+func (l *localCache) Get(_ context.Context, key string) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.items[key]
+	if !ok {
+		return nil, state.ErrNotFound
+	}
+	ent := e.Value.(*localEntry)
+	if time.Now().After(ent.expires) {
+		l.ll.Remove(e)
+		delete(l.items, key)
+		return nil, state.ErrNotFound
+	}
+	l.ll.MoveToFront(e)
+	return ent.value, nil
+}
+
+func (l *localCache) Set(_ context.Context, key string, value []byte, ttl time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.items[key]; ok {
+		ent := e.Value.(*localEntry)
+		ent.value, ent.expires = value, time.Now().Add(ttl)
+		l.ll.MoveToFront(e)
+		return nil
+	}
+	l.items[key] = l.ll.PushFront(&localEntry{key: key, value: value, expires: time.Now().Add(ttl)})
+	for l.ll.Len() > l.max {
+		last := l.ll.Back()
+		l.ll.Remove(last)
+		delete(l.items, last.Value.(*localEntry).key)
+	}
+	return nil
+}
