@@ -24,16 +24,17 @@ type metrics struct {
 	driftPSI    *prometheus.GaugeVec
 	evaluations prometheus.Counter
 
-	respLogprob prometheus.Histogram
-	confMean    prometheus.Gauge
-	confEntropy prometheus.Gauge
-	confMargin  prometheus.Gauge
-	confLow     prometheus.Gauge
-	confAlarm   prometheus.Gauge
-	perplexity  prometheus.Gauge
-	outputAlarm prometheus.Gauge
-	ece         prometheus.Gauge
-	temperature prometheus.Gauge
+	respLogprob  prometheus.Histogram
+	confMean     prometheus.Gauge
+	confEntropy  prometheus.Gauge
+	confMargin   prometheus.Gauge
+	confLow      prometheus.Gauge
+	confAlarm    prometheus.Gauge
+	perplexity   prometheus.Gauge
+	outputAlarm  prometheus.Gauge
+	ece          prometheus.Gauge
+	calibDropped prometheus.Counter
+	temperature  prometheus.Gauge
 
 	latencyAnomalies *prometheus.CounterVec
 	latencyAlarm     prometheus.Gauge
@@ -88,6 +89,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		perplexity:  gauge("vigil_perplexity", "Mean perplexity of the latest complete minute."),
 		outputAlarm: gauge("vigil_output_drift_alarm", "1 while perplexity has been outside its band for the configured minutes."),
 		ece:         gauge("vigil_calibration_ece", "Expected calibration error of labelled responses."),
+		calibDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_calibration_unshared_total",
+			Help: "Responses remembered for calibration that could not be queued for the shared store (feedback must reach the replica that served them).",
+		}),
 		temperature: gauge("vigil_calibration_temperature", "Temperature fitted to the labelled responses."),
 		latencyAnomalies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_latency_anomalies_total",
@@ -99,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.featureErrors, m.parseErrors, m.abandoned,
 		m.driftScore, m.driftAlarm, m.driftStat, m.driftP, m.driftPSI, m.evaluations,
 		m.respLogprob, m.confMean, m.confEntropy, m.confMargin, m.confLow, m.confAlarm,
-		m.perplexity, m.outputAlarm, m.ece, m.temperature,
+		m.perplexity, m.outputAlarm, m.ece, m.temperature, m.calibDropped,
 		m.latencyAnomalies, m.latencyAlarm, m.latencyConfCorr)
 	for _, n := range latency.Names {
 		m.latencyAnomalies.WithLabelValues(n)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,14 @@ type Pipeline struct {
 	share  *sharer             // nil without Sharing
 	m      *metrics
 
+	// With Sharing: responses remembered for calibration since the last
+	// flush, written to the store so that feedback reaching another
+	// replica finds them; the other replicas' labels.
+	pendMu       sync.Mutex
+	pending      map[string]float64
+	labelVersion atomic.Int64
+	remoteLabels atomic.Pointer[[]calibrate.Pair]
+
 	// Owned by the dispatcher goroutine.
 	open  map[*Request]*logprob.Accumulator
 	order []*Request // FIFO of open, for eviction
@@ -115,7 +124,7 @@ func New(o Options) (*Pipeline, error) {
 		if cfg.Interval <= 0 {
 			cfg.Interval = time.Second
 		}
-		p.share = &sharer{cfg: cfg, log: p.log, m: newShareMetrics(reg),
+		p.share = &sharer{cfg: cfg, log: p.log, m: newShareMetrics(reg), dropped: map[string]int64{},
 			// Long enough for the reference span and the perplexity baseline.
 			ttl: c.Window + c.Reference + 10*time.Minute}
 		if p.drift != nil {
@@ -128,6 +137,10 @@ func New(o Options) (*Pipeline, error) {
 			p.share.monitors = append(p.share.monitors, p.lat)
 		}
 		p.share.onPin = func(at time.Time) { p.pinAt(at) }
+		p.pending = map[string]float64{}
+		if p.calib != nil {
+			p.share.calib = p
+		}
 	}
 	return p, nil
 }
@@ -240,7 +253,17 @@ func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 		p.m.observeResponse(&s)
 	}
 	if p.calib != nil && s.ID != "" && s.Tokens > 0 {
-		p.calib.Remember(s.ID, math.Exp(s.MeanLogprob), t)
+		conf := math.Exp(s.MeanLogprob)
+		p.calib.Remember(s.ID, conf, t)
+		if p.share != nil {
+			p.pendMu.Lock()
+			if len(p.pending) < maxPendingShare {
+				p.pending[s.ID] = conf
+			} else {
+				p.m.calibDropped.Inc()
+			}
+			p.pendMu.Unlock()
+		}
 	}
 	if p.lat != nil {
 		smp := sample(r, resp, &s)
@@ -346,7 +369,7 @@ func (p *Pipeline) Evaluate() *Signals {
 	if p.conf != nil {
 		d, o := p.conf.Evaluate(now)
 		if p.cfg.Confidence.Enabled {
-			rep := calibrate.Compute(p.calib.Pairs(), p.cfg.Calibration.Bins)
+			rep := calibrate.Compute(p.pairs(), p.cfg.Calibration.Bins)
 			s.Confidence = Confidence{Decay: d, Calibration: rep}
 			s.states.confidence = d.State
 			p.m.publishConfidence(&d, &rep)
@@ -406,17 +429,50 @@ var ErrUnknownResponse = errors.New("unknown response id")
 // Feedback joins a user's label to a remembered response, for calibration.
 // Responses are remembered when they carried logprobs and an id (OpenAI
 // APIs), for analyzers.calibration.ttl.
-func (p *Pipeline) Feedback(_ context.Context, id string, correct bool) error {
+func (p *Pipeline) Feedback(ctx context.Context, id string, correct bool) error {
 	if p.calib == nil {
 		return errors.New("calibration needs analyzers.confidence.enabled")
 	}
-	if err := p.calib.Label(id, correct, p.now()); err != nil {
-		if errors.Is(err, calibrate.ErrUnknown) {
-			return ErrUnknownResponse
+	err := p.calib.Label(id, correct, p.now())
+	if errors.Is(err, calibrate.ErrUnknown) && p.share != nil {
+		// Served by another replica? It wrote the response's confidence
+		// to the store.
+		if conf, ok := p.share.remembered(ctx, id); ok {
+			p.calib.Remember(id, conf, p.now())
+			err = p.calib.Label(id, correct, p.now())
 		}
-		return err
 	}
-	return nil
+	if errors.Is(err, calibrate.ErrUnknown) {
+		return ErrUnknownResponse
+	}
+	if err == nil {
+		p.labelVersion.Add(1)
+	}
+	return err
+}
+
+// maxPendingShare bounds the remembered responses waiting for a flush;
+// beyond it they stay local (feedback must then reach the same replica),
+// counted in vigil_calibration_unshared_total.
+const maxPendingShare = 100000
+
+// takePending returns and clears the responses remembered since the last
+// flush.
+func (p *Pipeline) takePending() map[string]float64 {
+	p.pendMu.Lock()
+	defer p.pendMu.Unlock()
+	out := p.pending
+	p.pending = map[string]float64{}
+	return out
+}
+
+// pairs is the labelled pairs of this replica and, with Sharing, the others'.
+func (p *Pipeline) pairs() []calibrate.Pair {
+	local := p.calib.Pairs()
+	if r := p.remoteLabels.Load(); r != nil {
+		local = append(local, *r...)
+	}
+	return local
 }
 
 // Confidence is the confidence signal with the calibration of its

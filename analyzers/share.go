@@ -4,16 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/window"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -54,12 +57,16 @@ type sharer struct {
 	mu      sync.Mutex // serializes flushes (Run and Pipeline.Flush)
 	n       int
 	lastSeq uint64
+	dropped map[string]int64 // per series, as last seen
 	// pinned is the latest baseline pin applied here; onPin applies one
 	// that another replica made.
-	pinned  time.Time
-	onPin   func(time.Time)
-	failing bool
-	warned  atomic.Int64 // unix seconds of the last warning
+	pinned time.Time
+	onPin  func(time.Time)
+	// calib, when set, shares calibration: remembered responses and labels.
+	calib    *Pipeline
+	labelsAt int64 // labelVersion last written
+	failing  bool
+	warned   atomic.Int64 // unix seconds of the last warning
 }
 
 // sharedMonitor is a monitor whose series can be shared.
@@ -68,6 +75,7 @@ type sharedMonitor interface {
 }
 
 type shareMetrics struct {
+	dropped  prometheus.Counter
 	up       prometheus.Gauge
 	flushes  prometheus.Counter
 	failures prometheus.Counter
@@ -75,6 +83,8 @@ type shareMetrics struct {
 
 func newShareMetrics(reg prometheus.Registerer) *shareMetrics {
 	m := &shareMetrics{
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_state_dropped_buckets_total",
+			Help: "Window buckets that aged out before they could be written to the shared store."}),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vigil_state_store_up",
 			Help: "1 when the last flush to the shared state store succeeded."}),
 		flushes: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_state_flushes_total",
@@ -82,7 +92,7 @@ func newShareMetrics(reg prometheus.Registerer) *shareMetrics {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_state_flush_failures_total",
 			Help: "Flushes that failed; their buckets are kept and sent again."}),
 	}
-	reg.MustRegister(m.up, m.flushes, m.failures)
+	reg.MustRegister(m.dropped, m.up, m.flushes, m.failures)
 	return m
 }
 
@@ -128,6 +138,10 @@ func (s *sharer) flush(ctx context.Context) {
 		m.Shared(func(name string, sh window.Sharer) {
 			if full {
 				sh.Touch()
+			}
+			if d := sh.Dropped(); d > s.dropped[name] {
+				s.m.dropped.Add(float64(d - s.dropped[name]))
+				s.dropped[name] = d
 			}
 			enc, err := sh.Export()
 			if err != nil {
@@ -184,6 +198,9 @@ func (s *sharer) flush(ctx context.Context) {
 	if failed == nil {
 		failed = s.syncBaseline(ctx)
 	}
+	if failed == nil && s.calib != nil {
+		failed = s.syncCalibration(ctx)
+	}
 	s.m.flushes.Inc()
 	s.failing = failed != nil
 	if failed != nil {
@@ -231,4 +248,72 @@ func (s *sharer) syncBaseline(ctx context.Context) error {
 		s.onPin(at)
 	}
 	return nil
+}
+
+// respKey is the store document holding a remembered response's confidence.
+func respKey(id string) string { return "resp:" + id }
+
+// syncCalibration writes the responses remembered since the last flush,
+// this replica's labels when they changed, and (every tenth flush) reads
+// the other replicas' labels. Callers hold s.mu.
+func (s *sharer) syncCalibration(ctx context.Context) error {
+	p := s.calib
+	if pend := p.takePending(); len(pend) > 0 {
+		docs := make(map[string][]byte, len(pend))
+		for id, conf := range pend {
+			docs[respKey(id)] = strconv.AppendFloat(nil, conf, 'g', -1, 64)
+		}
+		if err := s.cfg.Store.SetMany(ctx, docs, p.cfg.Calibration.TTL); err != nil {
+			p.pendMu.Lock()
+			for id, conf := range pend { // try again next time
+				if len(p.pending) < maxPendingShare {
+					p.pending[id] = conf
+				}
+			}
+			p.pendMu.Unlock()
+			return err
+		}
+	}
+	if v := p.labelVersion.Load(); v != s.labelsAt {
+		b, err := json.Marshal(p.calib.Pairs())
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.Store.PutBuckets(ctx, "labels", s.cfg.Replica, s.lastSeq, []state.Bucket{{Payload: b}}, p.cfg.Calibration.TTL); err != nil {
+			return err
+		}
+		s.labelsAt = v
+	}
+	if s.n%10 != 1 {
+		return nil
+	}
+	all, err := s.cfg.Store.Buckets(ctx, "labels", 0, 0)
+	if err != nil {
+		return err
+	}
+	var remote []calibrate.Pair
+	for _, b := range all {
+		if b.Replica == s.cfg.Replica {
+			continue
+		}
+		var ps []calibrate.Pair
+		if json.Unmarshal(b.Payload, &ps) == nil {
+			remote = append(remote, ps...)
+		}
+	}
+	p.remoteLabels.Store(&remote)
+	return nil
+}
+
+// remembered looks a response up in the store, for feedback about a
+// response another replica served.
+func (s *sharer) remembered(ctx context.Context, id string) (float64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	v, err := s.cfg.Store.Get(ctx, respKey(id))
+	if err != nil {
+		return 0, false
+	}
+	conf, err := strconv.ParseFloat(string(v), 64)
+	return conf, err == nil
 }

@@ -2,6 +2,8 @@ package analyzers
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,5 +61,41 @@ func TestSharing(t *testing.T) {
 	b.Flush(ctx)
 	if ref := b.Evaluate().Latency.(latency.Result).Reference; ref != "pinned" {
 		t.Errorf("b's latency reference %q after a pinned, want pinned", ref)
+	}
+}
+
+// TestSharedCalibration: feedback about a response served by replica a
+// reaches replica b; both count the label.
+func TestSharedCalibration(t *testing.T) {
+	f := newFeeder(t, config.Default().Analyzers, 5) // for its simulator
+	store := state.NewMemory()
+	mk := func(replica string) *Pipeline {
+		p, err := New(Options{Config: config.Default().Analyzers, Sharing: &Sharing{Store: store, Replica: replica}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := mk("a"), mk("b")
+	f.p = a
+	var r struct{ ID string }
+	if err := json.Unmarshal(f.send(), &r); err != nil || r.ID == "" {
+		t.Fatalf("response id: %v", err)
+	}
+	ctx := context.Background()
+	a.Flush(ctx)
+	if err := b.Feedback(ctx, r.ID, true); err != nil {
+		t.Fatalf("feedback on the other replica: %v", err)
+	}
+	if err := b.Feedback(ctx, "chatcmpl-nope", true); !errors.Is(err, ErrUnknownResponse) {
+		t.Errorf("unknown id: %v", err)
+	}
+	labels := func(p *Pipeline) int { return p.Evaluate().Confidence.(Confidence).Calibration.Labels }
+	for range 12 { // labels are read every tenth flush
+		b.Flush(ctx)
+		a.Flush(ctx)
+	}
+	if la, lb := labels(a), labels(b); la != 1 || lb != 1 {
+		t.Errorf("labels: a %d, b %d, want 1 each", la, lb)
 	}
 }

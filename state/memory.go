@@ -124,3 +124,11 @@ func (m *Memory) Acquire(_ context.Context, key, owner string, ttl time.Duration
 	m.leases[key] = memDoc{value: []byte(owner), expires: now.Add(ttl)}
 	return true, nil
 }
+
+// SetMany implements Store.
+func (m *Memory) SetMany(ctx context.Context, docs map[string][]byte, ttl time.Duration) error {
+	for k, v := range docs {
+		m.Set(ctx, k, v, ttl)
+	}
+	return nil
+}

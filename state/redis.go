@@ -143,6 +143,19 @@ func (r *Redis) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	return r.c.Set(ctx, r.docKey(key), value, ttl).Err()
 }
 
+// SetMany implements Store, in one pipeline.
+func (r *Redis) SetMany(ctx context.Context, docs map[string][]byte, ttl time.Duration) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	pipe := r.c.Pipeline()
+	for k, v := range docs {
+		pipe.Set(ctx, r.docKey(k), v, ttl)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
 // acquire takes the lease if it is free or already owner's (renewal).
 var acquire = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])

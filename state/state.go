@@ -43,6 +43,8 @@ type Store interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 	// Set stores a document; ttl 0 keeps it until overwritten.
 	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
+	// SetMany stores several documents with one ttl, in one round trip.
+	SetMany(ctx context.Context, docs map[string][]byte, ttl time.Duration) error
 	// Acquire takes or renews the lease key for owner; it reports whether
 	// owner holds it for ttl from now.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)

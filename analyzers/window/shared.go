@@ -30,8 +30,9 @@ type Encoded struct {
 // not safe for concurrent use.
 type Shared[T any, P Codec[T]] struct {
 	*Series[T, P]
-	dirty  map[int64]struct{}
-	remote map[int64]map[string]*T // bucket number → replica → its latest snapshot
+	dirty   map[int64]struct{}
+	remote  map[int64]map[string]*T // bucket number → replica → its latest snapshot
+	dropped int64                   // touched buckets recycled before an Export took them
 }
 
 // NewShared returns an empty shared series (see NewSeries).
@@ -41,12 +42,27 @@ func NewShared[T any, P Codec[T]](width time.Duration, span int, newT func() *T)
 
 // Bucket is Series.Bucket, marking the bucket for the next Export.
 func (s *Shared[T, P]) Bucket(t time.Time) *T {
+	head := s.head
 	b := s.Series.Bucket(t)
 	if b != nil {
 		s.dirty[s.number(t)] = struct{}{}
+		if s.head != head { // the series moved on: unexported buckets may have left it
+			from, _ := s.Numbers()
+			for n := range s.dirty {
+				if n < from {
+					delete(s.dirty, n)
+					s.dropped++
+				}
+			}
+		}
 	}
 	return b
 }
+
+// Dropped counts touched buckets that left the span before any Export
+// took them: what a replica lost while its store was unreachable for
+// longer than the span.
+func (s *Shared[T, P]) Dropped() int64 { return s.dropped }
 
 // Export encodes the buckets touched since the last Export and forgets
 // them; Unexport puts them back after a failed write. Buckets that left the
@@ -183,6 +199,7 @@ func DecodeParts(data []byte, parts ...encoding.BinaryUnmarshaler) error {
 // Sharer is the part of a Shared series that the replica flusher uses.
 type Sharer interface {
 	Touch()
+	Dropped() int64
 	Export() ([]Encoded, error)
 	Unexport([]Encoded)
 	Import(replica string, e Encoded) error
