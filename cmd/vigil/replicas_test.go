@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,10 @@ func TestReplicasShareWindows(t *testing.T) {
 	}
 
 	var sent, failed atomic.Int64
+	// Latencies by phase: 0 Redis up, 1 Redis down, 2 Redis back.
+	var phase atomic.Int32
+	var latMu sync.Mutex
+	lat := [3][]time.Duration{}
 	load := func(stop <-chan struct{}) {
 		var wg sync.WaitGroup
 		for w := range 4 {
@@ -61,6 +66,7 @@ func TestReplicasShareWindows(t *testing.T) {
 					default:
 					}
 					body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"w%d q%d"}]}`, w, i)
+					start, ph := time.Now(), phase.Load()
 					resp, err := http.Post(urls[(w+i)%2]+"/v1/chat/completions", "application/json", strings.NewReader(body))
 					if err != nil {
 						failed.Add(1)
@@ -72,6 +78,9 @@ func TestReplicasShareWindows(t *testing.T) {
 						failed.Add(1)
 					}
 					sent.Add(1)
+					latMu.Lock()
+					lat[ph] = append(lat[ph], time.Since(start))
+					latMu.Unlock()
 					time.Sleep(2 * time.Millisecond) // steady load, not a flood
 				}
 			})
@@ -88,10 +97,12 @@ func TestReplicasShareWindows(t *testing.T) {
 	go func() { defer close(done); load(stop) }()
 	time.Sleep(300 * time.Millisecond)
 	flush()
+	phase.Store(1)
 	redis.Stop() // Redis dies under load...
 	time.Sleep(300 * time.Millisecond)
 	flush() // ...flushes fail and keep their buckets...
 	redis.Restart(t)
+	phase.Store(2)
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	<-done
@@ -115,4 +126,11 @@ func TestReplicasShareWindows(t *testing.T) {
 		return got[0] == total && got[1] == total
 	})
 	t.Logf("%d requests over two replicas, Redis restarted in between: merged counts %v", total, got)
+	for i, name := range []string{"Redis up", "Redis down", "Redis back"} {
+		d := lat[i]
+		slices.Sort(d)
+		if len(d) > 0 {
+			t.Logf("%s: %d requests, p50 %v, p99 %v", name, len(d), d[len(d)/2], d[len(d)*99/100])
+		}
+	}
 }
