@@ -133,19 +133,9 @@ type chatDelta struct {
 var jsonNull = json.RawMessage("null")
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	s.requests.Add(1)
-	body, err := readBody(w, r)
-	if err != nil {
-		s.failOpenAI(w, bodyError(err))
-		return
-	}
 	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.failOpenAI(w, bodyError(err))
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		s.failOpenAI(w, e)
+	body, decoded := decodeOpenAI(s, w, r, &req, func(q *chatRequest) string { return q.Model })
+	if !decoded {
 		return
 	}
 	text, e := chatPrompt(req.Messages)

@@ -125,19 +125,9 @@ type completionChunkChoice struct {
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	s.requests.Add(1)
-	body, err := readBody(w, r)
-	if err != nil {
-		s.failOpenAI(w, bodyError(err))
-		return
-	}
 	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.failOpenAI(w, bodyError(err))
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		s.failOpenAI(w, e)
+	body, decoded := decodeOpenAI(s, w, r, &req, func(q *completionRequest) string { return q.Model })
+	if !decoded {
 		return
 	}
 	prompts, e := parsePrompts(req.Prompt)

@@ -87,19 +87,9 @@ func embed(seed int64, text string, dim int) []float32 {
 }
 
 func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
-	s.requests.Add(1)
-	body, err := readBody(w, r)
-	if err != nil {
-		s.failOpenAI(w, bodyError(err))
-		return
-	}
 	var req embeddingRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.failOpenAI(w, bodyError(err))
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		s.failOpenAI(w, e)
+	body, decoded := decodeOpenAI(s, w, r, &req, func(q *embeddingRequest) string { return q.Model })
+	if !decoded {
 		return
 	}
 	inputs, e := parseEmbeddingInput(req.Input)

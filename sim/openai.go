@@ -53,6 +53,27 @@ func (s *Server) failOpenAI(w http.ResponseWriter, e *apiError) {
 // errSimulated is the error ErrorRate draws.
 var errSimulated = &apiError{status: http.StatusInternalServerError, msg: "simulated backend error (error_rate)"}
 
+// decodeOpenAI counts an OpenAI request, reads and decodes its body into
+// req and checks the model it names; on failure it answers with vLLM's
+// error body and returns ok false.
+func decodeOpenAI[T any](s *Server, w http.ResponseWriter, r *http.Request, req *T, model func(*T) string) (body []byte, ok bool) {
+	s.requests.Add(1)
+	body, err := readBody(w, r)
+	if err != nil {
+		s.failOpenAI(w, bodyError(err))
+		return nil, false
+	}
+	if err := json.Unmarshal(body, req); err != nil {
+		s.failOpenAI(w, bodyError(err))
+		return nil, false
+	}
+	if e := s.checkModel(model(req)); e != nil {
+		s.failOpenAI(w, e)
+		return nil, false
+	}
+	return body, true
+}
+
 // bodyError maps a failure to read or decode a request body.
 func bodyError(err error) *apiError {
 	var mb *http.MaxBytesError
