@@ -157,3 +157,15 @@ func (m *metrics) publishLatency(l *latency.Result) {
 	m.latencyAlarm.Set(alarm(l.State == latency.StateAnomalous))
 	m.latencyConfCorr.Set(float64(l.Correlation))
 }
+
+var (
+	alertsFiringDesc = prometheus.NewDesc("vigil_alerts_firing", "Alerts in the firing state.", nil, nil)
+	alertsSentDesc   = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome (sent, failed, dropped).", []string{"outcome"}, nil)
+)
+
+// collectorFunc is an unchecked prometheus.Collector made of a function
+// (it describes nothing, so the registry checks its metrics as collected).
+type collectorFunc func(chan<- prometheus.Metric)
+
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}

@@ -17,12 +17,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/state"
 )
 
 // Options configure a Pipeline. Config is required.
@@ -42,6 +44,11 @@ type Options struct {
 	// Sharing shares the windows with other replicas. Nil: this process's
 	// own windows only.
 	Sharing *Sharing
+	// Alerts configures alerting on the signals, every Alerts.Period;
+	// Notifier delivers (nil: alerts are computed and listed, not sent).
+	// With Sharing, one replica at a time sends (a lease in the store).
+	Alerts   config.Alerts
+	Notifier alert.Notifier
 }
 
 // maxOpen bounds the responses being parsed at once. The gateway calls
@@ -53,16 +60,21 @@ const maxOpen = 8192
 // by one goroutine (the gateway's dispatcher); Run, Evaluate, Signals,
 // PinBaseline and Feedback may be called concurrently with them.
 type Pipeline struct {
-	cfg    config.Analyzers
-	log    *slog.Logger
-	now    func() time.Time
-	drift  *drift.Monitor      // nil when disabled
-	conf   *confidence.Monitor // nil when both confidence and output are disabled
-	lat    *latency.Monitor    // nil when disabled
-	calib  *calibrate.Store    // nil when confidence is disabled
-	tracer trace.Tracer        // nil: no postprocess spans
-	share  *sharer             // nil without Sharing
-	m      *metrics
+	cfg         config.Analyzers
+	log         *slog.Logger
+	now         func() time.Time
+	drift       *drift.Monitor      // nil when disabled
+	conf        *confidence.Monitor // nil when both confidence and output are disabled
+	lat         *latency.Monitor    // nil when disabled
+	calib       *calibrate.Store    // nil when confidence is disabled
+	tracer      trace.Tracer        // nil: no postprocess spans
+	share       *sharer             // nil without Sharing
+	alerts      *alert.Engine
+	alertPeriod time.Duration
+	m           *metrics
+
+	// Requests and failures since the last alert period, for the error rate.
+	periodTotal, periodErrors atomic.Int64
 
 	// With Sharing: responses remembered for calibration since the last
 	// flush, written to the store so that feedback reaching another
@@ -83,7 +95,10 @@ type Pipeline struct {
 // New builds a pipeline from validated options.
 func New(o Options) (*Pipeline, error) {
 	c := o.Config
-	p := &Pipeline{cfg: c, log: o.Log, now: o.Now, tracer: o.Tracer, open: map[*Request]*logprob.Accumulator{}}
+	p := &Pipeline{cfg: c, log: o.Log, now: o.Now, tracer: o.Tracer, open: map[*Request]*logprob.Accumulator{}, alertPeriod: o.Alerts.Period}
+	if p.alertPeriod <= 0 {
+		p.alertPeriod = 5 * time.Minute
+	}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -142,8 +157,68 @@ func New(o Options) (*Pipeline, error) {
 			p.share.calib = p
 		}
 	}
+	p.alerts = p.newAlerts(o, reg)
 	return p, nil
 }
+
+// newAlerts builds the alert engine: adaptive thresholds kept in the shared
+// store (or in memory), and the lease that makes one replica the sender.
+func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine {
+	a := o.Alerts
+	cfg := alert.Config{Period: a.Period, Percentile: a.Percentile, Factor: a.Factor,
+		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity, DashboardURL: a.DashboardURL}
+	var store alert.Store = state.NewMemory()
+	opts := []alert.Option{alert.WithLogger(p.log)}
+	if p.share != nil {
+		store = p.share.cfg.Store
+		opts = append(opts, alert.WithLeader(alert.Leader{Store: p.share.cfg.Store, Owner: p.share.cfg.Replica}))
+	}
+	e := alert.NewEngine(cfg, store, p.now, o.Notifier, opts...)
+	reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
+		st := e.Stats()
+		firing := 0
+		for _, al := range e.Alerts() {
+			if al.State == "firing" {
+				firing++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(alertsFiringDesc, prometheus.GaugeValue, float64(firing))
+		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Sent), "sent")
+		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Failed), "failed")
+		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Dropped), "dropped")
+	}))
+	return e
+}
+
+// ObserveAlerts feeds the latest signals and the period's error rate to the
+// alert engine; Run calls it every alerts.period.
+func (p *Pipeline) ObserveAlerts(ctx context.Context) {
+	s := p.last.Load()
+	if s == nil {
+		s = p.Evaluate()
+	}
+	in := alert.Signals{}
+	if d, ok := s.Drift.(drift.Result); ok {
+		in.Drift = &d
+	}
+	if c, ok := s.Confidence.(Confidence); ok {
+		in.Confidence = &c.Decay
+	}
+	if o, ok := s.Output.(confidence.Output); ok {
+		in.Output = &o
+	}
+	if l, ok := s.Latency.(latency.Result); ok {
+		in.Latency = &l
+	}
+	if total := p.periodTotal.Swap(0); total > 0 {
+		rate := float64(p.periodErrors.Swap(0)) / float64(total)
+		in.ErrorRate = &rate
+	}
+	p.alerts.Observe(ctx, alert.Values(in))
+}
+
+// Alerts lists the alerts for /admin/alerts.
+func (p *Pipeline) Alerts(context.Context) (any, error) { return p.alerts.Alerts(), nil }
 
 // formatOf maps an operation to the logprob format of its response; ok is
 // false for operations without generated tokens.
@@ -212,6 +287,11 @@ func (p *Pipeline) OnEvent(r *Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 	t := r.Start.Add(resp.Latency)
+	p.periodTotal.Add(1)
+	switch resp.ErrorClass {
+	case "upstream_5xx", "timeout", "no_backend":
+		p.periodErrors.Add(1)
+	}
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {
 		defer func() { p.postprocessSpan(r, attrs) }()
@@ -325,19 +405,24 @@ func promptOperation(op string) bool {
 // Run evaluates the signals every interval, and flushes the windows to the
 // shared store when there is one, until ctx is done.
 func (p *Pipeline) Run(ctx context.Context) error {
+	var wg sync.WaitGroup // the flusher and the alert sender: both end with ctx
+	defer wg.Wait()
 	if p.share != nil {
-		done := make(chan struct{})
-		go func() { defer close(done); p.share.Run(ctx) }()
-		defer func() { <-done }()
+		wg.Go(func() { p.share.Run(ctx) })
 	}
+	wg.Go(func() { p.alerts.Run(ctx) })
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
+	at := time.NewTicker(p.alertPeriod)
+	defer at.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 			p.Evaluate()
+		case <-at.C:
+			p.ObserveAlerts(ctx)
 		}
 	}
 }

@@ -318,6 +318,18 @@ type Alerts struct {
 	WebhookURL string `yaml:"webhook_url"`
 	// Period is how often alert conditions are evaluated, > 0.
 	Period time.Duration `yaml:"period"`
+	// Percentile of the last 7 days of a rule's period values that, times
+	// Factor, is its adaptive threshold.
+	Percentile float64 `yaml:"percentile"`
+	Factor     float64 `yaml:"factor"`
+	// Consecutive breaching periods fire an alert.
+	Consecutive int `yaml:"consecutive"`
+	// Silence is the quiet time after a notification for the same labels.
+	Silence time.Duration `yaml:"silence"`
+	// Severity labels the alerts.
+	Severity string `yaml:"severity"`
+	// DashboardURL goes into the alerts' dashboard annotation. Empty: none.
+	DashboardURL string `yaml:"dashboard_url"`
 }
 
 // Admin configures the admin API.
@@ -415,7 +427,7 @@ func Default() Config {
 			Output:      Output{Enabled: true, Sigma: 3, Minutes: 5, MinBaselineMinutes: 10},
 			Calibration: Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
 		},
-		Alerts: Alerts{Period: 5 * time.Minute},
+		Alerts: Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning"},
 		Limits: Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
 		Health: Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,

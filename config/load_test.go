@@ -41,7 +41,7 @@ func TestDefault(t *testing.T) {
 		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Cache:     config.Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
 		Analyzers: wantAnalyzers(),
-		Alerts:    config.Alerts{Period: 5 * time.Minute},
+		Alerts:    config.Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning"},
 		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
 		Health: config.Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
@@ -129,7 +129,7 @@ log: {level: debug, access: false}
 					a.QueueSize, a.MaxCaptureBytes = 128, 0
 					return a
 				}(),
-				Alerts: config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second},
+				Alerts: config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning"},
 				Admin:  config.Admin{Token: "s3cret"},
 				Limits: config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},
 				Health: config.Health{

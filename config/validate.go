@@ -293,6 +293,20 @@ func (a *Alerts) Validate() error {
 	if a.Period <= 0 {
 		l.add("period", fmt.Errorf("must be > 0, got %v", a.Period))
 	}
+	if !(a.Percentile > 0 && a.Percentile <= 1) {
+		l.add("percentile", fmt.Errorf("must be in (0, 1], got %v", a.Percentile))
+	}
+	if !(a.Factor > 0) {
+		l.add("factor", fmt.Errorf("must be > 0, got %v", a.Factor))
+	}
+	if a.Consecutive < 1 {
+		l.add("consecutive", fmt.Errorf("must be >= 1, got %d", a.Consecutive))
+	}
+	l.add("silence", checkPositiveDuration(a.Silence))
+	if a.Severity == "" {
+		l.add("severity", errors.New("must not be empty"))
+	}
+	l.add("dashboard_url", checkOptionalHTTPURL(a.DashboardURL))
 	return l.err()
 }
 

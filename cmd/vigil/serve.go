@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/gateway"
 	"github.com/vigil-gw/vigil/state"
@@ -117,6 +118,17 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 		weights = &state.Weights{Store: store, Replica: replica, MaxAge: cfg.Balancer.StaleAfter}
 		closers = append(closers, rc)
 	}
+	ao.Alerts = cfg.Alerts
+	var notifiers alert.Multi
+	if u := cfg.Alerts.AlertmanagerURL; u != "" {
+		notifiers = append(notifiers, &alert.AlertmanagerNotifier{URL: u})
+	}
+	if u := cfg.Alerts.WebhookURL; u != "" {
+		notifiers = append(notifiers, &alert.WebhookNotifier{URL: u})
+	}
+	if len(notifiers) > 0 {
+		ao.Notifier = notifiers
+	}
 	p, err := analyzers.New(ao)
 	if err != nil {
 		tp.Shutdown(context.Background())
@@ -125,7 +137,7 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
 		Tracer: tp.Tracer(), Propagator: tp.Propagator(),
-		Observer: p, Signals: p, Baseline: p, Feedback: p,
+		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p,
 	}
 	if weights != nil {
 		gopts.WeightStore = weights

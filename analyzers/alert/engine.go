@@ -1,0 +1,503 @@
+package alert
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/state"
+)
+
+// Config are the alerting rules' parameters. Zero values take the defaults
+// noted on each field.
+type Config struct {
+	// Period is the evaluation period: Observe is called once per Period.
+	// Zero: 5m.
+	Period time.Duration
+	// History is how far back the adaptive thresholds look. Zero: 7 days.
+	History time.Duration
+	// Percentile of the history, in (0, 1]. Zero: 0.95.
+	Percentile float64
+	// Factor multiplies the percentile. Zero: 1.1.
+	Factor float64
+	// MinHistory is the number of past periods a series needs before an
+	// adaptive threshold applies. Zero: 12.
+	MinHistory int
+	// Consecutive breaching periods fire an alert. Zero: 3.
+	Consecutive int
+	// Silence is the quiet time after a notification for the same label
+	// set. Zero: 30m.
+	Silence time.Duration
+	// Severity is the severity label. Empty: "warning". A value's own
+	// "severity" label (e.g. from its service tier) wins.
+	Severity string
+	// Fixed maps rule names to fixed thresholds, used instead of adaptive
+	// ones. Nil: DefaultFixed only.
+	Fixed map[string]float64
+	// Floor maps rule names to the least adaptive threshold: signals that
+	// hover around zero (a relative confidence drop, an error rate) would
+	// otherwise alert on noise, P95 × 1.1 being barely above their usual
+	// spread. Nil: DefaultFloor; an empty non-nil map: no floors.
+	Floor map[string]float64
+	// DashboardURL goes into the dashboard annotation and generatorURL.
+	// Empty: none.
+	DashboardURL string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Period <= 0 {
+		c.Period = 5 * time.Minute
+	}
+	if c.History <= 0 {
+		c.History = 7 * 24 * time.Hour
+	}
+	if c.Percentile <= 0 {
+		c.Percentile = 0.95
+	}
+	if c.Factor <= 0 {
+		c.Factor = 1.1
+	}
+	if c.MinHistory <= 0 {
+		c.MinHistory = 12
+	}
+	if c.Consecutive <= 0 {
+		c.Consecutive = 3
+	}
+	if c.Silence <= 0 {
+		c.Silence = 30 * time.Minute
+	}
+	if c.Severity == "" {
+		c.Severity = "warning"
+	}
+	return c
+}
+
+// Validate reports values that the defaults cannot fix.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Percentile < 0 || c.Percentile > 1 {
+		errs = append(errs, fmt.Errorf("percentile: %v is outside [0, 1]", c.Percentile))
+	}
+	if c.Factor < 0 {
+		errs = append(errs, fmt.Errorf("factor: %v is negative", c.Factor))
+	}
+	if c.Period > 0 && c.History > 0 && c.History < c.Period {
+		errs = append(errs, fmt.Errorf("history: %v is shorter than the period %v", c.History, c.Period))
+	}
+	for k, v := range c.Fixed {
+		if math.IsNaN(v) {
+			errs = append(errs, fmt.Errorf("fixed.%s: not a number", k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Value is one rule's value for one period. Labels identify the series
+// (backend, model…); nil: the whole gateway.
+type Value struct {
+	V      float64
+	Labels map[string]string
+}
+
+// Store keeps the histories; state.Store satisfies it. Get returns
+// state.ErrNotFound for a missing key.
+type Store interface {
+	Get(ctx context.Context, key string) ([]byte, error)
+	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
+}
+
+// State is an alert's state.
+type State string
+
+// Alert states.
+const (
+	Pending  State = "pending"  // breaching, fewer than Consecutive periods
+	Firing   State = "firing"   // notified (or re-sent) and still breaching
+	Silenced State = "silenced" // would fire, but the same label set was notified less than Silence ago
+	Resolved State = "resolved" // back inside after firing or being silenced
+)
+
+// Alert is one series' alert, as /admin/alerts shows it.
+type Alert struct {
+	Name      string            `json:"name"`
+	Rule      string            `json:"rule"`
+	State     State             `json:"state"`
+	Labels    map[string]string `json:"labels"`
+	Since     time.Time         `json:"since"` // when State began
+	Value     stats.Num         `json:"value"`
+	Threshold stats.Num         `json:"threshold"` // null while the history is too short
+}
+
+// storeTimeout bounds each store call of Observe, so that a slow store
+// delays an evaluation by a bounded time.
+const storeTimeout = 2 * time.Second
+
+// sendTimeout bounds the delivery of one batch, retries included.
+const sendTimeout = time.Minute
+
+// An Engine evaluates the rules and queues notifications. Observe must be
+// called by one goroutine at a time; Alerts, Stats and Run may be called
+// concurrently with it.
+type Engine struct {
+	cfg      Config
+	store    Store // nil: histories in memory only
+	now      func() time.Time
+	notifier Notifier // nil: nothing is sent
+	leader   *Leader
+	log      *slog.Logger
+	queue    chan []Notification
+
+	obs    sync.Mutex
+	series map[string]*series
+
+	snapshot                          atomic.Pointer[[]Alert]
+	sent, failed, dropped, storeFails atomic.Int64
+}
+
+// series is the state of one rule and label set.
+type series struct {
+	rule     string
+	labels   map[string]string // the alert's labels
+	hist     history
+	observed int64 // last period observed; -1: none
+	streak   int
+	state    State // "": inactive
+	since    time.Time
+	started  time.Time // first breaching period of the current run
+	notified time.Time // last firing notification (sent by whichever replica led)
+	episode  bool      // the current episode notified: it needs a resolution
+	value    float64
+	thresh   float64
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLeader makes the engine send only while it holds l's lease.
+func WithLeader(l Leader) Option { return func(e *Engine) { e.leader = &l } }
+
+// WithLogger sets the logger. Default: slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithQueue sets how many batches wait for delivery before new ones are
+// dropped. Default: 64.
+func WithQueue(n int) Option {
+	return func(e *Engine) { e.queue = make(chan []Notification, max(n, 1)) }
+}
+
+// NewEngine returns an engine. store nil: histories live in memory only;
+// clock nil: time.Now; n nil: nothing is sent (alerts are still
+// evaluated and listed).
+func NewEngine(cfg Config, store Store, clock func() time.Time, n Notifier, opts ...Option) *Engine {
+	e := &Engine{cfg: cfg.withDefaults(), store: store, now: clock, notifier: n, series: map[string]*series{}}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if e.queue == nil {
+		e.queue = make(chan []Notification, 64)
+	}
+	if l := e.leader; l != nil {
+		if l.Key == "" {
+			l.Key = "alert/leader"
+		}
+		if l.TTL <= 0 {
+			l.TTL = 3 * e.cfg.Period
+		}
+	}
+	empty := []Alert{}
+	e.snapshot.Store(&empty)
+	return e
+}
+
+// Observe evaluates one period's values, keyed by rule name, and queues
+// the notifications that this replica must send; it returns them. A
+// series observed twice in one period counts once. Store errors are
+// logged and counted; the engine goes on with the history it holds.
+// Observe waits for the store (each call bounded) but never for delivery.
+func (e *Engine) Observe(ctx context.Context, values map[string]Value) []Notification {
+	e.obs.Lock()
+	defer e.obs.Unlock()
+	now := e.now()
+	p := now.UnixNano() / int64(e.cfg.Period)
+	var out []Notification
+	for _, rule := range slices.Sorted(maps.Keys(values)) {
+		v := values[rule]
+		if math.IsNaN(v.V) || math.IsInf(v.V, 0) {
+			continue
+		}
+		s := e.seriesOf(rule, v.Labels)
+		if s.observed == p {
+			continue
+		}
+		if n, ok := e.step(ctx, s, p, now, v.V); ok {
+			out = append(out, n)
+		}
+	}
+	e.publish()
+	// The lease is renewed every period, not only when there is news, so
+	// that the sender stays the same replica.
+	if e.notifier == nil || !e.leads(ctx) || len(out) == 0 {
+		return nil
+	}
+	select {
+	case e.queue <- out:
+	default:
+		e.dropped.Add(int64(len(out)))
+		e.log.Warn("alert queue full: notifications dropped", "alerts", len(out))
+	}
+	return out
+}
+
+// seriesOf returns the series of rule and labels, creating it.
+func (e *Engine) seriesOf(rule string, labels map[string]string) *series {
+	ri := info(rule)
+	l := map[string]string{"severity": e.cfg.Severity}
+	maps.Copy(l, labels)
+	l["alertname"], l["signal"], l["rule"] = ri.alertname, ri.signal, rule
+	key := fingerprint(l)
+	s := e.series[key]
+	if s == nil {
+		s = &series{rule: rule, labels: l, hist: history{last: -1}, observed: -1}
+		e.series[key] = s
+	}
+	return s
+}
+
+// fingerprint is a label set's identity, also its history's store key.
+func fingerprint(l map[string]string) string {
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(l)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(l[k])
+	}
+	return b.String()
+}
+
+func historyKey(s *series) string { return "alert/history/" + fingerprint(s.labels) }
+
+// step runs one period of a series and returns the notification it needs.
+func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v float64) (Notification, bool) {
+	e.load(ctx, s)
+	if s.observed >= 0 && p-s.observed > 1 && s.state != Firing && s.state != Silenced {
+		s.streak = 0 // a gap breaks consecutiveness
+	}
+	s.observed = p
+	s.value, s.thresh = v, e.threshold(s, p)
+	capacity := max(int(e.cfg.History/e.cfg.Period), 1)
+	s.hist.add(p, v, capacity)
+	e.save(ctx, s)
+
+	set := func(st State) {
+		if s.state != st {
+			s.state, s.since = st, now
+		}
+	}
+	if !(v > s.thresh) { // NaN threshold: never breaches
+		s.streak = 0
+		switch s.state {
+		case Firing, Silenced:
+			set(Resolved)
+			if s.episode {
+				s.episode = false
+				return e.notification(s, now, true), true
+			}
+		case Pending:
+			s.state, s.since = "", time.Time{}
+		}
+		return Notification{}, false
+	}
+	if s.streak == 0 {
+		s.started = now
+	}
+	s.streak++
+	if s.streak < e.cfg.Consecutive {
+		set(Pending)
+		return Notification{}, false
+	}
+	if !s.notified.IsZero() && now.Sub(s.notified) < e.cfg.Silence {
+		if s.state != Firing {
+			set(Silenced)
+		}
+		return Notification{}, false
+	}
+	set(Firing)
+	s.notified, s.episode = now, true
+	return e.notification(s, now, false), true
+}
+
+// threshold is the series' threshold for period p, from the history of
+// the periods before p.
+func (e *Engine) threshold(s *series, p int64) float64 {
+	if t, ok := e.cfg.Fixed[s.rule]; ok {
+		return t
+	}
+	if t, ok := DefaultFixed[s.rule]; ok {
+		return t
+	}
+	past := s.hist.values
+	if s.hist.last >= p && len(past) > 0 { // another replica recorded p already
+		past = past[:len(past)-1]
+	}
+	if len(past) < e.cfg.MinHistory {
+		return math.NaN()
+	}
+	q := Percentile(past, e.cfg.Percentile)
+	t := q + math.Abs(q)*(e.cfg.Factor-1)
+	floor := e.cfg.Floor
+	if floor == nil {
+		floor = DefaultFloor
+	}
+	if f, ok := floor[s.rule]; ok {
+		t = max(t, f)
+	}
+	return t
+}
+
+// load refreshes the series' history from the store: another replica may
+// have recorded periods. On error the local history stands.
+func (e *Engine) load(ctx context.Context, s *series) {
+	if e.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	b, err := e.store.Get(ctx, historyKey(s))
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+	case err != nil:
+		e.storeFails.Add(1)
+		e.log.Warn("alert history not loaded", "rule", s.rule, "err", err)
+	default:
+		h, err := decodeHistory(b)
+		if err != nil {
+			e.storeFails.Add(1)
+			e.log.Warn("alert history ignored", "rule", s.rule, "err", err)
+			return
+		}
+		if h.last >= s.hist.last {
+			s.hist = h
+		}
+	}
+}
+
+func (e *Engine) save(ctx context.Context, s *series) {
+	if e.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := e.store.Set(ctx, historyKey(s), s.hist.encode(), e.cfg.History+e.cfg.Period); err != nil {
+		e.storeFails.Add(1)
+		e.log.Warn("alert history not saved", "rule", s.rule, "err", err)
+	}
+}
+
+// notification describes s now. A firing alert's EndsAt leaves room for
+// the next re-send (every Silence) so that Alertmanager does not resolve
+// it by itself in between.
+func (e *Engine) notification(s *series, now time.Time, resolved bool) Notification {
+	ri := info(s.rule)
+	n := Notification{
+		Labels:       maps.Clone(s.labels),
+		StartsAt:     s.started.UTC(),
+		EndsAt:       now.Add(e.cfg.Silence + 2*e.cfg.Period).UTC(),
+		GeneratorURL: e.cfg.DashboardURL,
+		resolved:     resolved,
+	}
+	desc := fmt.Sprintf("%s = %.4g, threshold %.4g, for %d consecutive periods of %v", s.rule, s.value, s.thresh, s.streak, e.cfg.Period)
+	if resolved {
+		n.EndsAt = now.UTC()
+		desc = fmt.Sprintf("%s = %.4g, back inside its threshold %.4g", s.rule, s.value, s.thresh)
+	}
+	n.Annotations = map[string]string{"summary": ri.summary, "description": desc}
+	if e.cfg.DashboardURL != "" {
+		n.Annotations["dashboard"] = e.cfg.DashboardURL
+	}
+	return n
+}
+
+// publish makes the current alerts visible to Alerts.
+func (e *Engine) publish() {
+	out := []Alert{}
+	for _, s := range e.series {
+		if s.state == "" {
+			continue
+		}
+		out = append(out, Alert{Name: s.labels["alertname"], Rule: s.rule, State: s.state, Labels: maps.Clone(s.labels),
+			Since: s.since.UTC(), Value: stats.Num(s.value), Threshold: stats.Num(s.thresh)})
+	}
+	slices.SortFunc(out, func(a, b Alert) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(fingerprint(a.Labels), fingerprint(b.Labels)))
+	})
+	e.snapshot.Store(&out)
+}
+
+// Alerts returns the pending, firing, silenced and resolved alerts, by name
+// and labels. A resolved alert stays listed until its series breaches
+// again.
+func (e *Engine) Alerts() []Alert { return slices.Clone(*e.snapshot.Load()) }
+
+// Stats are the engine's delivery counters.
+type Stats struct {
+	Sent, Failed, Dropped int64 // notifications
+	StoreErrors           int64
+}
+
+// Stats returns the delivery counters.
+func (e *Engine) Stats() Stats {
+	return Stats{Sent: e.sent.Load(), Failed: e.failed.Load(), Dropped: e.dropped.Load(), StoreErrors: e.storeFails.Load()}
+}
+
+// Run delivers the queued notifications until ctx is done, then tries what
+// is still queued for a short while. Each batch's delivery, retries
+// included, is bounded; a failed batch is logged, counted and dropped.
+func (e *Engine) Run(ctx context.Context) error {
+	for {
+		select {
+		case b := <-e.queue:
+			e.send(ctx, b)
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			for {
+				select {
+				case b := <-e.queue:
+					e.send(dctx, b)
+				default:
+					return nil
+				}
+			}
+		}
+	}
+}
+
+func (e *Engine) send(ctx context.Context, b []Notification) {
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	if err := e.notifier.Notify(ctx, b); err != nil {
+		e.failed.Add(int64(len(b)))
+		e.log.Warn("alert notification failed", "alerts", len(b), "err", err)
+		return
+	}
+	e.sent.Add(int64(len(b)))
+}

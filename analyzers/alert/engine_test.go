@@ -1,0 +1,473 @@
+package alert
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/vigil-gw/vigil/analyzers/confidence"
+	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/state"
+)
+
+var t0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// clock is the injected clock of the tests.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+var quiet = WithLogger(slog.New(slog.DiscardHandler))
+
+// nopNotifier accepts everything; the tests read Observe's results.
+type nopNotifier struct{}
+
+func (nopNotifier) Notify(context.Context, []Notification) error { return nil }
+
+// newTest returns an engine on a clock at t0 with a big queue (the tests
+// read what Observe returns and do not run Run).
+func newTest(cfg Config, store Store, opts ...Option) (*Engine, *clock) {
+	c := &clock{t: t0}
+	opts = append([]Option{quiet, WithQueue(1 << 16)}, opts...)
+	return NewEngine(cfg, store, c.now, nopNotifier{}, opts...), c
+}
+
+// feed observes vals of rule, one per period, and returns the
+// notifications of each period.
+func feed(e *Engine, c *clock, rule string, vals ...float64) [][]Notification {
+	var out [][]Notification
+	for _, v := range vals {
+		out = append(out, e.Observe(context.Background(), map[string]Value{rule: {V: v, Labels: map[string]string{"backend": "a", "model": "m"}}}))
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	return out
+}
+
+func count(ns [][]Notification) (firing, resolved int) {
+	for _, b := range ns {
+		for _, n := range b {
+			if n.Resolved() {
+				resolved++
+			} else {
+				firing++
+			}
+		}
+	}
+	return
+}
+
+// warm is the history before a test's breaches: long enough that its
+// breaching values do not lift the P95 (they enter the history too).
+const warm = 600
+
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// ramp is 1, 2, …, n in a shuffled order (the threshold must not depend on it).
+func ramp(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = float64(i + 1)
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func TestPercentile(t *testing.T) {
+	// Hand-computed with definition 7 (linear interpolation between
+	// closest ranks): h = q·(n−1), x[⌊h⌋] + frac(h)·(x[⌊h⌋+1] − x[⌊h⌋]).
+	for _, tc := range []struct {
+		name   string
+		values []float64
+		q      float64
+		want   float64
+	}{
+		{"1..20 p95", ramp(20), 0.95, 19.05},                // h = 18.05: 19 + 0.05·1
+		{"1..100 p95", ramp(100), 0.95, 95.05},              // h = 94.05
+		{"four p50", []float64{40, 10, 30, 20}, 0.5, 25},    // h = 1.5
+		{"four p95", []float64{40, 10, 30, 20}, 0.95, 38.5}, // h = 2.85: 30 + 0.85·10
+		{"one", []float64{7}, 0.95, 7},
+		{"p100", []float64{1, 5, 3}, 1, 5},
+		{"p0", []float64{4, 2, 3}, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Percentile(tc.values, tc.q); math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("Percentile = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !math.IsNaN(Percentile(nil, 0.95)) {
+		t.Error("Percentile(nil) is not NaN")
+	}
+}
+
+func TestAdaptiveThreshold(t *testing.T) {
+	// History 1..20: P95 = 19.05 (linear), ×1.1 = 20.955.
+	const want = 19.05 * 1.1
+	for _, tc := range []struct {
+		name  string
+		value float64
+		state State // "" : not listed
+	}{
+		{"just above", want + 0.001, Pending},
+		{"just below", want - 0.001, ""},
+		{"equal is inside", want, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, c := newTest(Config{}, nil)
+			feed(e, c, RuleTTFT, ramp(20)...)
+			feed(e, c, RuleTTFT, tc.value)
+			got := e.Alerts()
+			if tc.state == "" {
+				if len(got) != 0 {
+					t.Fatalf("alerts = %+v, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].State != tc.state || math.Abs(float64(got[0].Threshold)-want) > 1e-9 {
+				t.Fatalf("alerts = %+v, want one %s with threshold %v", got, tc.state, want)
+			}
+		})
+	}
+}
+
+func TestNegativePercentileWidensUpwards(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleConfidenceDrop, repeat(-0.1, 20)...)
+	feed(e, c, RuleConfidenceDrop, -0.095) // above −0.1·1.1 = −0.11 but inside −0.1 + 0.01 = −0.09
+	if got := e.Alerts(); len(got) != 0 {
+		t.Fatalf("alerts = %+v, want none", got)
+	}
+}
+
+func TestMinHistory(t *testing.T) {
+	for _, tc := range []struct {
+		past int
+		want State
+	}{{11, ""}, {12, Pending}} {
+		e, c := newTest(Config{}, nil)
+		feed(e, c, RuleE2E, append(repeat(100, tc.past), 1e6)...)
+		var got State
+		if a := e.Alerts(); len(a) == 1 {
+			got = a[0].State
+		}
+		if got != tc.want {
+			t.Errorf("%d past periods: state %q, want %q", tc.past, got, tc.want)
+		}
+	}
+}
+
+func TestConsecutive(t *testing.T) {
+	for _, tc := range []struct {
+		breaches   int
+		wantFiring int
+		wantState  State
+	}{
+		{1, 0, Pending},
+		{2, 0, Pending},
+		{3, 1, Firing},
+		{4, 1, Firing},
+	} {
+		t.Run(string(rune('0'+tc.breaches)), func(t *testing.T) {
+			e, c := newTest(Config{}, nil)
+			feed(e, c, RuleDrift, repeat(0.05, warm)...)
+			ns := feed(e, c, RuleDrift, repeat(0.5, tc.breaches)...)
+			if f, _ := count(ns); f != tc.wantFiring {
+				t.Errorf("firing notifications = %d, want %d", f, tc.wantFiring)
+			}
+			got := e.Alerts()
+			if len(got) != 1 || got[0].State != tc.wantState {
+				t.Fatalf("alerts = %+v, want %s", got, tc.wantState)
+			}
+			if tc.wantFiring > 0 {
+				n := ns[2][0]
+				want := map[string]string{"alertname": "VigilInputDrift", "severity": "warning", "signal": "drift",
+					"rule": RuleDrift, "backend": "a", "model": "m"}
+				if d := cmp.Diff(want, n.Labels); d != "" {
+					t.Errorf("labels (-want +got):\n%s", d)
+				}
+				// startsAt: the first breaching period.
+				if wantStart := t0.Add(warm * 5 * time.Minute); !n.StartsAt.Equal(wantStart) {
+					t.Errorf("startsAt = %v, want %v", n.StartsAt, wantStart)
+				}
+			}
+		})
+	}
+	t.Run("interrupted", func(t *testing.T) {
+		e, c := newTest(Config{}, nil)
+		feed(e, c, RuleDrift, repeat(0.05, warm)...)
+		ns := feed(e, c, RuleDrift, 0.5, 0.5, 0.05, 0.5, 0.5, 0.05)
+		if f, _ := count(ns); f != 0 {
+			t.Errorf("firing notifications = %d, want 0", f)
+		}
+	})
+}
+
+func TestSilenceAndResolution(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleTTFT, repeat(100, warm)...)
+	start := c.t
+	// Fire at start+10m (3rd breach), resolve at +15m, breach again
+	// from +20m: the 3rd breach at +30m is 20 minutes after the
+	// notification: silenced until +40m, the first period 30 minutes
+	// after it.
+	seq := []float64{500, 500, 500, 100, 500, 500, 500, 500, 500, 500, 100}
+	ns := feed(e, c, RuleTTFT, seq...)
+	type ev struct {
+		at       time.Duration
+		resolved bool
+	}
+	var got []ev
+	for i, b := range ns {
+		for _, n := range b {
+			got = append(got, ev{time.Duration(i) * 5 * time.Minute, n.Resolved()})
+		}
+	}
+	want := []ev{{10 * time.Minute, false}, {15 * time.Minute, true}, {40 * time.Minute, false}, {50 * time.Minute, true}}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(ev{})); d != "" {
+		t.Fatalf("notifications (-want +got):\n%s", d)
+	}
+	// The resolution carries endsAt = the period it came back inside.
+	if r := ns[3][0]; !r.EndsAt.Equal(start.Add(15*time.Minute)) || !r.StartsAt.Equal(start) {
+		t.Errorf("resolution startsAt %v endsAt %v, want %v and %v", r.StartsAt, r.EndsAt, start, start.Add(15*time.Minute))
+	}
+	// A firing notification's endsAt outlives the silence, so that
+	// Alertmanager keeps it until the re-send.
+	if f := ns[2][0]; !f.EndsAt.After(start.Add(10*time.Minute + 30*time.Minute)) {
+		t.Errorf("firing endsAt %v is before the next re-send", f.EndsAt)
+	}
+}
+
+func TestStates(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleTTFT, repeat(100, warm)...)
+	for i, tc := range []struct {
+		v    float64
+		want State
+	}{
+		{500, Pending}, {500, Pending}, {500, Firing}, {100, Resolved},
+		{500, Pending}, {500, Pending}, {500, Silenced}, {500, Silenced}, {500, Firing}, {500, Firing},
+	} {
+		feed(e, c, RuleTTFT, tc.v)
+		got := e.Alerts()
+		if len(got) != 1 || got[0].State != tc.want {
+			t.Fatalf("period %d: alerts %+v, want %s", i, got, tc.want)
+		}
+	}
+}
+
+func TestRefireWhileFiring(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleTTFT, repeat(100, warm)...)
+	ns := feed(e, c, RuleTTFT, repeat(500, 3+12)...) // fires at period 2, re-sends every 30 minutes (6 periods)
+	var at []int
+	for i, b := range ns {
+		if len(b) > 0 {
+			at = append(at, i)
+		}
+	}
+	if d := cmp.Diff([]int{2, 8, 14}, at); d != "" {
+		t.Fatalf("notified periods (-want +got):\n%s", d)
+	}
+}
+
+func TestFixedThresholds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		rule   string
+		vals   []float64
+		firing int
+	}{
+		{"fixed without history", Config{Fixed: map[string]float64{RuleErrorRate: 0.05}}, RuleErrorRate, []float64{0.06, 0.07, 0.08}, 1},
+		{"fixed below", Config{Fixed: map[string]float64{RuleErrorRate: 0.05}}, RuleErrorRate, []float64{0.05, 0.04, 0.01}, 0},
+		{"adaptive without history", Config{}, RuleErrorRate, []float64{0.06, 0.07, 0.08}, 0},
+		{"perplexity band default 3σ", Config{}, RulePerplexity, []float64{3.1, 4, 5}, 1},
+		{"perplexity inside band", Config{}, RulePerplexity, []float64{2.9, 1, 2.99}, 0},
+		{"perplexity band overridden", Config{Fixed: map[string]float64{RulePerplexity: 6}}, RulePerplexity, []float64{3.1, 4, 5}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, c := newTest(tc.cfg, nil)
+			if f, _ := count(feed(e, c, tc.rule, tc.vals...)); f != tc.firing {
+				t.Errorf("firing = %d, want %d", f, tc.firing)
+			}
+		})
+	}
+}
+
+func TestOncePerPeriod(t *testing.T) {
+	e, c := newTest(Config{Fixed: map[string]float64{RuleErrorRate: 0.05}}, nil)
+	for range 5 { // five calls in one period are one breach
+		e.Observe(context.Background(), map[string]Value{RuleErrorRate: {V: 1}})
+	}
+	c.t = c.t.Add(time.Minute)
+	e.Observe(context.Background(), map[string]Value{RuleErrorRate: {V: 1}})
+	if got := e.Alerts(); len(got) != 1 || got[0].State != Pending {
+		t.Fatalf("alerts = %+v, want pending", got)
+	}
+}
+
+// noise returns stationary values of each rule.
+func noise(r *rand.Rand) map[string]Value {
+	lbl := map[string]string{"backend": "a", "model": "m"}
+	return map[string]Value{
+		RuleTTFT:           {V: 140 + 8*r.NormFloat64(), Labels: lbl},
+		RuleE2E:            {V: 1400 * math.Exp(0.05*r.NormFloat64()), Labels: lbl},
+		RuleDrift:          {V: 0.02 * r.ExpFloat64(), Labels: lbl},  // a PSI: positive, skewed
+		RuleConfidenceDrop: {V: 0.01 * r.NormFloat64(), Labels: lbl}, // around zero, both signs
+		RuleErrorRate:      {V: 0.002 * r.ExpFloat64(), Labels: lbl},
+		RulePerplexity:     {V: math.Abs(r.NormFloat64()), Labels: lbl},
+	}
+}
+
+// week runs a simulated week of stationary values (2016 periods of 5
+// minutes on an accelerated clock) and returns the firing notifications
+// by rule.
+func week(t *testing.T, cfg Config, store Store, seed uint64) (*Engine, map[string]int, int) {
+	e, c := newTest(cfg, store)
+	r := rand.New(rand.NewPCG(seed, seed))
+	firing := map[string]int{}
+	total := 0
+	for range 7 * 24 * 12 {
+		for _, n := range e.Observe(context.Background(), noise(r)) {
+			if !n.Resolved() {
+				firing[n.Labels["rule"]]++
+				total++
+			}
+		}
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	return e, firing, total
+}
+
+func TestStationaryWeek(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a simulated week")
+	}
+	const periods = 7 * 24 * 12
+	store := state.NewMemory()
+	e, firing, total := week(t, Config{}, store, 7)
+	t.Logf("simulated week, default floors: %d periods × 6 rules, %d false alerts %v", periods, total, firing)
+	if total != 0 {
+		t.Errorf("%d false alerts on stationary traffic: %v", total, firing)
+	}
+	// Without floors the zero-centred signals alert on noise now and then:
+	// measured, not asserted.
+	_, firing, total = week(t, Config{Floor: map[string]float64{}}, nil, 7)
+	t.Logf("simulated week, no floors: %d false alerts %v", total, firing)
+
+	// The history is bounded and persisted.
+	b, err := store.Get(context.Background(), historyKey(e.seriesOf(RuleTTFT, map[string]string{"backend": "a", "model": "m"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeHistory(b)
+	if err != nil || len(h.values) != periods {
+		t.Fatalf("stored history: %d values, %v; want %d", len(h.values), err, periods)
+	}
+}
+
+func TestStepChange(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 24 * 12 { // a day of stationary values
+		e.Observe(context.Background(), noise(r))
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	step := c.t
+	episodes := map[time.Time]bool{}
+	var first time.Time
+	for range 6 * 12 { // six hours with TTFT doubled
+		v := noise(r)
+		x := v[RuleTTFT]
+		x.V *= 2
+		v[RuleTTFT] = x
+		for _, n := range e.Observe(context.Background(), v) {
+			if n.Resolved() {
+				continue
+			}
+			if n.Labels["rule"] != RuleTTFT {
+				t.Errorf("unexpected alert %v", n.Labels)
+			}
+			if first.IsZero() {
+				first = c.t
+			}
+			episodes[n.StartsAt] = true
+		}
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	if len(episodes) != 1 {
+		t.Fatalf("alert episodes = %d, want 1", len(episodes))
+	}
+	if want := step.Add(10 * time.Minute); !first.Equal(want) {
+		t.Errorf("fired at %v, want %v (the 3rd period after the step)", first, want)
+	}
+}
+
+func TestHistorySharedAcrossEngines(t *testing.T) {
+	store := state.NewMemory()
+	a, ca := newTest(Config{}, store)
+	b, cb := newTest(Config{}, store)
+	for i := range 30 {
+		v := map[string]Value{RuleE2E: {V: float64(i)}}
+		a.Observe(context.Background(), v)
+		b.Observe(context.Background(), v)
+		ca.t, cb.t = ca.t.Add(5*time.Minute), cb.t.Add(5*time.Minute)
+	}
+	raw, err := store.Get(context.Background(), historyKey(a.seriesOf(RuleE2E, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := decodeHistory(raw)
+	if len(h.values) != 30 {
+		t.Fatalf("history has %d values, want 30 (each period once)", len(h.values))
+	}
+}
+
+func TestHistoryBounded(t *testing.T) {
+	e, c := newTest(Config{Period: time.Minute, History: 10 * time.Minute}, nil)
+	feed(e, c, RuleE2E, ramp(25)...)
+	s := e.seriesOf(RuleE2E, map[string]string{"backend": "a", "model": "m"})
+	if len(s.hist.values) != 10 {
+		t.Fatalf("history has %d values, want 10", len(s.hist.values))
+	}
+}
+
+func TestValues(t *testing.T) {
+	rate := 0.03
+	lbl := map[string]string{"model": "m"}
+	got := Values(Signals{
+		Drift:      &drift.Result{State: "ok", Score: 0.2},
+		Confidence: &confidence.Decay{State: "decay", Drop: 0.15},
+		Output:     &confidence.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1},
+		Latency:    &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 140}, E2E: latency.Quantiles{P95: stats.Num(math.NaN())}},
+		ErrorRate:  &rate,
+		Labels:     lbl,
+	})
+	want := map[string]Value{
+		RuleDrift:          {V: 0.2, Labels: lbl},
+		RuleConfidenceDrop: {V: 0.15, Labels: lbl},
+		RulePerplexity:     {V: 5, Labels: lbl}, // |2.0 − 1.5| / 0.1
+		RuleTTFT:           {V: 140, Labels: lbl},
+		RuleErrorRate:      {V: 0.03, Labels: lbl}, // E2E NaN and precision absent: skipped
+	}
+	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if got := Values(Signals{Drift: &drift.Result{State: "unknown", Score: 9}}); len(got) != 0 {
+		t.Errorf("unknown state gave %v", got)
+	}
+}

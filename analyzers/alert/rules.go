@@ -1,0 +1,122 @@
+package alert
+
+import (
+	"math"
+
+	"github.com/vigil-gw/vigil/analyzers/confidence"
+	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+)
+
+// Rule names: the keys of the values passed to Engine.Observe, of
+// Config.Fixed, and the "rule" label of every alert. Every rule breaches
+// when its value is above its threshold (each value is oriented so that
+// higher is worse).
+const (
+	// RuleDrift is the input-drift score: the largest PSI among the
+	// tested prompt features.
+	RuleDrift = "drift_score"
+	// RuleConfidenceDrop is the relative fall of the geometric-mean token
+	// probability against its reference (confidence.Decay.Drop).
+	RuleConfidenceDrop = "confidence_drop"
+	// RuleTTFT is the P95 of time to first token, in milliseconds.
+	RuleTTFT = "latency_ttft_p95"
+	// RuleE2E is the P95 of end-to-end latency, in milliseconds.
+	RuleE2E = "latency_e2e_p95"
+	// RuleErrorRate is the share of failed requests in the period,
+	// supplied by the caller (the gateway counts errors, not the
+	// analyzers).
+	RuleErrorRate = "error_rate"
+	// RulePerplexity is the distance of the period's perplexity from its
+	// baseline in baseline standard deviations, |ppl − mean| / σ. Its
+	// threshold is fixed at 3 (the ±3σ band) unless Config.Fixed says
+	// otherwise; with 5-minute periods, Consecutive such periods are at
+	// least the 5 minutes of the design's band rule.
+	RulePerplexity = "perplexity_band"
+	// RulePrecision is the precision divergence of a low-precision backend
+	// against its reference (mean per-token KL). The analyzers do not
+	// compute it yet: the rule applies only when the caller supplies it.
+	RulePrecision = "precision_divergence"
+)
+
+// DefaultFixed are the rules whose threshold is fixed unless Config.Fixed
+// names them.
+var DefaultFixed = map[string]float64{RulePerplexity: 3}
+
+// DefaultFloor are the least adaptive thresholds of the rules whose
+// values hover around zero: the PSI "watch" level for drift, a 5 % fall of
+// confidence, 1 % of errors.
+var DefaultFloor = map[string]float64{RuleDrift: 0.1, RuleConfidenceDrop: 0.05, RuleErrorRate: 0.01}
+
+// ruleInfo is what an alert of a rule says.
+type ruleInfo struct {
+	alertname string
+	signal    string // the /admin/signals section
+	summary   string
+}
+
+var rules = map[string]ruleInfo{
+	RuleDrift:          {"VigilInputDrift", "drift", "Input drift score above its threshold"},
+	RuleConfidenceDrop: {"VigilConfidenceDecay", "confidence", "Token confidence fell below its usual level"},
+	RuleTTFT:           {"VigilLatencyTTFT", "latency", "Time to first token P95 above its threshold"},
+	RuleE2E:            {"VigilLatencyE2E", "latency", "End-to-end latency P95 above its threshold"},
+	RuleErrorRate:      {"VigilErrorRate", "errors", "Error rate above its threshold"},
+	RulePerplexity:     {"VigilOutputDrift", "output", "Perplexity outside its baseline band"},
+	RulePrecision:      {"VigilPrecisionDivergence", "precision", "Precision divergence above its threshold"},
+}
+
+// info returns the description of rule; an unknown rule name is its own
+// alert name and signal.
+func info(rule string) ruleInfo {
+	if r, ok := rules[rule]; ok {
+		return r
+	}
+	return ruleInfo{alertname: rule, signal: rule, summary: rule + " above its threshold"}
+}
+
+// Signals is one evaluation of the analyzers, the input of Values. Nil
+// fields are absent: their rules are skipped this period.
+type Signals struct {
+	Drift      *drift.Result
+	Confidence *confidence.Decay
+	Output     *confidence.Output
+	Latency    *latency.Result
+	// ErrorRate is the share of failed requests in the period.
+	ErrorRate *float64
+	// Precision is the precision divergence of the period.
+	Precision *float64
+	// Labels go on every value (backend, model); nil: none.
+	Labels map[string]string
+}
+
+// Values maps one evaluation to the period values of the rules. A signal
+// whose state is "unknown" (too little data) or whose value is not finite
+// gives no value.
+func Values(s Signals) map[string]Value {
+	out := map[string]Value{}
+	put := func(rule string, v float64) {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			out[rule] = Value{V: v, Labels: s.Labels}
+		}
+	}
+	if d := s.Drift; d != nil && d.State != drift.StateUnknown {
+		put(RuleDrift, d.Score)
+	}
+	if c := s.Confidence; c != nil && c.State != confidence.StateUnknown {
+		put(RuleConfidenceDrop, float64(c.Drop))
+	}
+	if o := s.Output; o != nil && o.State != confidence.StateUnknown && o.BaselineStd > 0 {
+		put(RulePerplexity, math.Abs(float64(o.Perplexity-o.BaselineMean))/float64(o.BaselineStd))
+	}
+	if l := s.Latency; l != nil && l.State != latency.StateUnknown {
+		put(RuleTTFT, float64(l.TTFT.P95))
+		put(RuleE2E, float64(l.E2E.P95))
+	}
+	if s.ErrorRate != nil {
+		put(RuleErrorRate, *s.ErrorRate)
+	}
+	if s.Precision != nil {
+		put(RulePrecision, *s.Precision)
+	}
+	return out
+}

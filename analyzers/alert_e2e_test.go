@@ -1,0 +1,90 @@
+package analyzers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+	"github.com/vigil-gw/vigil/test/alertmanagertest"
+)
+
+// TestDegradationAlerts: the simulator answers for two stable hours of
+// simulated time, then its confidence falls 10%. The pipeline's alert engine
+// (5-minute periods, adaptive thresholds) fires confidence_drop, and the
+// alert reaches a real Alertmanager; the stable hours raise nothing.
+func TestDegradationAlerts(t *testing.T) {
+	am := alertmanagertest.Start(t)
+	f := newFeeder(t, config.Default().Analyzers, 2)
+	// Simulated time ends about now: Alertmanager judges startsAt and
+	// endsAt by its own clock.
+	f.now = time.Now().Add(-2*time.Hour - 15*time.Minute).Truncate(time.Minute)
+	cfg := config.Default()
+	p, err := New(Options{Config: f.p.cfg, Now: func() time.Time { return f.now },
+		Alerts: cfg.Alerts, Notifier: &alert.AlertmanagerNotifier{URL: am.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.alerts.Run(ctx)
+
+	firing := func() (rules, names []string) {
+		for _, a := range p.alerts.Alerts() {
+			if a.State == "firing" {
+				rules, names = append(rules, a.Rule), append(names, a.Name)
+			}
+		}
+		return rules, names
+	}
+	period := cfg.Alerts.Period
+	// run sends traffic for d, evaluating and observing every period, and
+	// stops early once rule fires; it returns how long it ran.
+	run := func(d time.Duration, rule string) time.Duration {
+		start, next := f.now, f.now.Add(period)
+		for end := f.now.Add(d); f.now.Before(end); {
+			f.send()
+			if !f.now.Before(next) {
+				next = next.Add(period)
+				p.Evaluate()
+				p.ObserveAlerts(ctx)
+				if rules, _ := firing(); rule != "" && slices.Contains(rules, rule) {
+					break
+				}
+			}
+		}
+		return f.now.Sub(start)
+	}
+	run(2*time.Hour, "")
+	if rules, _ := firing(); len(rules) != 0 {
+		t.Fatalf("stable hours fired %v", rules)
+	}
+	f.knobs(func(k *sim.Knobs) { k.Confidence *= 0.9 })
+	after := run(time.Hour, alert.RuleConfidenceDrop)
+	rules, names := firing()
+	if !slices.Contains(rules, alert.RuleConfidenceDrop) {
+		t.Fatalf("nothing fired in the hour after the confidence fell 10%%: %+v", p.alerts.Alerts())
+	}
+	t.Logf("fired %v (%v) %v after the confidence fell 10%%", rules, names, after)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got []string
+		for _, a := range am.Alerts(t) {
+			if l, ok := a["labels"].(map[string]any); ok {
+				got = append(got, fmt.Sprint(l["alertname"]))
+			}
+		}
+		if slices.Contains(got, names[slices.Index(rules, alert.RuleConfidenceDrop)]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Alertmanager has %v, want %v", got, names)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
