@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,10 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 	a := o.Alerts
 	cfg := alert.Config{Period: a.Period, Percentile: a.Percentile, Factor: a.Factor,
 		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity, DashboardURL: a.DashboardURL}
+	if len(a.Fixed) > 0 {
+		cfg.Fixed = maps.Clone(alert.DefaultFixed)
+		maps.Copy(cfg.Fixed, a.Fixed)
+	}
 	var store alert.Store = state.NewMemory()
 	opts := []alert.Option{alert.WithLogger(p.log)}
 	if p.share != nil {

@@ -330,6 +330,15 @@ type Alerts struct {
 	Severity string `yaml:"severity"`
 	// DashboardURL goes into the alerts' dashboard annotation. Empty: none.
 	DashboardURL string `yaml:"dashboard_url"`
+	// Fixed maps rules (AlertRules) to fixed thresholds, used instead of
+	// adaptive ones.
+	Fixed map[string]float64 `yaml:"fixed"`
+}
+
+// AlertRules are the alert rules, one per signal value.
+var AlertRules = []string{
+	"drift_score", "confidence_drop", "latency_ttft_p95", "latency_e2e_p95",
+	"error_rate", "perplexity_band", "precision_divergence",
 }
 
 // Admin configures the admin API.

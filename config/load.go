@@ -144,6 +144,24 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		d.mapping(n, v, path)
 	case t.Kind() == reflect.Slice:
 		d.sequence(n, v, path)
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+		if n.Kind != yaml.MappingNode {
+			d.fail(n, path, fmt.Errorf("expected a mapping, got %s", describe(n)))
+			return
+		}
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(t))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				d.fail(k, path, errors.New("keys must be strings"))
+				continue
+			}
+			elem := reflect.New(t.Elem()).Elem()
+			d.value(n.Content[i+1], elem, joinPath(path, k.Value))
+			v.SetMapIndex(reflect.ValueOf(k.Value), elem)
+		}
 	case t.Kind() == reflect.String:
 		if d.scalar(n, path, "a string") {
 			v.SetString(n.Value)

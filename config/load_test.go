@@ -428,3 +428,29 @@ func wantAnalyzers() config.Analyzers {
 		Calibration: config.Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
 	}
 }
+
+func TestLoadMap(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := dir + "/c.yaml"
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c, err := config.Load(write("alerts:\n  fixed:\n    error_rate: 0.05\n    drift_score: 0.3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]float64{"error_rate": 0.05, "drift_score": 0.3}, c.Alerts.Fixed); diff != "" {
+		t.Errorf("fixed (-want +got):\n%s", diff)
+	}
+	for body, want := range map[string]string{
+		"alerts:\n  fixed: [1]\n":               "alerts.fixed: expected a mapping",
+		"alerts:\n  fixed:\n    error_rate: x\n": "alerts.fixed.error_rate",
+	} {
+		if _, err := config.Load(write(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want one naming %q", body, err, want)
+		}
+	}
+}

@@ -307,6 +307,11 @@ func (a *Alerts) Validate() error {
 		l.add("severity", errors.New("must not be empty"))
 	}
 	l.add("dashboard_url", checkOptionalHTTPURL(a.DashboardURL))
+	for rule := range a.Fixed {
+		if !slices.Contains(AlertRules, rule) {
+			l.add("fixed."+rule, fmt.Errorf("unknown rule (known: %s)", strings.Join(AlertRules, ", ")))
+		}
+	}
 	return l.err()
 }
 

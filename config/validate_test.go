@@ -178,6 +178,8 @@ func TestValidate(t *testing.T) {
 			`analyzers.drift.correction: "holm" is not one of bh, bonferroni`},
 		{"consecutive", func(c *config.Config) { c.Analyzers.Consecutive = 0 },
 			`analyzers.consecutive: must be >= 1, got 0`},
+		{"alert fixed rule", func(c *config.Config) { c.Alerts.Fixed = map[string]float64{"latency": 1} },
+			`alerts.fixed.latency: unknown rule (known: drift_score, confidence_drop, latency_ttft_p95, latency_e2e_p95, error_rate, perplexity_band, precision_divergence)`},
 		{"log level", func(c *config.Config) { c.Log.Level = "trace" },
 			`log.level: "trace" is not one of debug, info, warn, error`},
 	}
