@@ -446,7 +446,7 @@ func TestLoadMap(t *testing.T) {
 		t.Errorf("fixed (-want +got):\n%s", diff)
 	}
 	for body, want := range map[string]string{
-		"alerts:\n  fixed: [1]\n":               "alerts.fixed: expected a mapping",
+		"alerts:\n  fixed: [1]\n":                "alerts.fixed: expected a mapping",
 		"alerts:\n  fixed:\n    error_rate: x\n": "alerts.fixed.error_rate",
 	} {
 		if _, err := config.Load(write(body)); err == nil || !strings.Contains(err.Error(), want) {
