@@ -342,6 +342,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v 
 	}
 	set(Firing)
 	s.notified, s.episode = now, true
+	e.saveNotified(ctx, s)
 	return e.notification(s, now, false), true
 }
 
@@ -397,6 +398,27 @@ func (e *Engine) load(ctx context.Context, s *series) {
 		if h.last >= s.hist.last {
 			s.hist = h
 		}
+	}
+	// The last notification time is shared too, so that a replica that
+	// restarts, or becomes the sender, keeps the silence.
+	if b, err := e.store.Get(ctx, notifiedKey(s)); err == nil {
+		if t, err := time.Parse(time.RFC3339Nano, string(b)); err == nil && t.After(s.notified) {
+			s.notified = t
+		}
+	}
+}
+
+func notifiedKey(s *series) string { return "alert/notified/" + fingerprint(s.labels) }
+
+// saveNotified records the time of a firing notification in the store.
+func (e *Engine) saveNotified(ctx context.Context, s *series) {
+	if e.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := e.store.Set(ctx, notifiedKey(s), []byte(s.notified.UTC().Format(time.RFC3339Nano)), 2*e.cfg.Silence); err != nil {
+		e.storeFails.Add(1)
 	}
 }
 

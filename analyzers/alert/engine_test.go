@@ -471,3 +471,38 @@ func TestValues(t *testing.T) {
 		t.Errorf("unknown state gave %v", got)
 	}
 }
+
+// TestSilenceSurvivesRestart: a replica started after a notification keeps
+// the silence, read from the shared store.
+func TestSilenceSurvivesRestart(t *testing.T) {
+	store := state.NewMemory()
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	cfg := Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}
+	var sent []Notification
+	n := notifierFunc(func(_ context.Context, ns []Notification) error { sent = append(sent, ns...); return nil })
+	a := NewEngine(cfg, store, clock, n)
+	breach := map[string]Value{RuleErrorRate: {V: 0.5}}
+	var queued int
+	for range 3 {
+		queued += len(a.Observe(context.Background(), breach))
+		now = now.Add(5 * time.Minute)
+	}
+	if queued != 1 {
+		t.Fatalf("first replica queued %d notifications, want 1", queued)
+	}
+	b := NewEngine(cfg, store, clock, n) // a new replica, 15 minutes after the notification
+	queued = 0
+	for range 3 {
+		queued += len(b.Observe(context.Background(), breach))
+		now = now.Add(5 * time.Minute)
+	}
+	if queued != 0 {
+		t.Errorf("a restarted replica notified %d times within the silence", queued)
+	}
+}
+
+// notifierFunc adapts a function to Notifier.
+type notifierFunc func(context.Context, []Notification) error
+
+func (f notifierFunc) Notify(ctx context.Context, ns []Notification) error { return f(ctx, ns) }
