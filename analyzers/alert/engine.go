@@ -335,7 +335,13 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v 
 		return Notification{}, false
 	}
 	if !s.notified.IsZero() && now.Sub(s.notified) < e.cfg.Silence {
-		if s.state != Firing {
+		switch {
+		case !s.notified.Before(s.started):
+			// Notified during this run, possibly by another replica: firing,
+			// and whichever replica sends when it ends sends the resolution.
+			set(Firing)
+			s.episode = true
+		case s.state != Firing:
 			set(Silenced)
 		}
 		return Notification{}, false
