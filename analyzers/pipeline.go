@@ -453,7 +453,6 @@ func (p *Pipeline) Evaluate() *Signals {
 		res := p.drift.Evaluate(now)
 		s.Drift = res
 		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
-		s.states.drift = res.State
 		p.m.publishDrift(&res)
 	}
 	if p.conf != nil {
@@ -461,19 +460,16 @@ func (p *Pipeline) Evaluate() *Signals {
 		if p.cfg.Confidence.Enabled {
 			rep := calibrate.Compute(p.pairs(), p.cfg.Calibration.Bins)
 			s.Confidence = Confidence{Decay: d, Calibration: rep}
-			s.states.confidence = d.State
 			p.m.publishConfidence(&d, &rep)
 		}
 		if p.cfg.Output.Enabled {
 			s.Output = o
-			s.states.output = o.State
 			p.m.publishOutput(&o)
 		}
 	}
 	if p.lat != nil {
 		l := p.lat.Evaluate(now)
 		s.Latency = l
-		s.states.latency = l.State
 		p.m.publishLatency(&l)
 	}
 	p.last.Store(s)
@@ -581,8 +577,6 @@ type Signals struct {
 	Latency    any       `json:"latency"`
 	Output     any       `json:"output"`
 	Precision  any       `json:"precision"`
-
-	states struct{ drift, confidence, latency, output string }
 }
 
 // Window is the span the signals describe: the drift signal's current window.
