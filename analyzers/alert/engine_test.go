@@ -355,7 +355,7 @@ func week(t *testing.T, cfg Config, store Store, seed uint64) (*Engine, map[stri
 
 func TestStationaryWeek(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a simulated week")
+		t.Skip("-short: the simulated week (2016 periods x 6 rules) is left out")
 	}
 	const periods = 7 * 24 * 12
 	store := state.NewMemory()
