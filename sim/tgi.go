@@ -94,6 +94,7 @@ var errTGISimulated = &apiError{status: http.StatusInternalServerError, msg: "Re
 
 // tgiJob is a validated TGI request.
 type tgiJob struct {
+	m      lm // the simulated model, under the request's knobs
 	body   []byte
 	p      tgiParameters
 	prompt promptText
@@ -176,23 +177,29 @@ func topTGITokens(st step) []tgiToken {
 	return out
 }
 
-func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
+// startTGI counts and checks a TGI request, draws the error decision and
+// admits it under max_num_seqs. It returns a nil run when it answered
+// (an error, or a client that left while waiting).
+func (s *Server) startTGI(w http.ResponseWriter, r *http.Request, stream bool) (*tgiJob, []*choiceState, *run) {
 	s.requests.Add(1)
 	k := s.Knobs()
-	j, e := s.parseTGI(w, r, k, false)
+	j, e := s.parseTGI(w, r, k, stream)
 	if e != nil {
 		s.failTGI(w, e)
-		return
+		return nil, nil, nil
 	}
 	if s.failNext(k.ErrorRate) {
 		s.failTGI(w, errTGISimulated)
-		return
+		return nil, nil, nil
 	}
-	m := newLM(s.seed, k)
+	j.m = newLM(s.seed, k)
 	pl := choicePlan{prompt: j.prompt, tokens: j.tokens, gen: j.gen, finish: j.finish}
-	choices := startChoices(m, []choicePlan{pl}, 1, j.topN)
+	choices := startChoices(j.m, []choicePlan{pl}, 1, j.topN)
+	return j, choices, s.begin(r.Context(), k, j.tokens)
+}
 
-	rn := s.begin(r.Context(), k, j.tokens)
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	j, choices, rn := s.startTGI(w, r, false)
 	if rn == nil {
 		return
 	}
@@ -215,7 +222,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if details != nil && j.p.DecoderInputDetails {
-		for i, st := range m.promptScores(j.prompt, 0) {
+		for i, st := range j.m.promptScores(j.prompt, 0) {
 			t := tgiPrefillToken{ID: st.id, Text: st.text}
 			if i > 0 {
 				lp := st.logprob
@@ -230,22 +237,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 // handleGenerateStream sends an event per token, numbered from 1 as TGI
 // numbers them; the last carries generated_text, and details when asked.
 func (s *Server) handleGenerateStream(w http.ResponseWriter, r *http.Request) {
-	s.requests.Add(1)
-	k := s.Knobs()
-	j, e := s.parseTGI(w, r, k, true)
-	if e != nil {
-		s.failTGI(w, e)
-		return
-	}
-	if s.failNext(k.ErrorRate) {
-		s.failTGI(w, errTGISimulated)
-		return
-	}
-	m := newLM(s.seed, k)
-	pl := choicePlan{prompt: j.prompt, tokens: j.tokens, gen: j.gen, finish: j.finish}
-	choices := startChoices(m, []choicePlan{pl}, 1, j.topN)
-
-	rn := s.begin(r.Context(), k, j.tokens)
+	j, choices, rn := s.startTGI(w, r, true)
 	if rn == nil {
 		return
 	}
