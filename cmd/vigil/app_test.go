@@ -4,16 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/analyzers/drift"
-	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -21,28 +18,10 @@ import (
 // baseline is pinned over HTTP; a change of language then shows as drift in
 // /admin/signals and /metrics.
 func TestDriftEndToEnd(t *testing.T) {
-	k := sim.DefaultKnobs()
-	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
-	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
-	defer backend.Close()
-
-	cfg := config.Default()
-	cfg.Tracing.Exporter = "none"
-	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
-	cfg.Health.Interval = 0
+	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens = 4 }))
 	an := &cfg.Analyzers
 	an.Bucket, an.MinRequests, an.Window, an.Consecutive = time.Second, 200, time.Hour, 1
-	if err := cfg.ValidateServe(); err != nil {
-		t.Fatal(err)
-	}
-	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(a.gw.Handler())
-	defer gw.Close()
-	ctx := t.Context()
-	go a.gw.Run(ctx)
+	a, gwURL := startApp(t, cfg)
 
 	send := func(words []string, n int) {
 		for i := range n {
@@ -52,7 +31,7 @@ func TestDriftEndToEnd(t *testing.T) {
 				sb.WriteByte(' ')
 			}
 			body := fmt.Sprintf(`{"model":"m","max_tokens":4,"messages":[{"role":"user","content":%q}]}`, sb.String())
-			resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			resp, err := http.Post(gwURL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +40,7 @@ func TestDriftEndToEnd(t *testing.T) {
 		}
 	}
 	signals := func() (state string, body string) {
-		resp, err := http.Get(gw.URL + "/admin/signals")
+		resp, err := http.Get(gwURL + "/admin/signals")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +57,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	chinese := strings.Fields("系统 报告 用户 错误 延迟 模型 请求 回答 总结 解释 数据 表格 代码 测试 服务 集群")
 	send(english, 250)
 	waitUntil(t, "prompts analysed", func() bool { return a.pipeline.Evaluate().Drift.(drift.Result).Current >= 250 })
-	resp, err := http.Post(gw.URL+"/admin/baseline", "application/json", nil)
+	resp, err := http.Post(gwURL+"/admin/baseline", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +76,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	if st != "drift" || !strings.Contains(body, `"name":"script_cjk"`) {
 		t.Errorf("signals: %s", body)
 	}
-	mresp, err := http.Get(gw.URL + "/metrics")
+	mresp, err := http.Get(gwURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,23 +111,9 @@ func grep(s, sub string) string {
 // TestFeedbackEndToEnd: a response with logprobs is labelled through
 // POST /v1/feedback and counted in the calibration; unknown ids get 404.
 func TestFeedbackEndToEnd(t *testing.T) {
-	k := sim.DefaultKnobs()
-	k.TTFT, k.ITL = 0, 0
-	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
-	defer backend.Close()
-	cfg := config.Default()
-	cfg.Tracing.Exporter = "none"
-	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
-	cfg.Health.Interval = 0
-	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(a.gw.Handler())
-	defer gw.Close()
-	go a.gw.Run(t.Context())
+	a, gwURL := startApp(t, testConfig(simBackend(t, nil)))
 
-	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json",
+	resp, err := http.Post(gwURL+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"m","max_tokens":8,"logprobs":true,"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +122,7 @@ func TestFeedbackEndToEnd(t *testing.T) {
 	json.NewDecoder(resp.Body).Decode(&c)
 	resp.Body.Close()
 	feedback := func(id string) int {
-		resp, err := http.Post(gw.URL+"/v1/feedback", "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q,"correct":true}`, id)))
+		resp, err := http.Post(gwURL+"/v1/feedback", "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q,"correct":true}`, id)))
 		if err != nil {
 			t.Fatal(err)
 		}

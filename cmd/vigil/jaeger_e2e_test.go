@@ -6,13 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/config"
-	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/test/jaegertest"
 )
 
@@ -27,13 +24,8 @@ func TestTracesInJaeger(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 	t.Setenv("OTEL_SERVICE_NAME", "vigil-e2e")
 
-	k := sim.DefaultKnobs()
-	k.TTFT, k.ITL = 0, 0
-	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
-	defer backend.Close()
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
-	cfg.Health.Interval = 0
+	cfg := testConfig(simBackend(t, nil))
+	cfg.Tracing.Exporter = "otlp"
 	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/analyzers/latency"
-	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -27,27 +24,13 @@ import (
 // promise to catch 1.5× here; the detection of 1.5× under controlled jitter
 // is measured in analyzers/latency (TestTTFTDetection).
 func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
-	k := sim.DefaultKnobs()
-	k.TTFT, k.ITL, k.OutputTokens = 40*time.Millisecond, time.Millisecond, 8
-	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
-	defer backend.Close()
-
-	cfg := config.Default()
-	cfg.Tracing.Exporter = "none"
-	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
-	cfg.Health.Interval = 0
+	backendURL := simBackend(t, func(k *sim.Knobs) {
+		k.TTFT, k.ITL, k.OutputTokens = 40*time.Millisecond, time.Millisecond, 8
+	})
+	cfg := testConfig(backendURL)
 	an := &cfg.Analyzers
 	an.Bucket, an.MinRequests, an.Window, an.Consecutive = time.Second, 100, time.Hour, 1
-	if err := cfg.ValidateServe(); err != nil {
-		t.Fatal(err)
-	}
-	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(a.gw.Handler())
-	defer gw.Close()
-	go a.gw.Run(t.Context())
+	a, gwURL := startApp(t, cfg)
 
 	send := func(n int) {
 		var wg sync.WaitGroup
@@ -55,7 +38,7 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 			wg.Go(func() {
 				for i := w; i < n; i += 4 {
 					body := fmt.Sprintf(`{"model":"m","stream":true,"logprobs":true,"top_logprobs":3,"messages":[{"role":"user","content":"q%d"}]}`, i)
-					resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					resp, err := http.Post(gwURL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 					if err != nil {
 						t.Error(err)
 						return
@@ -91,7 +74,7 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 		t.Errorf("confidence from streamed logprobs: %+v", d)
 	}
 
-	req, _ := http.NewRequest(http.MethodPatch, backend.URL+"/sim/knobs", strings.NewReader(`{"ttft":"120ms"}`))
+	req, _ := http.NewRequest(http.MethodPatch, backendURL+"/sim/knobs", strings.NewReader(`{"ttft":"120ms"}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("PATCH /sim/knobs: %v %v", err, resp)
@@ -108,7 +91,7 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 		last = a.pipeline.Evaluate().Latency.(latency.Result)
 		time.Sleep(20 * time.Millisecond)
 	}
-	sig, err := http.Get(gw.URL + "/admin/signals")
+	sig, err := http.Get(gwURL + "/admin/signals")
 	if err != nil {
 		t.Fatal(err)
 	}

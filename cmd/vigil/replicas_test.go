@@ -3,9 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/latency"
-	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/state/redistest"
 )
@@ -25,29 +22,15 @@ import (
 // window counts exactly the responses both served.
 func TestReplicasShareWindows(t *testing.T) {
 	redis := redistest.Start(t)
-	k := sim.DefaultKnobs()
-	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
-	backend := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
-	defer backend.Close()
-
-	cfg := config.Default()
-	cfg.Tracing.Exporter = "none"
-	cfg.Backends = []config.Backend{{Name: "a", URL: backend.URL, Kind: "openai", Weight: 100}}
-	cfg.Health.Interval = 0
+	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens = 4 }))
 	cfg.State.Redis.URL = redis.URL()
 	// One window holding everything, so that its count is the total.
 	cfg.Analyzers.MinRequests, cfg.Analyzers.Window = 1_000_000, time.Hour
 	var replicas []*app
 	var urls []string
 	for range 2 {
-		a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(a.gw.Handler())
-		defer srv.Close()
-		go a.gw.Run(t.Context())
-		replicas, urls = append(replicas, a), append(urls, srv.URL)
+		a, url := startApp(t, cfg)
+		replicas, urls = append(replicas, a), append(urls, url)
 	}
 
 	var sent, failed atomic.Int64

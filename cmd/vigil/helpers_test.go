@@ -1,0 +1,51 @@
+package main
+
+import (
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// simBackend serves a zero-latency simulator of model "m" (seed 1), its
+// knobs adjusted by set, until the test ends, and returns its URL.
+func simBackend(t *testing.T, set func(*sim.Knobs)) string {
+	t.Helper()
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL = 0, 0
+	if set != nil {
+		set(&k)
+	}
+	srv := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// testConfig is a serving config over one backend, without active health
+// checks or span export.
+func testConfig(backendURL string) config.Config {
+	cfg := config.Default()
+	cfg.Tracing.Exporter = "none"
+	cfg.Backends = []config.Backend{{Name: "a", URL: backendURL, Kind: "openai", Weight: 100}}
+	cfg.Health.Interval = 0
+	return cfg
+}
+
+// startApp validates cfg, builds the app and serves its gateway (with its
+// background work) until the test ends; it returns the app and its URL.
+func startApp(t *testing.T, cfg config.Config) (*app, string) {
+	t.Helper()
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.gw.Handler())
+	t.Cleanup(srv.Close)
+	go a.gw.Run(t.Context())
+	return a, srv.URL
+}
