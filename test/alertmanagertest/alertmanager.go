@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vigil-gw/vigil/test/proctest"
 )
 
 // EnvBin names the environment variable that holds the binary's path.
@@ -58,22 +60,8 @@ const startAttempts = 3
 // is unset and fails it when the file is missing.
 func Start(t testing.TB) *Alertmanager {
 	t.Helper()
-	bin := os.Getenv(EnvBin)
-	if bin == "" {
-		t.Skip(EnvBin + " unset: run ./test/run, which builds Alertmanager")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("alertmanagertest: %s: %v", EnvBin, err)
-	}
-	var err error
-	for range startAttempts {
-		var a *Alertmanager
-		if a, err = start(t, bin); err == nil {
-			return a
-		}
-	}
-	t.Fatalf("alertmanagertest: %v", err)
-	return nil
+	bin := proctest.Binary(t, EnvBin, "Alertmanager")
+	return proctest.Start(t, startAttempts, func() (*Alertmanager, error) { return start(t, bin) })
 }
 
 func start(t testing.TB, bin string) (*Alertmanager, error) {

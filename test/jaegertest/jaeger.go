@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vigil-gw/vigil/test/proctest"
 )
 
 // EnvBin names the environment variable that holds the Jaeger binary's path.
@@ -83,22 +85,8 @@ const startAttempts = 3
 // is unset and fails it when the file is missing.
 func Start(t testing.TB) *Jaeger {
 	t.Helper()
-	bin := os.Getenv(EnvBin)
-	if bin == "" {
-		t.Skip(EnvBin + " unset: run ./test/run, which builds Jaeger")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("jaegertest: %s: %v", EnvBin, err)
-	}
-	var err error
-	for range startAttempts {
-		var j *Jaeger
-		if j, err = start(t, bin); err == nil {
-			return j
-		}
-	}
-	t.Fatalf("jaegertest: %v", err)
-	return nil
+	bin := proctest.Binary(t, EnvBin, "Jaeger")
+	return proctest.Start(t, startAttempts, func() (*Jaeger, error) { return start(t, bin) })
 }
 
 // config is a minimal Jaeger v2 configuration: the OTLP/gRPC receiver, the
