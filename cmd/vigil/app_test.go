@@ -20,7 +20,11 @@ import (
 func TestDriftEndToEnd(t *testing.T) {
 	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens = 4 }))
 	an := &cfg.Analyzers
-	an.Bucket, an.MinRequests, an.Window, an.Consecutive = time.Second, 200, time.Hour, 1
+	// The current window is the newest buckets holding at least MinRequests
+	// prompts. With MinRequests equal to the prompts of each phase, a window
+	// of 250 means every prompt of the phase has been analysed, whichever
+	// 1-second buckets the phase happened to span.
+	an.Bucket, an.MinRequests, an.Window, an.Consecutive = time.Second, 250, time.Hour, 1
 	a, gwURL := startApp(t, cfg)
 
 	send := func(words []string, n int) {
@@ -65,7 +69,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("POST /admin/baseline: %d", resp.StatusCode)
 	}
-	// The current window is the newest 200 prompts: all English still.
+	// The current window is the 250 English prompts: nothing has changed.
 	if st, body := signals(); st != "ok" {
 		t.Fatalf("state after pinning = %q, want ok: %s", st, body)
 	}
