@@ -426,6 +426,8 @@ func wantAnalyzers() config.Analyzers {
 		Latency:     config.Latency{Enabled: true, K: 2, MinRise: 0.1},
 		Output:      config.Output{Enabled: true, Sigma: 3, Minutes: 5, MinBaselineMinutes: 10},
 		Calibration: config.Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
+		Precision: config.Precision{Enabled: true, SampleRatio: 0.05, TopLogprobs: 5, MaxTokens: 32, Concurrency: 4,
+			Timeout: 30 * time.Second, MinTokens: 200, MaxKL: 0.05, MinTop1Agreement: 0.9},
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -40,6 +41,12 @@ func (c *Config) Validate() error {
 	l.nest("retries", c.Retries.Validate())
 	l.nest("cache", c.Cache.Validate())
 	l.nest("log", c.Log.Validate())
+	for i, b := range c.Backends {
+		if _, ok := c.Alerts.Tiers[b.Tier]; b.Tier != "" && !ok {
+			l.add(indexPath("backends", i)+".tier", fmt.Errorf("tier %q is not in alerts.tiers (known: %s)",
+				b.Tier, strings.Join(slices.Sorted(maps.Keys(c.Alerts.Tiers)), ", ")))
+		}
+	}
 	return l.err()
 }
 
@@ -197,6 +204,31 @@ func (a *Analyzers) Validate() error {
 	l.nest("latency", a.Latency.Validate())
 	l.nest("output", a.Output.Validate())
 	l.nest("calibration", a.Calibration.Validate())
+	l.nest("precision", a.Precision.Validate())
+	return l.err()
+}
+
+// Validate checks p.
+func (p *Precision) Validate() error {
+	var l errList
+	l.add("sample_ratio", checkRatio(p.SampleRatio))
+	if p.TopLogprobs < 1 || p.TopLogprobs > 20 {
+		l.add("top_logprobs", fmt.Errorf("must be in [1, 20], got %d", p.TopLogprobs))
+	}
+	if p.MaxTokens <= 0 {
+		l.add("max_tokens", fmt.Errorf("must be > 0, got %d", p.MaxTokens))
+	}
+	if p.Concurrency <= 0 {
+		l.add("concurrency", fmt.Errorf("must be > 0, got %d", p.Concurrency))
+	}
+	l.add("timeout", checkPositiveDuration(p.Timeout))
+	if p.MinTokens <= 0 {
+		l.add("min_tokens", fmt.Errorf("must be > 0, got %d", p.MinTokens))
+	}
+	if !(p.MaxKL > 0) {
+		l.add("max_kl", fmt.Errorf("must be > 0, got %v", p.MaxKL))
+	}
+	l.add("min_top1_agreement", checkRatio(p.MinTop1Agreement))
 	return l.err()
 }
 
@@ -307,6 +339,14 @@ func (a *Alerts) Validate() error {
 		l.add("severity", errors.New("must not be empty"))
 	}
 	l.add("dashboard_url", checkOptionalHTTPURL(a.DashboardURL))
+	for tier, sev := range a.Tiers {
+		if tier == "" {
+			l.add("tiers", errors.New("a tier name must not be empty"))
+		}
+		if sev == "" {
+			l.add("tiers."+tier, errors.New("severity must not be empty"))
+		}
+	}
 	for rule := range a.Fixed {
 		if !slices.Contains(AlertRules, rule) {
 			l.add("fixed."+rule, fmt.Errorf("unknown rule (known: %s)", strings.Join(AlertRules, ", ")))

@@ -180,6 +180,16 @@ func TestValidate(t *testing.T) {
 			`analyzers.consecutive: must be >= 1, got 0`},
 		{"alert fixed rule", func(c *config.Config) { c.Alerts.Fixed = map[string]float64{"latency": 1} },
 			`alerts.fixed.latency: unknown rule (known: drift_score, confidence_drop, latency_ttft_p95, latency_e2e_p95, error_rate, perplexity_band, precision_divergence)`},
+		{"backend tier unknown", func(c *config.Config) {
+			c.Alerts.Tiers = map[string]string{"gold": "critical", "bronze": "info"}
+			c.Backends[1].Tier = "silver"
+		}, `backends[1].tier: tier "silver" is not in alerts.tiers (known: bronze, gold)`},
+		{"tier severity empty", func(c *config.Config) { c.Alerts.Tiers = map[string]string{"gold": ""} },
+			`alerts.tiers.gold: severity must not be empty`},
+		{"precision max_kl", func(c *config.Config) { c.Analyzers.Precision.MaxKL = 0 },
+			`analyzers.precision.max_kl: must be > 0, got 0`},
+		{"precision top_logprobs", func(c *config.Config) { c.Analyzers.Precision.TopLogprobs = 0 },
+			`analyzers.precision.top_logprobs: must be in [1, 20], got 0`},
 		{"log level", func(c *config.Config) { c.Log.Level = "trace" },
 			`log.level: "trace" is not one of debug, info, warn, error`},
 	}
