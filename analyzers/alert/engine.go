@@ -105,6 +105,8 @@ func (c Config) Validate() error {
 // Value is one rule's value for one period. Labels identify the series
 // (backend, model…); nil: the whole gateway.
 type Value struct {
+	// Rule names the rule (ObserveValues; Observe takes it from the key).
+	Rule   string
 	V      float64
 	Labels map[string]string
 }
@@ -225,27 +227,49 @@ func NewEngine(cfg Config, store Store, clock func() time.Time, n Notifier, opts
 	return e
 }
 
-// Observe evaluates one period's values, keyed by rule name, and queues
-// the notifications that this replica must send; it returns them. A
-// series observed twice in one period counts once. Store errors are
-// logged and counted; the engine goes on with the history it holds.
-// Observe waits for the store (each call bounded) but never for delivery.
+// Observe evaluates one period's values, keyed by rule name (one series
+// per rule); see ObserveValues.
 func (e *Engine) Observe(ctx context.Context, values map[string]Value) []Notification {
+	vs := make([]Value, 0, len(values))
+	for rule, v := range values {
+		v.Rule = rule
+		vs = append(vs, v)
+	}
+	return e.ObserveValues(ctx, vs)
+}
+
+// ObserveValues evaluates one period's values, several series of a rule
+// told apart by their labels, and queues the notifications that this
+// replica must send; it returns them. A series observed twice in one
+// period counts once. Store errors are logged and counted; the engine goes
+// on with the history it holds. ObserveValues waits for the store (each
+// call bounded) but never for delivery.
+func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notification {
 	e.obs.Lock()
 	defer e.obs.Unlock()
 	now := e.now()
 	p := now.UnixNano() / int64(e.cfg.Period)
 	var out []Notification
-	for _, rule := range slices.Sorted(maps.Keys(values)) {
-		v := values[rule]
-		if math.IsNaN(v.V) || math.IsInf(v.V, 0) {
+	type keyed struct {
+		key string
+		s   *series
+		v   float64
+	}
+	var todo []keyed
+	for _, v := range values {
+		if math.IsNaN(v.V) || math.IsInf(v.V, 0) || v.Rule == "" {
 			continue
 		}
-		s := e.seriesOf(rule, v.Labels)
-		if s.observed == p {
+		s := e.seriesOf(v.Rule, v.Labels)
+		todo = append(todo, keyed{v.Rule + "\x00" + fingerprint(s.labels), s, v.V})
+	}
+	// A fixed order, so that notifications come out the same on every run.
+	slices.SortFunc(todo, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for _, k := range todo {
+		if k.s.observed == p {
 			continue
 		}
-		if n, ok := e.step(ctx, s, p, now, v.V); ok {
+		if n, ok := e.step(ctx, k.s, p, now, k.v); ok {
 			out = append(out, n)
 		}
 	}

@@ -34,8 +34,8 @@ const (
 	// least the 5 minutes of the design's band rule.
 	RulePerplexity = "perplexity_band"
 	// RulePrecision is the precision divergence of a low-precision backend
-	// against its reference (mean per-token KL). The analyzers do not
-	// compute it yet: the rule applies only when the caller supplies it.
+	// against its reference: the mean per-token KL(reference ‖ backend) of
+	// the shadow comparisons in the window, one series per backend.
 	RulePrecision = "precision_divergence"
 )
 
@@ -83,8 +83,6 @@ type Signals struct {
 	Latency    *latency.Result
 	// ErrorRate is the share of failed requests in the period.
 	ErrorRate *float64
-	// Precision is the precision divergence of the period.
-	Precision *float64
 	// Labels go on every value (backend, model); nil: none.
 	Labels map[string]string
 }
@@ -114,9 +112,6 @@ func Values(s Signals) map[string]Value {
 	}
 	if s.ErrorRate != nil {
 		put(RuleErrorRate, *s.ErrorRate)
-	}
-	if s.Precision != nil {
-		put(RulePrecision, *s.Precision)
 	}
 	return out
 }

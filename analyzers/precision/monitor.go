@@ -1,0 +1,198 @@
+package precision
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/config"
+)
+
+// States of the signal and of each pair.
+const (
+	StateUnknown   = "unknown"
+	StateOK        = "ok"
+	StateDivergent = "divergent"
+)
+
+// summary is one bucket of one pair: per-position KL, top-1 agreement and
+// logprob delta, and per-response split counts (1 when the sequences chose
+// different tokens).
+type summary struct {
+	kl, top1, delta, split window.Moments
+}
+
+func (s *summary) Merge(o *summary) error {
+	for _, p := range [][2]*window.Moments{{&s.kl, &o.kl}, {&s.top1, &o.top1}, {&s.delta, &o.delta}, {&s.split, &o.split}} {
+		if err := p[0].Merge(p[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *summary) Reset() { *s = summary{} }
+
+func (s *summary) MarshalBinary() ([]byte, error) {
+	return window.EncodeParts(&s.kl, &s.top1, &s.delta, &s.split)
+}
+
+func (s *summary) UnmarshalBinary(b []byte) error {
+	return window.DecodeParts(b, &s.kl, &s.top1, &s.delta, &s.split)
+}
+
+// Pair names a backend and its reference.
+type Pair struct {
+	Backend, Reference string
+}
+
+// A Monitor keeps one window per pair. It is safe for concurrent use.
+type Monitor struct {
+	cfg   config.Analyzers
+	pairs []Pair // fixed at New: bounded
+
+	mu      sync.Mutex
+	buckets map[Pair]*window.Shared[summary, *summary]
+	streak  map[Pair]int
+}
+
+// New returns a Monitor for the given pairs (each backend with a reference).
+func New(cfg config.Analyzers, pairs []Pair) *Monitor {
+	m := &Monitor{cfg: cfg, pairs: slices.Clone(pairs), buckets: map[Pair]*window.Shared[summary, *summary]{}, streak: map[Pair]int{}}
+	span := int(cfg.Window/cfg.Bucket) + 2
+	for _, p := range pairs {
+		m.buckets[p] = window.NewShared[summary](cfg.Bucket, span, nil)
+	}
+	return m
+}
+
+// Pairs returns the monitored pairs.
+func (m *Monitor) Pairs() []Pair { return slices.Clone(m.pairs) }
+
+// Add records the comparison of one shadow pair of responses made at t. A
+// pair the monitor was not made for is ignored (false).
+func (m *Monitor) Add(t time.Time, p Pair, c *Comparison) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.buckets[p]
+	if s == nil {
+		return false
+	}
+	b := s.Bucket(t)
+	if b == nil {
+		return false
+	}
+	for i := range c.KL {
+		b.kl.Add(c.KL[i])
+		b.top1.Add(c.Top1[i])
+		if !math.IsNaN(c.Delta[i]) {
+			b.delta.Add(c.Delta[i])
+		}
+	}
+	split := 0.0
+	if c.Split {
+		split = 1
+	}
+	b.split.Add(split)
+	return true
+}
+
+// Shared hands the pairs' series to the replica flusher, under the
+// monitor's lock.
+func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pairs {
+		f("precision/"+p.Backend+"/"+p.Reference, m.buckets[p])
+	}
+}
+
+// PairResult is one pair's window, as /admin/signals shows it.
+type PairResult struct {
+	Backend   string `json:"backend"`
+	Reference string `json:"reference"`
+	State     string `json:"state"`
+	// KL is the mean per-token KL(reference ‖ backend), nats; KLP is its
+	// largest per-token value in the window.
+	KL    stats.Num `json:"kl"`
+	KLMax stats.Num `json:"kl_max"`
+	// Top1Agreement is the share of compared positions whose most likely
+	// token is the same on both.
+	Top1Agreement stats.Num `json:"top1_agreement"`
+	// LogprobDelta is the mean logprob delta of the chosen tokens,
+	// backend − reference; AbsLogprobDelta its RMS.
+	LogprobDelta    stats.Num `json:"logprob_delta"`
+	RMSLogprobDelta stats.Num `json:"rms_logprob_delta"`
+	// SplitShare is the share of response pairs whose greedy sequences
+	// chose different tokens somewhere.
+	SplitShare stats.Num `json:"split_share"`
+	Responses  int64     `json:"responses"`
+	Tokens     int64     `json:"tokens"`
+	Streak     int       `json:"streak"`
+}
+
+// Result is the signal, as /admin/signals shows it: "divergent" when any
+// pair is.
+type Result struct {
+	State string       `json:"state"`
+	Pairs []PairResult `json:"pairs"`
+}
+
+// Evaluate computes every pair's window as of now: the buckets of the last
+// analyzers.window. A pair is divergent after analyzers.consecutive
+// evaluations in a row whose mean KL is above precision.max_kl or whose
+// top-1 agreement is below precision.min_top1_agreement, with at least
+// precision.min_tokens compared tokens.
+func (m *Monitor) Evaluate(now time.Time) Result {
+	pc := m.cfg.Precision
+	res := Result{State: StateUnknown, Pairs: []PairResult{}}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pairs {
+		pr := PairResult{Backend: p.Backend, Reference: p.Reference, State: StateUnknown}
+		view, _ := m.buckets[p].View()
+		cur, _ := view.Range(now.Add(-m.cfg.Window), now.Add(m.cfg.Bucket))
+		pr.Responses, pr.Tokens = cur.split.Count(), cur.kl.Count()
+		nan := math.NaN()
+		pr.KL, pr.KLMax, pr.Top1Agreement = stats.Num(nan), stats.Num(nan), stats.Num(nan)
+		pr.LogprobDelta, pr.RMSLogprobDelta, pr.SplitShare = stats.Num(nan), stats.Num(nan), stats.Num(nan)
+		if pr.Tokens > 0 {
+			pr.KL, pr.KLMax, pr.Top1Agreement = stats.Num(cur.kl.Mean()), stats.Num(cur.kl.Max()), stats.Num(cur.top1.Mean())
+		}
+		if cur.delta.Count() > 0 {
+			mean := cur.delta.Mean()
+			pr.LogprobDelta = stats.Num(mean)
+			pr.RMSLogprobDelta = stats.Num(math.Sqrt(cur.delta.Var() + mean*mean))
+		}
+		if pr.Responses > 0 {
+			pr.SplitShare = stats.Num(cur.split.Mean())
+		}
+		if pr.Tokens >= int64(pc.MinTokens) {
+			pr.State = StateOK
+			if float64(pr.KL) > pc.MaxKL || float64(pr.Top1Agreement) < pc.MinTop1Agreement {
+				m.streak[p]++
+			} else {
+				m.streak[p] = 0
+			}
+			if m.streak[p] >= m.cfg.Consecutive {
+				pr.State = StateDivergent
+			}
+		}
+		pr.Streak = m.streak[p]
+		switch {
+		case pr.State == StateDivergent:
+			res.State = StateDivergent
+		case pr.State == StateOK && res.State == StateUnknown:
+			res.State = StateOK
+		}
+		res.Pairs = append(res.Pairs, pr)
+	}
+	slices.SortFunc(res.Pairs, func(a, b PairResult) int {
+		return strings.Compare(a.Backend+"\x00"+a.Reference, b.Backend+"\x00"+b.Reference)
+	})
+	return res
+}
