@@ -100,7 +100,7 @@ func ParseCompletion(body []byte) ([]Position, error) {
 		Choices []struct {
 			Logprobs *struct {
 				Tokens        []string
-				TokenLogprobs []*float64             `json:"token_logprobs"`
+				TokenLogprobs []*float64            `json:"token_logprobs"`
 				TopLogprobs   []map[string]*float64 `json:"top_logprobs"`
 			}
 		}

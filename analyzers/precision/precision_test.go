@@ -111,8 +111,8 @@ func TestCompare(t *testing.T) {
 	q := []Position{
 		{"a", -0.15, []Alt{{"a", -0.15}, {"z", -2.0}}},
 		{"b", -0.9, []Alt{{"y", -0.6}, {"b", -0.9}}}, // chose b, but y ranks first: top-1 disagrees
-		{"c", -0.3, nil},                             // no distribution: skipped, still aligned
-		{"e", -0.1, []Alt{{"e", -0.1}}},              // different token: the walk stops
+		{"c", -0.3, nil},                // no distribution: skipped, still aligned
+		{"e", -0.1, []Alt{{"e", -0.1}}}, // different token: the walk stops
 	}
 	c := Compare(q, ref)
 	if c.Compared != 2 || !c.Split || sum(c.Top1) != 1 {
