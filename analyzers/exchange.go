@@ -46,3 +46,16 @@ type Response struct {
 	Body      []byte
 	Truncated bool
 }
+
+// Shadow is one shadow comparison for signal 5: the same greedy request,
+// with logprobs, answered by a backend and by its reference. It is
+// immutable once handed to the Pipeline.
+type Shadow struct {
+	Backend, Reference string
+	// Operation is chat or text_completion: the format of both bodies.
+	Operation string
+	// Time is when the comparison finished.
+	Time time.Time
+	// BackendBody and ReferenceBody are the two non-streaming response bodies.
+	BackendBody, ReferenceBody []byte
+}

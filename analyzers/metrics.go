@@ -8,6 +8,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
+	"github.com/vigil-gw/vigil/analyzers/precision"
 )
 
 // metrics holds the analyzers' instruments. Labels come from fixed sets:
@@ -39,6 +40,11 @@ type metrics struct {
 	latencyAnomalies *prometheus.CounterVec
 	latencyAlarm     prometheus.Gauge
 	latencyConfCorr  prometheus.Gauge
+
+	precisionKL      *prometheus.GaugeVec
+	precisionTop1    *prometheus.GaugeVec
+	precisionAlarm   *prometheus.GaugeVec
+	precisionResults *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -100,12 +106,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"metric"}),
 		latencyAlarm:    gauge("vigil_latency_anomalous_alarm", "1 while the latency signal is in its anomalous state."),
 		latencyConfCorr: gauge("vigil_latency_confidence_correlation", "Pearson correlation of end-to-end latency and mean token logprob in the current window."),
+		precisionKL: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vigil_precision_kl",
+			Help: "Mean per-token KL divergence (nats) of the reference's next-token distribution from the backend's, in the current window of shadow comparisons.",
+		}, []string{"backend", "reference"}),
+		precisionTop1: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vigil_precision_top1_agreement",
+			Help: "Share of compared positions whose most likely token is the same on the backend and its reference.",
+		}, []string{"backend", "reference"}),
+		precisionAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vigil_precision_divergent",
+			Help: "1 while a backend is in the divergent state against its reference.",
+		}, []string{"backend", "reference"}),
+		precisionResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_precision_comparisons_total",
+			Help: "Shadow response pairs by outcome: compared, or unreadable (a body without logprobs or not JSON).",
+		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.featureErrors, m.parseErrors, m.abandoned,
 		m.driftScore, m.driftAlarm, m.driftStat, m.driftP, m.driftPSI, m.evaluations,
 		m.respLogprob, m.confMean, m.confEntropy, m.confMargin, m.confLow, m.confAlarm,
 		m.perplexity, m.outputAlarm, m.ece, m.temperature, m.calibDropped,
-		m.latencyAnomalies, m.latencyAlarm, m.latencyConfCorr)
+		m.latencyAnomalies, m.latencyAlarm, m.latencyConfCorr,
+		m.precisionKL, m.precisionTop1, m.precisionAlarm, m.precisionResults)
+	m.precisionResults.WithLabelValues("compared")
+	m.precisionResults.WithLabelValues("unreadable")
 	for _, n := range latency.Names {
 		m.latencyAnomalies.WithLabelValues(n)
 	}
@@ -156,6 +181,14 @@ func (m *metrics) publishOutput(o *confidence.Output) {
 func (m *metrics) publishLatency(l *latency.Result) {
 	m.latencyAlarm.Set(alarm(l.State == latency.StateAnomalous))
 	m.latencyConfCorr.Set(float64(l.Correlation))
+}
+
+func (m *metrics) publishPrecision(r *precision.Result) {
+	for _, p := range r.Pairs {
+		m.precisionKL.WithLabelValues(p.Backend, p.Reference).Set(float64(p.KL))
+		m.precisionTop1.WithLabelValues(p.Backend, p.Reference).Set(float64(p.Top1Agreement))
+		m.precisionAlarm.WithLabelValues(p.Backend, p.Reference).Set(alarm(p.State == precision.StateDivergent))
+	}
 }
 
 var (

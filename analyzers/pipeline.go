@@ -24,6 +24,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
+	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -50,6 +51,10 @@ type Options struct {
 	// With Sharing, one replica at a time sends (a lease in the store).
 	Alerts   config.Alerts
 	Notifier alert.Notifier
+	// Backends are the gateway's backends: those with a reference are
+	// shadow-compared (signal 5), and per-backend alerts carry their name,
+	// their model (when they serve exactly one) and their tier's severity.
+	Backends []config.Backend
 }
 
 // maxOpen bounds the responses being parsed at once. The gateway calls
@@ -67,6 +72,7 @@ type Pipeline struct {
 	drift       *drift.Monitor      // nil when disabled
 	conf        *confidence.Monitor // nil when both confidence and output are disabled
 	lat         *latency.Monitor    // nil when disabled
+	prec        *precision.Monitor  // nil when disabled or no backend has a reference
 	calib       *calibrate.Store    // nil when confidence is disabled
 	tracer      trace.Tracer        // nil: no postprocess spans
 	share       *sharer             // nil without Sharing
@@ -74,8 +80,12 @@ type Pipeline struct {
 	alertPeriod time.Duration
 	m           *metrics
 
-	// Requests and failures since the last alert period, for the error rate.
-	periodTotal, periodErrors atomic.Int64
+	// Requests and failures since the last alert period, per backend ("":
+	// requests no backend answered), for the error rates.
+	errMu    sync.Mutex
+	errCount map[string]*[2]int64 // total, failed
+	// backendLabels are the alert labels of each backend's series.
+	backendLabels map[string]map[string]string
 
 	// With Sharing: responses remembered for calibration since the last
 	// flush, written to the store so that feedback reaching another
@@ -127,6 +137,19 @@ func New(o Options) (*Pipeline, error) {
 	if c.Latency.Enabled {
 		p.lat = latency.New(c)
 	}
+	p.errCount = map[string]*[2]int64{}
+	p.backendLabels = backendLabels(o.Backends, o.Alerts)
+	if c.Precision.Enabled {
+		var pairs []precision.Pair
+		for _, b := range o.Backends {
+			if b.Reference != "" {
+				pairs = append(pairs, precision.Pair{Backend: b.Name, Reference: b.Reference})
+			}
+		}
+		if len(pairs) > 0 {
+			p.prec = precision.New(c, pairs)
+		}
+	}
 	reg := o.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -151,6 +174,9 @@ func New(o Options) (*Pipeline, error) {
 		}
 		if p.lat != nil {
 			p.share.monitors = append(p.share.monitors, p.lat)
+		}
+		if p.prec != nil {
+			p.share.monitors = append(p.share.monitors, p.prec)
 		}
 		p.share.onPin = func(at time.Time) { p.pinAt(at) }
 		p.pending = map[string]float64{}
@@ -195,8 +221,38 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 	return e
 }
 
-// ObserveAlerts feeds the latest signals and the period's error rate to the
-// alert engine; Run calls it every alerts.period.
+// backendLabels returns, per backend name, the labels of its alert
+// series: backend; model when it serves exactly one; tier and the tier's
+// severity when it has a tier.
+func backendLabels(bs []config.Backend, a config.Alerts) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(bs))
+	for _, b := range bs {
+		l := map[string]string{"backend": b.Name}
+		if len(b.Models) == 1 {
+			l["model"] = b.Models[0]
+		}
+		if sev, ok := a.Tiers[b.Tier]; ok && b.Tier != "" {
+			l["tier"], l["severity"] = b.Tier, sev
+		}
+		out[b.Name] = l
+	}
+	return out
+}
+
+// labelsOf returns backend's alert labels; an unknown name (a backend
+// the options did not list) gets only its name.
+func (p *Pipeline) labelsOf(backend string) map[string]string {
+	if l, ok := p.backendLabels[backend]; ok {
+		return l
+	}
+	return map[string]string{"backend": backend}
+}
+
+// ObserveAlerts feeds the latest signals, the period's error rates and
+// the precision pairs to the alert engine; Run calls it every
+// alerts.period. The gateway-wide signals make one series per rule; the
+// error rate makes one per backend (and one, without a backend label, for
+// requests that no backend answered), precision one per compared backend.
 func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	s := p.last.Load()
 	if s == nil {
@@ -215,11 +271,86 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	if l, ok := s.Latency.(latency.Result); ok {
 		in.Latency = &l
 	}
-	if total := p.periodTotal.Swap(0); total > 0 {
-		rate := float64(p.periodErrors.Swap(0)) / float64(total)
-		in.ErrorRate = &rate
+	var values []alert.Value
+	for rule, v := range alert.Values(in) {
+		v.Rule = rule
+		values = append(values, v)
 	}
-	p.alerts.Observe(ctx, alert.Values(in))
+	p.errMu.Lock()
+	counts := p.errCount
+	p.errCount = make(map[string]*[2]int64, len(counts))
+	p.errMu.Unlock()
+	for backend, c := range counts {
+		if c[0] == 0 {
+			continue
+		}
+		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0])}
+		if backend != "" {
+			v.Labels = p.labelsOf(backend)
+		}
+		values = append(values, v)
+	}
+	if pr, ok := s.Precision.(precision.Result); ok {
+		for _, pair := range pr.Pairs {
+			if pair.State != precision.StateUnknown {
+				values = append(values, alert.Value{Rule: alert.RulePrecision, V: float64(pair.KL), Labels: p.labelsOf(pair.Backend)})
+			}
+		}
+	}
+	p.alerts.ObserveValues(ctx, values)
+}
+
+// countError counts one response of backend for its error rate. Only
+// failures that are the backends' (or the gateway's) count: 5xx,
+// timeouts, no backend; not clients' bad requests.
+func (p *Pipeline) countError(backend, class string) {
+	failed := int64(0)
+	switch class {
+	case "upstream_5xx", "timeout", "no_backend":
+		failed = 1
+	}
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	c := p.errCount[backend]
+	if c == nil {
+		if _, known := p.backendLabels[backend]; !known && backend != "" && len(p.errCount) >= maxErrorSeries {
+			backend = "" // an unlisted backend: keep the map bounded
+			c = p.errCount[backend]
+		}
+		if c == nil {
+			c = new([2]int64)
+			p.errCount[backend] = c
+		}
+	}
+	c[0]++
+	c[1] += failed
+}
+
+// maxErrorSeries bounds the error-rate series of backends the options did
+// not list.
+const maxErrorSeries = 256
+
+// OnShadow records one shadow comparison (signal 5). It is safe for
+// concurrent use; the gateway calls it from its shadow workers.
+func (p *Pipeline) OnShadow(sh *Shadow) {
+	if p.prec == nil {
+		return
+	}
+	parse := precision.ParseChat
+	if sh.Operation == "text_completion" {
+		parse = precision.ParseCompletion
+	}
+	b, errB := parse(sh.BackendBody)
+	r, errR := parse(sh.ReferenceBody)
+	if errB != nil || errR != nil {
+		p.m.precisionResults.WithLabelValues("unreadable").Inc()
+		p.log.Debug("shadow comparison unreadable", "backend", sh.Backend, "reference", sh.Reference, "err", errors.Join(errB, errR))
+		return
+	}
+	c := precision.Compare(b, r)
+	if p.prec.Add(sh.Time, precision.Pair{Backend: sh.Backend, Reference: sh.Reference}, &c) {
+		p.m.precisionResults.WithLabelValues("compared").Inc()
+	}
 }
 
 // Alerts lists the alerts for /admin/alerts.
@@ -292,11 +423,7 @@ func (p *Pipeline) OnEvent(r *Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 	t := r.Start.Add(resp.Latency)
-	p.periodTotal.Add(1)
-	switch resp.ErrorClass {
-	case "upstream_5xx", "timeout", "no_backend":
-		p.periodErrors.Add(1)
-	}
+	p.countError(r.Backend, resp.ErrorClass)
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {
 		defer func() { p.postprocessSpan(r, attrs) }()
@@ -471,6 +598,11 @@ func (p *Pipeline) Evaluate() *Signals {
 		l := p.lat.Evaluate(now)
 		s.Latency = l
 		p.m.publishLatency(&l)
+	}
+	if p.prec != nil {
+		r := p.prec.Evaluate(now)
+		s.Precision = r
+		p.m.publishPrecision(&r)
 	}
 	p.last.Store(s)
 	return s

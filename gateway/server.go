@@ -66,6 +66,9 @@ type Options struct {
 	// WeightStore shares balancing weights among gateway replicas
 	// (state.Weights over Redis). Nil: each replica balances on its own weights.
 	WeightStore balance.Store
+	// Shadow receives the shadow comparisons of backends against their
+	// references (analyzers.precision). Nil: none are made.
+	Shadow ShadowSink
 }
 
 // A Server is the gateway. Build it with New, serve Handler() with an
@@ -91,6 +94,7 @@ type Server struct {
 	prop      propagation.TextMapPropagator
 	retrieval *retriever     // nil when no retrieval hook is configured
 	cache     *responseCache // nil when cache.enabled is false
+	shadow    *shadower      // nil when no backend is shadow-compared
 
 	signals  SignalsSource
 	alerts   AlertsSource
@@ -151,6 +155,10 @@ func New(opts Options) (*Server, error) {
 	if cfg.Cache.Enabled {
 		s.cache = newResponseCache(cfg.Cache, opts.SharedStore, opts.Replica)
 	}
+	// Shadow requests are greedy generations of max_tokens tokens: give
+	// them the whole precision.timeout rather than the checks' 10 s.
+	s.shadow = newShadower(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
+		&http.Client{Transport: transport}, s.log, s.reg)
 	if cfg.Retrieval.URL != "" {
 		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
 	}
@@ -195,6 +203,13 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.runBalancer(ctx) })
 	if s.disp != nil {
 		g.Go(func() error { return s.disp.Run(ctx) })
+	}
+	if s.shadow != nil {
+		g.Go(func() error {
+			<-ctx.Done()
+			s.shadow.close()
+			return nil
+		})
 	}
 	return g.Wait()
 }
@@ -285,6 +300,10 @@ type exchange struct {
 	truncated        bool
 	readErr          error
 	apiErr           *apiError
+	// Shadow comparison (shadow.go): the body sent upstream and the
+	// client's Authorization, kept when the request was sampled.
+	shadowBody []byte
+	shadowAuth string
 	// From the response, for the inference span.
 	respID, respModel, finish string
 	streamed                  []byte // SSE payloads kept when capture_content is on
@@ -355,6 +374,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		body = s.inject.rewrite(op, body)
 		req.Injected = true
 		s.metrics.injections.Inc()
+	}
+	if s.shadow != nil {
+		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
 	}
 	x.tried = x.triedBuf[:0]
 	for {
@@ -614,6 +636,9 @@ func (s *Server) finish(ctx context.Context, x *exchange) {
 			resp.TTFT = x.firstByte.Sub(x.req.Start)
 		}
 		s.disp.response(x.req, resp)
+	}
+	if x.shadowBody != nil && x.backend != nil && class == "" && status == http.StatusOK && s.shadow.sample(x.req.Operation, x.backend) {
+		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, x.shadowAuth)
 	}
 	if p != nil {
 		panic(p)

@@ -99,7 +99,7 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer()}
+	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer(), Backends: cfg.Backends}
 	var closers []io.Closer
 	var weights *state.Weights
 	var shared state.Store
@@ -137,7 +137,7 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
 		Tracer: tp.Tracer(), Propagator: tp.Propagator(),
-		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p,
+		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Shadow: p,
 	}
 	if weights != nil {
 		gopts.WeightStore = weights

@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway/upstream"
+)
+
+// Shadow comparison (signal 5, precision divergence): for a sampled share
+// of the successful chat and completions requests served by a backend that
+// names a reference, the gateway sends a greedy copy of the request (with
+// token logprobs and a capped length) to that backend and to its
+// reference, after the client has its response and off its goroutine, and
+// hands both answers to a ShadowSink. The client's request and response
+// are untouched; a slow or failing reference costs nothing but the
+// comparison. At most precision.concurrency comparisons run at once; a
+// sampled request beyond that is skipped and counted.
+
+// A ShadowSink receives finished shadow comparisons. It is called from
+// shadow workers, concurrently.
+type ShadowSink interface {
+	OnShadow(*analyzers.Shadow)
+}
+
+// shadowMaxBody bounds each shadow response read.
+const shadowMaxBody = 4 << 20
+
+// shadowPath is the route each shadowed operation is sent to.
+var shadowPath = map[string]string{opChat: "/v1/chat/completions", opCompletion: "/v1/completions"}
+
+type shadower struct {
+	cfg     config.Precision
+	sink    ShadowSink
+	client  *http.Client
+	log     *slog.Logger
+	ref     map[string]*upstream.Backend // backend name → its reference
+	sem     chan struct{}
+	outcome *prometheus.CounterVec // backend, outcome
+
+	mu     sync.Mutex
+	closed bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// newShadower returns nil when no backend is compared (or the signal is off).
+func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream.Pool, sink ShadowSink, client *http.Client, log *slog.Logger, reg prometheus.Registerer) *shadower {
+	if !cfg.Enabled || sink == nil || cfg.SampleRatio == 0 {
+		return nil
+	}
+	byName := map[string]*upstream.Backend{}
+	for _, b := range pool.Backends() {
+		byName[b.Name] = b
+	}
+	ref := map[string]*upstream.Backend{}
+	for _, b := range backends {
+		if r := byName[b.Reference]; r != nil && byName[b.Name] != nil {
+			ref[b.Name] = r
+		}
+	}
+	if len(ref) == 0 {
+		return nil
+	}
+	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency),
+		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_shadow_comparisons_total",
+			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight), failed (a shadow request failed).",
+		}, []string{"backend", "outcome"})}
+	reg.MustRegister(sh.outcome)
+	for name := range ref {
+		for _, o := range []string{"done", "skipped", "failed"} {
+			sh.outcome.WithLabelValues(name, o)
+		}
+	}
+	sh.ctx, sh.cancel = context.WithCancel(context.Background())
+	return sh
+}
+
+// sample reports whether a request of operation op to backend is compared.
+func (sh *shadower) sample(op string, backend *upstream.Backend) bool {
+	if sh == nil || backend == nil || sh.ref[backend.Name] == nil {
+		return false
+	}
+	if _, ok := shadowPath[op]; !ok {
+		return false
+	}
+	return rand.Float64() < sh.cfg.SampleRatio
+}
+
+// start compares backend with its reference on a copy of body in the
+// background; auth is the client's Authorization header, passed on.
+func (sh *shadower) start(backend *upstream.Backend, op string, body []byte, auth string) {
+	ref := sh.ref[backend.Name]
+	select {
+	case sh.sem <- struct{}{}:
+	default:
+		sh.outcome.WithLabelValues(backend.Name, "skipped").Inc()
+		return
+	}
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		<-sh.sem
+		return
+	}
+	sh.wg.Add(1)
+	sh.mu.Unlock()
+	go func() {
+		defer sh.wg.Done()
+		defer func() { <-sh.sem }()
+		if err := sh.compare(backend, ref, op, body, auth); err != nil {
+			sh.outcome.WithLabelValues(backend.Name, "failed").Inc()
+			sh.log.Debug("shadow comparison failed", "backend", backend.Name, "reference", ref.Name, "err", err)
+			return
+		}
+		sh.outcome.WithLabelValues(backend.Name, "done").Inc()
+	}()
+}
+
+func (sh *shadower) compare(backend, ref *upstream.Backend, op string, body []byte, auth string) error {
+	shadow, err := shadowBody(op, body, sh.cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(sh.ctx, sh.cfg.Timeout)
+	defer cancel()
+	var bodies [2][]byte
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, b := range []*upstream.Backend{backend, ref} {
+		wg.Go(func() { bodies[i], errs[i] = sh.post(ctx, b, shadowPath[op], shadow, auth) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs[0], errs[1]); err != nil {
+		return err
+	}
+	sh.sink.OnShadow(&analyzers.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op,
+		Time: time.Now(), BackendBody: bodies[0], ReferenceBody: bodies[1]})
+	return nil
+}
+
+func (sh *shadower) post(ctx context.Context, b *upstream.Backend, path string, body []byte, auth string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.JoinPath(path).String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Vigil-Shadow", "1")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := sh.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Name, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, shadowMaxBody))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: status %d", b.Name, resp.StatusCode)
+	}
+	return out, nil
+}
+
+// close stops new comparisons, cancels those in flight and waits for them.
+func (sh *shadower) close() {
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	sh.closed = true
+	sh.mu.Unlock()
+	sh.cancel()
+	sh.wg.Wait()
+}
+
+// shadowBody is the client's request made greedy and bounded, with token
+// logprobs: not streamed, temperature 0, one choice, at most max_tokens
+// tokens; for chat "logprobs": true and "top_logprobs": k, for legacy
+// completions "logprobs": k without echo. Members that would change the
+// tokens or the response's shape are removed (sampling alternatives,
+// stream options, vLLM's prompt_logprobs); the rest (messages or prompt,
+// model, stop, seed…) is kept, so both backends see the client's prompt.
+func shadowBody(op string, body []byte, cfg config.Precision) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("shadow body: %w", err)
+	}
+	for _, k := range []string{"stream_options", "best_of", "use_beam_search", "prompt_logprobs", "echo",
+		"max_completion_tokens", "logit_bias", "suffix"} {
+		delete(m, k)
+	}
+	k := json.RawMessage(strconv.Itoa(cfg.TopLogprobs))
+	m["stream"] = json.RawMessage("false")
+	m["temperature"] = json.RawMessage("0")
+	m["n"] = json.RawMessage("1")
+	m["max_tokens"] = json.RawMessage(strconv.Itoa(cfg.MaxTokens))
+	if op == opChat {
+		m["logprobs"], m["top_logprobs"] = json.RawMessage("true"), k
+	} else {
+		m["logprobs"] = k
+	}
+	return json.Marshal(m)
+}
