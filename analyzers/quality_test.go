@@ -97,15 +97,15 @@ func outputDrift(s *Signals) bool {
 // TestConfidenceDetection measures what issue #4 asks of the confidence
 // signal, with the simulator answering (prompts at 5/s of simulated time,
 // default settings): stationary traffic raises nothing; a 10% drop of the
-// simulator's confidence, and separately quantization-like noise on its
-// logprobs, are flagged within 500 responses. Figures are logged with -v.
+// simulator's confidence, and separately quantization-like noise (σ 0.5)
+// on its logprobs, are flagged within 500 responses. Figures are logged with -v.
 func TestConfidenceDetection(t *testing.T) {
 	tests := []struct {
 		name   string
 		change func(*sim.Knobs)
 	}{
 		{"confidence -10%", func(k *sim.Knobs) { k.Confidence *= 0.9 }},
-		{"noise 0.3", func(k *sim.Knobs) { k.Noise = 0.3 }},
+		{"noise 0.5", func(k *sim.Knobs) { k.Noise = 0.5 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

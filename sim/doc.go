@@ -36,7 +36,9 @@
 // backends set apart only by Noise look like a full-precision model and its
 // quantized copy. The chosen token is the most likely one before noise. Its
 // probability is drawn around Knobs.Confidence; alternatives share the rest
-// in decreasing amounts; Knobs.Noise adds gaussian noise to every logprob.
+// in decreasing amounts; Knobs.Noise adds gaussian noise to every logprob
+// and then shifts the listed ones together so that their total
+// probability is what it was, as noise on logits followed by a softmax.
 //
 // Response ids are drawn from a PCG seeded with Seed and an FNV-1a hash of
 // the request body, so a successful response is a pure function of (Seed,

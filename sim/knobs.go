@@ -36,8 +36,9 @@ type Knobs struct {
 	// [Server.SetKnobs] means the default, 0.8.
 	Confidence float64
 	// Noise is the standard deviation of gaussian noise added to every
-	// logprob (then capped at 0), as quantization perturbs a model. Zero
-	// means none.
+	// logprob, as quantization perturbs a model; the listed tokens are
+	// then shifted together to keep their total probability (and capped
+	// at 0). Zero means none.
 	Noise float64
 	// OutputTokens is the number of tokens generated when a request sets no
 	// max_tokens (or max_completion_tokens, max_new_tokens). Zero in

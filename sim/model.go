@@ -293,9 +293,23 @@ func (m lm) generate(ctx uint64, choice, k int) step {
 	u := r.Float64()
 	chosen := min(int(u*u*float64(len(vocab))), len(vocab)-1)
 	p1 := m.topProbability(r)
-	cands := m.alternatives(r, chosen, p1, k)
+	cands := m.alternatives(r, chosen, p1, m.drawn(k))
 	m.addNoise(ctx, choice, cands)
 	return rankedStep(cands, 0, k)
+}
+
+// noiseAlternatives is how many alternatives are drawn under noise,
+// whatever k the request asked for: noise is renormalized over the drawn
+// tokens (addNoise), so their number must not depend on the request, or
+// asking for more alternatives would change the chosen token's logprob.
+const noiseAlternatives = 20
+
+// drawn is the number of alternatives to draw for a request of k.
+func (m lm) drawn(k int) int {
+	if m.noise == 0 {
+		return k
+	}
+	return max(k, noiseAlternatives)
 }
 
 // score returns the distribution at a prompt position whose actual token is
@@ -306,7 +320,7 @@ func (m lm) score(ctx uint64, id int, text string, k int) step {
 	u := r.Float64()
 	chosen := min(int(u*u*float64(len(vocab))), len(vocab)-1)
 	p1 := m.topProbability(r)
-	cands := m.alternatives(r, chosen, p1, k)
+	cands := m.alternatives(r, chosen, p1, m.drawn(k))
 	if id == chosen {
 		m.addNoise(ctx, 0, cands)
 		return rankedStep(cands, 0, k)
@@ -358,14 +372,26 @@ func (m lm) alternatives(r *rand.Rand, chosen int, p1 float64, k int) []candidat
 }
 
 // addNoise perturbs every logprob with gaussian noise from its own
-// generator, so that noise never changes which tokens are drawn.
+// generator, so that noise never changes which tokens are drawn, then
+// shifts them all by one amount so that together they keep the
+// probability they had: noise on a model's logits leaves a distribution
+// (the softmax renormalizes), and a quantized model's top-k never sums
+// above 1.
 func (m lm) addNoise(ctx uint64, choice int, cands []candidate) {
 	if m.noise == 0 {
 		return
 	}
 	r := rand.New(rand.NewPCG(mix(m.seed^saltNoise^mix(uint64(choice)*saltChoice)), ctx))
+	before, after := 0.0, 0.0
 	for i := range cands {
+		before += math.Exp(cands[i].logprob)
 		cands[i].logprob += m.noise * r.NormFloat64()
+		after += math.Exp(cands[i].logprob)
+	}
+	if shift := math.Log(before / after); !math.IsNaN(shift) && !math.IsInf(shift, 0) {
+		for i := range cands {
+			cands[i].logprob += shift
+		}
 	}
 	for i := range cands {
 		cands[i].logprob = finiteLogprob(cands[i].logprob)

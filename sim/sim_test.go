@@ -68,12 +68,22 @@ func TestNoiseKeepsTokens(t *testing.T) {
 		t.Fatalf("noise changed the text:\n%q\n%q", r.Message.Content, q.Message.Content)
 	}
 	var delta float64
-	for i := range r.Logprobs.Content {
-		delta += math.Abs(r.Logprobs.Content[i].Logprob - q.Logprobs.Content[i].Logprob)
+	for i, c := range q.Logprobs.Content {
+		delta += math.Abs(r.Logprobs.Content[i].Logprob - c.Logprob)
+		// Noise keeps a distribution: the listed tokens never hold more
+		// than all the probability there is.
+		mass := 0.0
+		for _, a := range c.TopLogprobs {
+			mass += math.Exp(a.Logprob)
+		}
+		if mass > 1+1e-9 {
+			t.Fatalf("token %d: the top %d hold probability %v", i, len(c.TopLogprobs), mass)
+		}
 	}
-	// The mean |delta| of N(0, 0.3) noise capped at 0 is about 0.2; 0.05
-	// leaves room for the cap and 50 samples.
-	if mean := delta / 50; mean < 0.05 {
+	// The listed tokens move together back to their total probability, so
+	// a dominant token's logprob moves by about its rivals' share of the
+	// noise: here about 0.05 on average, against 0 without noise.
+	if mean := delta / 50; mean < 0.02 {
 		t.Errorf("mean |logprob delta| = %v with noise 0.3", mean)
 	}
 }
@@ -113,9 +123,18 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 	if got := meanLogprob(t, ts.URL); got != 0 {
 		t.Errorf("mean logprob at confidence 1 = %v, want 0", got)
 	}
+	// A certain model stays certain under noise: its logits' noise cannot
+	// move a token that holds all the probability.
 	post(t, ts.URL+"/sim/knobs", `{"noise":0.5}`)
-	if got := meanLogprob(t, ts.URL); got > -0.1 {
-		t.Errorf("mean logprob at confidence 1 with noise 0.5 = %v, want clearly below 0", got)
+	if got := meanLogprob(t, ts.URL); got < -1e-6 {
+		t.Errorf("mean logprob at confidence 1 with noise 0.5 = %v, want 0", got)
+	}
+	// A less certain one loses some confidence.
+	post(t, ts.URL+"/sim/knobs", `{"confidence":0.8,"noise":0}`)
+	clean := meanLogprob(t, ts.URL)
+	post(t, ts.URL+"/sim/knobs", `{"noise":1}`)
+	if got := meanLogprob(t, ts.URL); got > clean-0.05 {
+		t.Errorf("mean logprob at confidence 0.8 with noise 1 = %v, without %v: want clearly lower", got, clean)
 	}
 }
 

@@ -41,12 +41,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	log := newLogger(stderr, "warn")
 
+	// sim-a-int8 is sim-a's model "quantized": the same seed, a little
+	// noise on its logprobs; it is shadow-compared against sim-a (signal 5).
+	int8 := demoKnobs(50*time.Millisecond, 12*time.Millisecond, 0.85)
+	int8.Noise = 0.05
 	sims := []struct {
-		name string
-		opts sim.Options
+		name, reference string
+		opts            sim.Options
 	}{
-		{"sim-a", sim.Options{Model: demoModel, Seed: 1, Knobs: demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)}},
-		{"sim-b", sim.Options{Model: demoModel, Seed: 2, Knobs: demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)}},
+		{"sim-a", "", sim.Options{Model: demoModel, Seed: 1, Knobs: demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)}},
+		{"sim-b", "", sim.Options{Model: demoModel, Seed: 2, Knobs: demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)}},
+		{"sim-a-int8", "sim-a", sim.Options{Model: demoModel, Seed: 1, Knobs: int8}},
 	}
 	cfg := config.Default()
 	cfg.Listen = *listen
@@ -58,6 +63,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// Ask for logprobs on a share of the demo's requests, so that the
 	// confidence signals have data.
 	cfg.Analyzers.Confidence.Inject.SampleRatio = 0.5
+	// Compare more of sim-a-int8's requests than in production, so that
+	// the precision signal has its tokens within a minute.
+	cfg.Analyzers.Precision.SampleRatio = 0.25
 	cfg.Health.Interval = 2 * time.Second
 	var g errgroup.Group
 	simCtx, stopSims := context.WithCancel(context.WithoutCancel(ctx))
@@ -71,6 +79,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		g.Go(func() error { return serveHandler(simCtx, ln, h) })
 		cfg.Backends = append(cfg.Backends, config.Backend{
 			Name: s.name, URL: "http://" + ln.Addr().String(), Kind: "openai", Models: []string{demoModel}, Weight: 100,
+			Reference: s.reference,
 		})
 	}
 	if err := cfg.ValidateServe(); err != nil {
@@ -95,13 +104,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("gateway listen: %w", err)
 	}
 	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, `Vigil demo: a gateway in front of two simulated vLLM backends (in-memory state).
+	fmt.Fprintf(stdout, `Vigil demo: a gateway in front of three simulated vLLM backends (in-memory state);
+sim-a-int8 is shadow-compared against sim-a for precision divergence.
 
   gateway     %[1]s
   dashboard   %[1]s/dashboard
   metrics     %[1]s/metrics
   signals     %[1]s/admin/signals
-  backends    %[1]s/admin/backends   (sim-a %[2]s, sim-b %[3]s)
+  backends    %[1]s/admin/backends   (sim-a %[2]s, sim-b %[3]s, sim-a-int8 %[6]s)
 
 Point any OpenAI client at it; only the base URL changes:
   export OPENAI_BASE_URL=%[1]s/v1 OPENAI_API_KEY=unused
@@ -109,7 +119,7 @@ Point any OpenAI client at it; only the base URL changes:
     -d '{"model":"%[4]s","messages":[{"role":"user","content":"Hello"}]}'
 
 Sending %.1[5]f requests/s of demo traffic. Ctrl-C stops.
-`, base, cfg.Backends[0].URL, cfg.Backends[1].URL, demoModel, *rps)
+`, base, cfg.Backends[0].URL, cfg.Backends[1].URL, demoModel, *rps, cfg.Backends[2].URL)
 
 	g.Go(func() error {
 		defer stopSims()

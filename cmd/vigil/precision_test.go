@@ -28,7 +28,7 @@ func TestPrecisionEndToEnd(t *testing.T) {
 	cfg.Backends[0].Name = "fp16"
 	cfg.Backends = append(cfg.Backends,
 		config.Backend{Name: "copy", URL: simBackend(t, nil), Kind: "openai", Weight: 100, Reference: "fp16", Models: []string{"m"}},
-		config.Backend{Name: "int8", URL: simBackend(t, func(k *sim.Knobs) { k.Noise = 0.5 }), Kind: "openai", Weight: 100,
+		config.Backend{Name: "int8", URL: simBackend(t, func(k *sim.Knobs) { k.Noise = 1 }), Kind: "openai", Weight: 100,
 			Reference: "fp16", Models: []string{"m"}, Tier: "gold"})
 	cfg.Alerts.Tiers = map[string]string{"gold": "critical"}
 	cfg.Alerts.Fixed = map[string]float64{alert.RulePrecision: 0.05}
@@ -67,7 +67,7 @@ func TestPrecisionEndToEnd(t *testing.T) {
 	if c := p["copy"]; c.State != precision.StateOK || c.KL != 0 || c.Top1Agreement != 1 || c.SplitShare != 0 || c.Reference != "fp16" {
 		t.Errorf("copy: %+v, want identical to its reference", c)
 	}
-	if q := p["int8"]; q.State != precision.StateDivergent || !(float64(q.KL) > pc.MaxKL) {
+	if q := p["int8"]; q.State != precision.StateDivergent || !(float64(q.KL) > pc.MaxKL) || !(q.Top1Agreement < 1) {
 		t.Errorf("int8: %+v, want divergent", q)
 	}
 	t.Logf("copy: kl %.4g top1 %.3f tokens %d; int8: kl %.4g top1 %.3f rms delta %.3f split %.2f tokens %d",
