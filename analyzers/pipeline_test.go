@@ -1,10 +1,13 @@
 package analyzers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/config"
 )
 
@@ -57,5 +60,43 @@ func TestSignalsEncodeEmpty(t *testing.T) {
 		if err := json.Unmarshal(s[k], &v); err != nil || v.State != "unknown" {
 			t.Errorf("%s state %q (%v), want unknown: %s", k, v.State, err, b)
 		}
+	}
+}
+
+// TestErrorRatePerBackend: the error rate is one series per backend,
+// labelled with its model and its tier's severity.
+func TestErrorRatePerBackend(t *testing.T) {
+	cfg := config.Default()
+	cfg.Alerts.Tiers = map[string]string{"gold": "critical"}
+	cfg.Alerts.Fixed = map[string]float64{alert.RuleErrorRate: 0.1}
+	cfg.Alerts.Consecutive = 1
+	p, err := New(Options{Config: cfg.Analyzers, Alerts: cfg.Alerts, Backends: []config.Backend{
+		{Name: "a", Models: []string{"m"}, Tier: "gold"}, {Name: "b"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		r := &Request{Operation: "embeddings", Model: "m", Backend: []string{"a", "b"}[i%2], Start: time.Now()}
+		resp := &Response{Status: 200}
+		if r.Backend == "a" && i%4 == 0 {
+			resp.Status, resp.ErrorClass = 502, "upstream_5xx"
+		}
+		p.OnRequest(r)
+		p.OnResponse(r, resp)
+	}
+	p.ObserveAlerts(context.Background())
+	got := map[string]alert.Alert{}
+	for _, a := range p.alerts.Alerts() {
+		if a.Rule == alert.RuleErrorRate {
+			got[a.Labels["backend"]] = a
+		}
+	}
+	a := got["a"]
+	if a.State != alert.Firing || float64(a.Value) != 0.5 || a.Labels["model"] != "m" || a.Labels["tier"] != "gold" || a.Labels["severity"] != "critical" {
+		t.Errorf("backend a: %+v, want firing at 0.5 with model m, tier gold, severity critical", a)
+	}
+	if b, ok := got["b"]; ok { // /admin/alerts lists only active alerts
+		t.Errorf("backend b, without errors: %+v", b)
 	}
 }
