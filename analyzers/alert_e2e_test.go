@@ -44,33 +44,45 @@ func TestDegradationAlerts(t *testing.T) {
 	}
 	period := cfg.Alerts.Period
 	// run sends traffic for d, evaluating and observing every period, and
-	// stops early once rule fires; it returns how long it ran.
-	run := func(d time.Duration, rule string) time.Duration {
+	// stops early once every rule in want has fired; it returns when each
+	// fired, from the start of the run.
+	run := func(d time.Duration, want ...string) map[string]time.Duration {
 		start, next := f.now, f.now.Add(period)
-		for end := f.now.Add(d); f.now.Before(end); {
+		at := map[string]time.Duration{}
+		for end := f.now.Add(d); f.now.Before(end) && (len(want) == 0 || len(at) < len(want)); {
 			f.send()
 			if !f.now.Before(next) {
 				next = next.Add(period)
 				p.Evaluate()
 				p.ObserveAlerts(ctx)
-				if rules, _ := firing(); rule != "" && slices.Contains(rules, rule) {
-					break
+				rules, _ := firing()
+				for _, r := range want {
+					if _, ok := at[r]; !ok && slices.Contains(rules, r) {
+						at[r] = f.now.Sub(start)
+					}
 				}
 			}
 		}
-		return f.now.Sub(start)
+		return at
 	}
-	run(2*time.Hour, "")
+	run(2 * time.Hour)
 	if rules, _ := firing(); len(rules) != 0 {
 		t.Fatalf("stable hours fired %v", rules)
 	}
 	f.knobs(func(k *sim.Knobs) { k.Confidence *= 0.9 })
-	after := run(time.Hour, alert.RuleConfidenceDrop)
+	// Confidence decay and, since the perplexity rises with it, output
+	// drift (its ±3σ band for 5 minutes).
+	after := run(time.Hour, alert.RuleConfidenceDrop, alert.RulePerplexity)
 	rules, names := firing()
-	if !slices.Contains(rules, alert.RuleConfidenceDrop) {
-		t.Fatalf("nothing fired in the hour after the confidence fell 10%%: %+v", p.alerts.Alerts())
+	for _, r := range []string{alert.RuleConfidenceDrop, alert.RulePerplexity} {
+		if _, ok := after[r]; !ok {
+			t.Errorf("%s did not fire in the hour after the confidence fell 10%%: %+v", r, p.alerts.Alerts())
+		}
 	}
-	t.Logf("fired %v (%v) %v after the confidence fell 10%%", rules, names, after)
+	if !slices.Contains(rules, alert.RuleConfidenceDrop) {
+		t.FailNow()
+	}
+	t.Logf("fired %v (%v) after the confidence fell 10%%: %v", rules, names, after)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var got []string

@@ -258,21 +258,8 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	if s == nil {
 		s = p.Evaluate()
 	}
-	in := alert.Signals{}
-	if d, ok := s.Drift.(drift.Result); ok {
-		in.Drift = &d
-	}
-	if c, ok := s.Confidence.(Confidence); ok {
-		in.Confidence = &c.Decay
-	}
-	if o, ok := s.Output.(confidence.Output); ok {
-		in.Output = &o
-	}
-	if l, ok := s.Latency.(latency.Result); ok {
-		in.Latency = &l
-	}
 	var values []alert.Value
-	for rule, v := range alert.Values(in) {
+	for rule, v := range gatewayValues(s) {
 		v.Rule = rule
 		values = append(values, v)
 	}
@@ -284,7 +271,7 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		if c[0] == 0 {
 			continue
 		}
-		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0])}
+		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0]), N: c[0]}
 		if backend != "" {
 			v.Labels = p.labelsOf(backend)
 		}
@@ -298,6 +285,24 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		}
 	}
 	p.alerts.ObserveValues(ctx, values)
+}
+
+// gatewayValues are the rule values of the gateway-wide signals in s.
+func gatewayValues(s *Signals) map[string]alert.Value {
+	in := alert.Signals{}
+	if d, ok := s.Drift.(drift.Result); ok {
+		in.Drift = &d
+	}
+	if c, ok := s.Confidence.(Confidence); ok {
+		in.Confidence = &c.Decay
+	}
+	if o, ok := s.Output.(confidence.Output); ok {
+		in.Output = &o
+	}
+	if l, ok := s.Latency.(latency.Result); ok {
+		in.Latency = &l
+	}
+	return alert.Values(in)
 }
 
 // countError counts one response of backend for its error rate. Only

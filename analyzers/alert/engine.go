@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gonum.org/v1/gonum/stat/distuv"
+
 	"github.com/vigil-gw/vigil/analyzers/stats"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -33,7 +35,9 @@ type Config struct {
 	// MinHistory is the number of past periods a series needs before an
 	// adaptive threshold applies. Zero: 12.
 	MinHistory int
-	// Consecutive breaching periods fire an alert. Zero: 3.
+	// Consecutive breaching periods fire an alert. Zero: 3. Rules in
+	// DefaultConsecutive (the perplexity band, whose signal already
+	// requires its minutes outside the band) use their own count.
 	Consecutive int
 	// Silence is the quiet time after a notification for the same label
 	// set. Zero: 30m.
@@ -109,7 +113,17 @@ type Value struct {
 	Rule   string
 	V      float64
 	Labels map[string]string
+	// N is the number of trials when V is a proportion of them (the error
+	// rate). A breach must then also be significant: at least V·N
+	// successes must be unlikely, P < 0.05, under a binomial of N trials
+	// at the threshold rate, so that one error among a few requests is no
+	// breach however low the threshold. 0: V is not a proportion.
+	N int64
 }
+
+// significance is the level at which a proportion's breach must be
+// significant (Value.N).
+const significance = 0.05
 
 // Store keeps the histories; state.Store satisfies it. Get returns
 // state.ErrNotFound for a missing key.
@@ -253,7 +267,7 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 	type keyed struct {
 		key string
 		s   *series
-		v   float64
+		v   Value
 	}
 	var todo []keyed
 	for _, v := range values {
@@ -261,7 +275,7 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 			continue
 		}
 		s := e.seriesOf(v.Rule, v.Labels)
-		todo = append(todo, keyed{v.Rule + "\x00" + fingerprint(s.labels), s, v.V})
+		todo = append(todo, keyed{v.Rule + "\x00" + fingerprint(s.labels), s, v})
 	}
 	// A fixed order, so that notifications come out the same on every run.
 	slices.SortFunc(todo, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
@@ -269,7 +283,7 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 		if k.s.observed == p {
 			continue
 		}
-		if n, ok := e.step(ctx, k.s, p, now, k.v); ok {
+		if n, ok := e.step(ctx, k.s, p, now, k.v.V, k.v.N); ok {
 			out = append(out, n)
 		}
 	}
@@ -320,7 +334,7 @@ func fingerprint(l map[string]string) string {
 func historyKey(s *series) string { return "alert/history/" + fingerprint(s.labels) }
 
 // step runs one period of a series and returns the notification it needs.
-func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v float64) (Notification, bool) {
+func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v float64, n int64) (Notification, bool) {
 	e.load(ctx, s)
 	if s.observed >= 0 && p-s.observed > 1 && s.state != Firing && s.state != Silenced {
 		s.streak = 0 // a gap breaks consecutiveness
@@ -336,7 +350,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v 
 			s.state, s.since = st, now
 		}
 	}
-	if !(v > s.thresh) { // NaN threshold: never breaches
+	if !(v > s.thresh) || !significant(v, n, s.thresh) { // NaN threshold: never breaches
 		s.streak = 0
 		switch s.state {
 		case Firing, Silenced:
@@ -354,7 +368,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v 
 		s.started = now
 	}
 	s.streak++
-	if s.streak < e.cfg.Consecutive {
+	if s.streak < e.consecutive(s.rule) {
 		set(Pending)
 		return Notification{}, false
 	}
@@ -374,6 +388,24 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v 
 	s.notified, s.episode = now, true
 	e.saveNotified(ctx, s)
 	return e.notification(s, now, false), true
+}
+
+// consecutive is the number of breaching periods that fire rule.
+func (e *Engine) consecutive(rule string) int {
+	if c, ok := DefaultConsecutive[rule]; ok {
+		return c
+	}
+	return e.cfg.Consecutive
+}
+
+// significant reports whether a proportion v of n trials is significantly
+// above the rate thresh (Value.N); anything else is.
+func significant(v float64, n int64, thresh float64) bool {
+	if n <= 0 || !(thresh > 0 && thresh < 1) {
+		return true
+	}
+	k := math.Round(v * float64(n))
+	return distuv.Binomial{N: float64(n), P: thresh}.Survival(k-1) < significance
 }
 
 // threshold is the series' threshold for period p, from the history of

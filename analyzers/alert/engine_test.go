@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -329,8 +330,18 @@ func noise(r *rand.Rand) map[string]Value {
 		RuleDrift:          {V: 0.02 * r.ExpFloat64(), Labels: lbl},  // a PSI: positive, skewed
 		RuleConfidenceDrop: {V: 0.01 * r.NormFloat64(), Labels: lbl}, // around zero, both signs
 		RuleErrorRate:      {V: 0.002 * r.ExpFloat64(), Labels: lbl},
-		RulePerplexity:     {V: math.Abs(r.NormFloat64()), Labels: lbl},
+		RulePerplexity:     {V: bandDistance(r), Labels: lbl},
 	}
+}
+
+// bandDistance is a stationary perplexity band distance: the smallest |z|
+// of 5 per-minute means.
+func bandDistance(r *rand.Rand) float64 {
+	d := math.Inf(1)
+	for range 5 {
+		d = min(d, math.Abs(r.NormFloat64()))
+	}
+	return d
 }
 
 // week runs a simulated week of stationary values (2016 periods of 5
@@ -452,7 +463,7 @@ func TestValues(t *testing.T) {
 	got := Values(Signals{
 		Drift:      &drift.Result{State: "ok", Score: 0.2},
 		Confidence: &confidence.Decay{State: "decay", Drop: 0.15},
-		Output:     &confidence.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1},
+		Output:     &confidence.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1, Distance: 5},
 		Latency:    &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 140}, E2E: latency.Quantiles{P95: stats.Num(math.NaN())}},
 		ErrorRate:  &rate,
 		Labels:     lbl,
@@ -460,7 +471,7 @@ func TestValues(t *testing.T) {
 	want := map[string]Value{
 		RuleDrift:          {V: 0.2, Labels: lbl},
 		RuleConfidenceDrop: {V: 0.15, Labels: lbl},
-		RulePerplexity:     {V: 5, Labels: lbl}, // |2.0 − 1.5| / 0.1
+		RulePerplexity:     {V: 5, Labels: lbl}, // the band distance
 		RuleTTFT:           {V: 140, Labels: lbl},
 		RuleErrorRate:      {V: 0.03, Labels: lbl}, // E2E NaN and precision absent: skipped
 	}
@@ -506,3 +517,52 @@ func TestSilenceSurvivesRestart(t *testing.T) {
 type notifierFunc func(context.Context, []Notification) error
 
 func (f notifierFunc) Notify(ctx context.Context, ns []Notification) error { return f(ctx, ns) }
+
+// TestProportionSignificance: a proportion breaches only when its count is
+// significantly above the threshold rate.
+func TestProportionSignificance(t *testing.T) {
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.05}, Consecutive: 1}, nil, func() time.Time { return now }, nil)
+	tests := []struct {
+		v    float64
+		n    int64
+		want bool
+	}{
+		{1.0 / 18, 18, false},   // one error in 18 requests: P(X ≥ 1) = 0.60
+		{3.0 / 20, 20, false},   // P(X ≥ 3 | 20, 0.05) = 0.075
+		{4.0 / 20, 20, true},    // 0.016
+		{30.0 / 200, 200, true}, // 15% of 200
+		{0.06, 0, true},         // not a proportion: above is a breach
+	}
+	for i, tt := range tests {
+		now = now.Add(5 * time.Minute)
+		e.ObserveValues(context.Background(), []Value{{Rule: RuleErrorRate, V: tt.v, N: tt.n, Labels: map[string]string{"case": strconv.Itoa(i)}}})
+		firing := false
+		for _, a := range e.Alerts() {
+			if a.Labels["case"] == strconv.Itoa(i) && a.State == Firing {
+				firing = true
+			}
+		}
+		if firing != tt.want {
+			t.Errorf("%d/%d errors: firing %v, want %v", int(math.Round(tt.v*float64(tt.n))), tt.n, firing, tt.want)
+		}
+	}
+}
+
+// TestPerplexityFiresAtOnce: the perplexity band's value already holds
+// its 5 minutes, so one breaching period fires while the others need 3.
+func TestPerplexityFiresAtOnce(t *testing.T) {
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	e := NewEngine(Config{Fixed: map[string]float64{RuleDrift: 0.2}}, nil, func() time.Time { return now }, nil)
+	states := map[string]State{}
+	for range 2 {
+		now = now.Add(5 * time.Minute)
+		e.Observe(context.Background(), map[string]Value{RulePerplexity: {V: 3.5}, RuleDrift: {V: 0.5}})
+		for _, a := range e.Alerts() {
+			states[a.Rule] = a.State
+		}
+	}
+	if states[RulePerplexity] != Firing || states[RuleDrift] != Pending {
+		t.Errorf("after 2 periods: %v, want perplexity firing and drift pending", states)
+	}
+}

@@ -27,11 +27,13 @@ const (
 	// supplied by the caller (the gateway counts errors, not the
 	// analyzers).
 	RuleErrorRate = "error_rate"
-	// RulePerplexity is the distance of the period's perplexity from its
-	// baseline in baseline standard deviations, |ppl − mean| / σ. Its
-	// threshold is fixed at 3 (the ±3σ band) unless Config.Fixed says
-	// otherwise; with 5-minute periods, Consecutive such periods are at
-	// least the 5 minutes of the design's band rule.
+	// RulePerplexity is the perplexity's distance from its baseline band:
+	// the smallest |ppl − mean| / σ among the last analyzers.output.minutes
+	// per-minute means (confidence.Output.Distance). Its threshold is fixed
+	// at 3 (the ±3σ band) unless Config.Fixed says otherwise, so it
+	// breaches when every one of those minutes is outside the band: the
+	// design's "±3σ for 5 minutes". One such period fires
+	// (DefaultConsecutive).
 	RulePerplexity = "perplexity_band"
 	// RulePrecision is the precision divergence of a low-precision backend
 	// against its reference: the mean per-token KL(reference ‖ backend) of
@@ -42,6 +44,14 @@ const (
 // DefaultFixed are the rules whose threshold is fixed unless Config.Fixed
 // names them.
 var DefaultFixed = map[string]float64{RulePerplexity: 3}
+
+// DefaultConsecutive are the rules that fire after their own number of
+// breaching periods rather than Config.Consecutive. The perplexity band's
+// value already requires analyzers.output.minutes minutes outside the band
+// (the design's "±3σ for 5 minutes"): one period with it fires. Three
+// periods would be too late, not only slow: a rolling baseline takes in
+// the minutes after a lasting step, widens and swallows it.
+var DefaultConsecutive = map[string]int{RulePerplexity: 1}
 
 // DefaultFloor are the least adaptive thresholds of the rules whose
 // values hover around zero: the PSI "watch" level for drift, a 5 % fall of
@@ -103,8 +113,8 @@ func Values(s Signals) map[string]Value {
 	if c := s.Confidence; c != nil && c.State != confidence.StateUnknown {
 		put(RuleConfidenceDrop, float64(c.Drop))
 	}
-	if o := s.Output; o != nil && o.State != confidence.StateUnknown && o.BaselineStd > 0 {
-		put(RulePerplexity, math.Abs(float64(o.Perplexity-o.BaselineMean))/float64(o.BaselineStd))
+	if o := s.Output; o != nil && o.State != confidence.StateUnknown {
+		put(RulePerplexity, float64(o.Distance))
 	}
 	if l := s.Latency; l != nil && l.State != latency.StateUnknown {
 		put(RuleTTFT, float64(l.TTFT.P95))

@@ -133,6 +133,11 @@ type Output struct {
 	// outside the band.
 	Minutes         int `json:"minutes_outside"`
 	BaselineMinutes int `json:"baseline_minutes"`
+	// Distance is the smallest distance from the baseline mean, in
+	// baseline standard deviations, among the last analyzers.output.minutes
+	// complete minutes (0 when one of them had no responses): above Sigma
+	// exactly when all of them lie outside the band.
+	Distance stats.Num `json:"band_distance"`
 }
 
 // Evaluate computes both signals as of now.
@@ -245,17 +250,25 @@ func (m *Monitor) output(now time.Time) Output {
 	last := m.minutes.Start(now)
 	// A perfectly steady baseline would make any wobble an alarm: the band
 	// is at least ±0.1% of the mean wide.
-	half := m.cfg.Output.Sigma * max(b.std, 1e-3*b.mean)
+	std := max(b.std, 1e-3*b.mean)
+	half := m.cfg.Output.Sigma * std
+	dist := math.Inf(1)
 	for i := 1; i <= m.cfg.Output.Minutes; i++ {
 		v, ok := means[last.Add(-time.Duration(i)*time.Minute)]
 		if i == 1 && ok {
 			o.Perplexity = stats.Num(v)
 		}
-		if !ok || math.Abs(v-b.mean) <= half {
+		if !ok {
+			dist = 0
+			break
+		}
+		dist = min(dist, math.Abs(v-b.mean)/std)
+		if math.Abs(v-b.mean) <= half {
 			break
 		}
 		o.Minutes++
 	}
+	o.Distance = stats.Num(dist)
 	if o.Minutes >= m.cfg.Output.Minutes {
 		o.State = StateDrift
 	}
