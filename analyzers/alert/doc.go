@@ -3,9 +3,11 @@
 // after a notification, resolution, and delivery to Alertmanager's v2 API
 // or a JSON webhook by one replica at a time.
 //
-// Once per period (default 5 minutes) the caller hands Engine.Observe one
-// value per rule and label set (Values maps an analyzers evaluation to
-// them). For each such series the engine
+// Once per period (default 5 minutes) the caller hands Engine.ObserveValues
+// one value per rule and label set (Values maps the gateway-wide signals of
+// an analyzers evaluation to them; the pipeline adds one error rate per
+// backend and one precision divergence per compared backend). For each
+// such series the engine
 //
 //   - computes the threshold: Config.Fixed[rule] (or DefaultFixed[rule])
 //     when set, else the adaptive P·F where P is the Config.Percentile of
@@ -19,8 +21,10 @@
 //   - records the value in the history, persisted through Store so that it
 //     survives restarts and is shared by replicas (a period recorded by
 //     one replica is not recorded again by another);
-//   - counts consecutive breaching periods (value > threshold): 1 to
-//     Consecutive−1 is pending; the Consecutive-th fires and notifies,
+//   - counts consecutive breaching periods (value > threshold and, for a
+//     proportion with Value.N trials, significantly so under a binomial at
+//     the threshold): 1 to Consecutive−1 is pending (DefaultConsecutive
+//     sets the perplexity band's to 1); the Consecutive-th fires and notifies,
 //     unless a notification for the same label set went out less than
 //     Config.Silence ago (silenced: notified once the silence is over).
 //     A firing alert is re-sent every Silence while it lasts;
