@@ -84,8 +84,10 @@ type Pipeline struct {
 	// requests no backend answered), for the error rates.
 	errMu    sync.Mutex
 	errCount map[string]*[2]int64 // total, failed
-	// backendLabels are the alert labels of each backend's series.
+	// backendLabels are the alert labels of each backend's series;
+	// gatewayLabels those of the gateway-wide ones.
 	backendLabels map[string]map[string]string
+	gatewayLabels map[string]string
 
 	// With Sharing: responses remembered for calibration since the last
 	// flush, written to the store so that feedback reaching another
@@ -139,6 +141,7 @@ func New(o Options) (*Pipeline, error) {
 	}
 	p.errCount = map[string]*[2]int64{}
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
+	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
 	if c.Precision.Enabled {
 		var pairs []precision.Pair
 		for _, b := range o.Backends {
@@ -239,6 +242,38 @@ func backendLabels(bs []config.Backend, a config.Alerts) map[string]map[string]s
 	return out
 }
 
+// gatewayLabels returns the labels of the gateway-wide alert series: model
+// when every backend serves that one model only; tier and its severity
+// when every backend has that tier. Nil when neither holds.
+func gatewayLabels(bs []config.Backend, a config.Alerts) map[string]string {
+	if len(bs) == 0 {
+		return nil
+	}
+	l := map[string]string{}
+	model, tier := "", bs[0].Tier
+	if len(bs[0].Models) == 1 {
+		model = bs[0].Models[0]
+	}
+	for _, b := range bs[1:] {
+		if len(b.Models) != 1 || b.Models[0] != model {
+			model = ""
+		}
+		if b.Tier != tier {
+			tier = ""
+		}
+	}
+	if model != "" {
+		l["model"] = model
+	}
+	if sev, ok := a.Tiers[tier]; ok && tier != "" {
+		l["tier"], l["severity"] = tier, sev
+	}
+	if len(l) == 0 {
+		return nil
+	}
+	return l
+}
+
 // labelsOf returns backend's alert labels; an unknown name (a backend
 // the options did not list) gets only its name.
 func (p *Pipeline) labelsOf(backend string) map[string]string {
@@ -260,7 +295,7 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	}
 	var values []alert.Value
 	for rule, v := range gatewayValues(s) {
-		v.Rule = rule
+		v.Rule, v.Labels = rule, p.gatewayLabels
 		values = append(values, v)
 	}
 	p.errMu.Lock()
@@ -272,6 +307,7 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 			continue
 		}
 		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0]), N: c[0]}
+		v.Labels = p.gatewayLabels
 		if backend != "" {
 			v.Labels = p.labelsOf(backend)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -98,5 +99,26 @@ func TestErrorRatePerBackend(t *testing.T) {
 	}
 	if b, ok := got["b"]; ok { // /admin/alerts lists only active alerts
 		t.Errorf("backend b, without errors: %+v", b)
+	}
+}
+
+func TestGatewayLabels(t *testing.T) {
+	a := config.Alerts{Tiers: map[string]string{"gold": "critical", "bronze": "info"}}
+	tests := []struct {
+		bs   []config.Backend
+		want map[string]string
+	}{
+		{nil, nil},
+		{[]config.Backend{{Models: []string{"m"}, Tier: "gold"}, {Models: []string{"m"}, Tier: "gold"}},
+			map[string]string{"model": "m", "tier": "gold", "severity": "critical"}},
+		{[]config.Backend{{Models: []string{"m"}, Tier: "gold"}, {Models: []string{"n"}, Tier: "bronze"}}, nil},
+		{[]config.Backend{{Models: []string{"m"}}, {Models: []string{"m", "n"}}}, nil},
+		{[]config.Backend{{Tier: "bronze"}, {Tier: "bronze"}}, map[string]string{"tier": "bronze", "severity": "info"}},
+		{[]config.Backend{{Models: []string{"m"}}, {Models: []string{"m"}}}, map[string]string{"model": "m"}},
+	}
+	for i, tt := range tests {
+		if got := gatewayLabels(tt.bs, a); !maps.Equal(got, tt.want) {
+			t.Errorf("case %d: %v, want %v", i, got, tt.want)
+		}
 	}
 }
