@@ -80,10 +80,9 @@ type Pipeline struct {
 	alertPeriod time.Duration
 	m           *metrics
 
-	// Requests and failures since the last alert period, per backend ("":
-	// requests no backend answered), for the error rates.
-	errMu    sync.Mutex
-	errCount map[string]*[2]int64 // total, failed
+	// Requests and failures by backend ("": requests no backend
+	// answered), for the error rates.
+	errs *errorRates
 	// backendLabels are the alert labels of each backend's series;
 	// gatewayLabels those of the gateway-wide ones.
 	backendLabels map[string]map[string]string
@@ -139,7 +138,7 @@ func New(o Options) (*Pipeline, error) {
 	if c.Latency.Enabled {
 		p.lat = latency.New(c)
 	}
-	p.errCount = map[string]*[2]int64{}
+	p.errs = newErrorRates(c.Bucket, p.alertPeriod)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
 	if c.Precision.Enabled {
@@ -166,7 +165,7 @@ func New(o Options) (*Pipeline, error) {
 		if cfg.Interval <= 0 {
 			cfg.Interval = time.Second
 		}
-		p.share = &sharer{cfg: cfg, log: p.log, m: newShareMetrics(reg), dropped: map[string]int64{},
+		p.share = &sharer{cfg: cfg, log: p.log, now: p.now, m: newShareMetrics(reg), dropped: map[string]int64{},
 			// Long enough for the reference span and the perplexity baseline.
 			ttl: c.Window + c.Reference + 10*time.Minute}
 		if p.drift != nil {
@@ -181,6 +180,7 @@ func New(o Options) (*Pipeline, error) {
 		if p.prec != nil {
 			p.share.monitors = append(p.share.monitors, p.prec)
 		}
+		p.share.monitors = append(p.share.monitors, p.errs)
 		p.share.onPin = func(at time.Time) { p.pinAt(at) }
 		p.pending = map[string]float64{}
 		if p.calib != nil {
@@ -298,11 +298,8 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		v.Rule, v.Labels = rule, p.gatewayLabels
 		values = append(values, v)
 	}
-	p.errMu.Lock()
-	counts := p.errCount
-	p.errCount = make(map[string]*[2]int64, len(counts))
-	p.errMu.Unlock()
-	for backend, c := range counts {
+	now := p.now()
+	for backend, c := range p.errs.since(now.Add(-p.alertPeriod), now) {
 		if c[0] == 0 {
 			continue
 		}
@@ -341,35 +338,16 @@ func gatewayValues(s *Signals) map[string]alert.Value {
 	return alert.Values(in)
 }
 
-// countError counts one response of backend for its error rate. Only
-// failures that are the backends' (or the gateway's) count: 5xx,
-// timeouts, no backend; not clients' bad requests.
-func (p *Pipeline) countError(backend, class string) {
-	failed := int64(0)
+// failed reports whether an error class is a failure of the backends (or
+// the gateway), as error rates count them: 5xx, timeouts, no backend; not
+// clients' bad requests or cancellations.
+func failed(class string) bool {
 	switch class {
 	case "upstream_5xx", "timeout", "no_backend":
-		failed = 1
+		return true
 	}
-	p.errMu.Lock()
-	defer p.errMu.Unlock()
-	c := p.errCount[backend]
-	if c == nil {
-		if _, known := p.backendLabels[backend]; !known && backend != "" && len(p.errCount) >= maxErrorSeries {
-			backend = "" // an unlisted backend: keep the map bounded
-			c = p.errCount[backend]
-		}
-		if c == nil {
-			c = new([2]int64)
-			p.errCount[backend] = c
-		}
-	}
-	c[0]++
-	c[1] += failed
+	return false
 }
-
-// maxErrorSeries bounds the error-rate series of backends the options did
-// not list.
-const maxErrorSeries = 256
 
 // OnShadow records one shadow comparison (signal 5). It is safe for
 // concurrent use; the gateway calls it from its shadow workers.
@@ -464,7 +442,7 @@ func (p *Pipeline) OnEvent(r *Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *Request, resp *Response) {
 	t := r.Start.Add(resp.Latency)
-	p.countError(r.Backend, resp.ErrorClass)
+	p.errs.add(t, r.Backend, failed(resp.ErrorClass))
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {
 		defer func() { p.postprocessSpan(r, attrs) }()

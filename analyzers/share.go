@@ -53,6 +53,7 @@ type sharer struct {
 	monitors []sharedMonitor
 	log      *slog.Logger
 	m        *shareMetrics
+	now      func() time.Time // the pipeline's clock
 
 	mu      sync.Mutex // serializes flushes (Run and Pipeline.Flush)
 	n       int
@@ -136,6 +137,9 @@ func (s *sharer) flush(ctx context.Context) {
 	batches := map[string]*batch{}
 	for _, m := range s.monitors {
 		m.Shared(func(name string, sh window.Sharer) {
+			// The span reaches now even without local traffic, so that
+			// the other replicas' newest buckets are read.
+			sh.Advance(s.now())
 			if full {
 				sh.Touch()
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
@@ -56,6 +57,13 @@ func TestSharing(t *testing.T) {
 	if rb := responses(b); rb != 55 {
 		t.Errorf("b sees %d responses after a served 5 more, want 55", rb)
 	}
+	// A replica without traffic of its own (new, or one the load balancer
+	// skips) sees the others' windows too.
+	c := mk("c")
+	c.Flush(ctx)
+	if rc := responses(c); rc != 55 {
+		t.Errorf("idle replica c sees %d responses, want 55", rc)
+	}
 
 	a.PinBaseline(ctx) // drift refuses (fewer than min_requests prompts); the others pin
 	b.Flush(ctx)
@@ -97,5 +105,51 @@ func TestSharedCalibration(t *testing.T) {
 	}
 	if la, lb := labels(a), labels(b); la != 1 || lb != 1 {
 		t.Errorf("labels: a %d, b %d, want 1 each", la, lb)
+	}
+}
+
+// TestSharedErrorRate: the error rate a replica alerts on counts every
+// replica's requests.
+func TestSharedErrorRate(t *testing.T) {
+	store := state.NewMemory()
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	cfg := config.Default()
+	cfg.Alerts.Fixed = map[string]float64{alert.RuleErrorRate: 0.1}
+	cfg.Alerts.Consecutive = 1
+	mk := func(replica string) *Pipeline {
+		p, err := New(Options{Config: cfg.Analyzers, Alerts: cfg.Alerts, Now: func() time.Time { return now },
+			Sharing: &Sharing{Store: store, Replica: replica}, Backends: []config.Backend{{Name: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := mk("a"), mk("b")
+	feed := func(p *Pipeline, n, failed int) {
+		for i := range n {
+			r := &Request{Operation: "embeddings", Model: "m", Backend: "x", Start: now}
+			resp := &Response{Status: 200, Latency: 50 * time.Millisecond}
+			if i < failed {
+				resp.Status, resp.ErrorClass = 503, "upstream_5xx"
+			}
+			p.OnRequest(r)
+			p.OnResponse(r, resp)
+		}
+	}
+	feed(a, 40, 0)
+	feed(b, 40, 16) // b alone: 40%; both: 20%
+	now = now.Add(time.Minute)
+	ctx := context.Background()
+	b.Flush(ctx)
+	a.Flush(ctx)
+	a.ObserveAlerts(ctx)
+	var got []alert.Alert
+	for _, al := range a.alerts.Alerts() {
+		if al.Rule == alert.RuleErrorRate {
+			got = append(got, al)
+		}
+	}
+	if len(got) != 1 || float64(got[0].Value) != 0.2 || got[0].Labels["backend"] != "x" {
+		t.Errorf("a's error-rate alerts: %+v, want one at 0.2 (16 failures in 80 requests) for backend x", got)
 	}
 }

@@ -137,6 +137,16 @@ func (s *Series[T, P]) All() iter.Seq2[time.Time, *T] {
 	}
 }
 
+// Advance moves the newest bucket of the span to the one t falls in, when
+// that is newer, without creating it: buckets that fall out of the span are
+// recycled. A series that is only read (a replica without traffic of its
+// own, reading the others') keeps its span current this way.
+func (s *Series[T, P]) Advance(t time.Time) {
+	if n := s.number(t); !s.started || n > s.head {
+		s.head, s.started = n, true
+	}
+}
+
 // Range returns a new summary, made by newT, that merges every live bucket
 // overlapping [from, to), oldest first. It returns the first Merge error,
 // which only summaries of different parameters in one series can cause.

@@ -198,6 +198,7 @@ func DecodeParts(data []byte, parts ...encoding.BinaryUnmarshaler) error {
 
 // Sharer is the part of a Shared series that the replica flusher uses.
 type Sharer interface {
+	Advance(t time.Time)
 	Touch()
 	Dropped() int64
 	Export() ([]Encoded, error)
