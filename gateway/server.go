@@ -301,7 +301,8 @@ type exchange struct {
 	readErr          error
 	apiErr           *apiError
 	// Shadow comparison (shadow.go): the body sent upstream and the
-	// client's Authorization, kept when the request was sampled.
+	// client's Authorization, kept (not copied) while a backend is
+	// shadow-compared; finish decides whether this request is.
 	shadowBody []byte
 	shadowAuth string
 	// From the response, for the inference span.

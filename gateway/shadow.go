@@ -29,7 +29,8 @@ import (
 // hands both answers to a ShadowSink. The client's request and response
 // are untouched; a slow or failing reference costs nothing but the
 // comparison. At most precision.concurrency comparisons run at once; a
-// sampled request beyond that is skipped and counted.
+// sampled request beyond that, or whose reference is unhealthy (failing its
+// checks or ejected), is skipped and counted.
 
 // A ShadowSink receives finished shadow comparisons. It is called from
 // shadow workers, concurrently.
@@ -80,7 +81,7 @@ func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream
 	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency),
 		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_shadow_comparisons_total",
-			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight), failed (a shadow request failed).",
+			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight, or the reference unhealthy), failed (a shadow request failed).",
 		}, []string{"backend", "outcome"})}
 	reg.MustRegister(sh.outcome)
 	for name := range ref {
@@ -107,6 +108,11 @@ func (sh *shadower) sample(op string, backend *upstream.Backend) bool {
 // background; auth is the client's Authorization header, passed on.
 func (sh *shadower) start(backend *upstream.Backend, op string, body []byte, auth string) {
 	ref := sh.ref[backend.Name]
+	if !ref.Healthy() {
+		// Failing health checks or ejected: leave it alone.
+		sh.outcome.WithLabelValues(backend.Name, "skipped").Inc()
+		return
+	}
 	select {
 	case sh.sem <- struct{}{}:
 	default:
