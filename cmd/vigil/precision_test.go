@@ -34,11 +34,12 @@ func TestPrecisionEndToEnd(t *testing.T) {
 	cfg.Alerts.Fixed = map[string]float64{alert.RulePrecision: 0.05}
 	cfg.Alerts.Consecutive = 1
 	pc := &cfg.Analyzers.Precision
-	pc.SampleRatio, pc.MinTokens, pc.MaxTokens = 1, 60, 16
+	// Every request compared, none skipped however slow the machine.
+	pc.SampleRatio, pc.MinTokens, pc.MaxTokens, pc.Concurrency = 1, 60, 16, 100
 	cfg.Analyzers.Consecutive = 1
 	a, gwURL := startApp(t, cfg)
 
-	for i := range 40 {
+	for i := range 60 { // about 20 per backend: 60 tokens need 4
 		body := fmt.Sprintf(`{"model":"m","max_tokens":8,"stream":%v,"messages":[{"role":"user","content":"question %d"}]}`, i%2 == 0, i)
 		resp, err := http.Post(gwURL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
