@@ -464,9 +464,10 @@ func TestValues(t *testing.T) {
 		Drift:      &drift.Result{State: "ok", Score: 0.2},
 		Confidence: &confidence.Decay{State: "decay", Drop: 0.15},
 		Output:     &confidence.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1, Distance: 5},
-		Latency:    &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 140}, E2E: latency.Quantiles{P95: stats.Num(math.NaN())}},
-		ErrorRate:  &rate,
-		Labels:     lbl,
+		Latency: &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 140}, E2E: latency.Quantiles{P95: stats.Num(math.NaN())},
+			Metrics: map[string]latency.Stat{"ttft": {Count: 20}, "e2e": {Count: 30}}},
+		ErrorRate: &rate,
+		Labels:    lbl,
 	})
 	want := map[string]Value{
 		RuleDrift:          {V: 0.2, Labels: lbl},
@@ -480,6 +481,11 @@ func TestValues(t *testing.T) {
 	}
 	if got := Values(Signals{Drift: &drift.Result{State: "unknown", Score: 9}}); len(got) != 0 {
 		t.Errorf("unknown state gave %v", got)
+	}
+	// A P95 of fewer than 20 values is its largest: no value.
+	few := &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 900}, Metrics: map[string]latency.Stat{"ttft": {Count: 19}}}
+	if got := Values(Signals{Latency: few}); len(got) != 0 {
+		t.Errorf("a P95 of 19 values gave %v", got)
 	}
 }
 

@@ -41,6 +41,11 @@ const (
 	RulePrecision = "precision_divergence"
 )
 
+// MinQuantileValues is the fewest values a window needs for its P95 to be
+// a rule's value: 1/(1 − 0.95). Below it the "P95" is the window's largest
+// value, and one slow response would breach.
+const MinQuantileValues = 20
+
 // DefaultFixed are the rules whose threshold is fixed unless Config.Fixed
 // names them.
 var DefaultFixed = map[string]float64{RulePerplexity: 3}
@@ -55,8 +60,11 @@ var DefaultConsecutive = map[string]int{RulePerplexity: 1}
 
 // DefaultFloor are the least adaptive thresholds of the rules whose
 // values hover around zero: the PSI "watch" level for drift, a 5 % fall of
-// confidence, 1 % of errors.
-var DefaultFloor = map[string]float64{RuleDrift: 0.1, RuleConfidenceDrop: 0.05, RuleErrorRate: 0.01}
+// confidence, 1 % of errors, and 0.01 nats of KL per token for precision
+// (a healthy 8-bit quantization reads 10⁻⁴ to 10⁻³: its wobbles are no
+// divergence; a 4-bit one reads about 10⁻², where the adaptive threshold
+// takes over).
+var DefaultFloor = map[string]float64{RuleDrift: 0.1, RuleConfidenceDrop: 0.05, RuleErrorRate: 0.01, RulePrecision: 0.01}
 
 // ruleInfo is what an alert of a rule says.
 type ruleInfo struct {
@@ -117,8 +125,12 @@ func Values(s Signals) map[string]Value {
 		put(RulePerplexity, float64(o.Distance))
 	}
 	if l := s.Latency; l != nil && l.State != latency.StateUnknown {
-		put(RuleTTFT, float64(l.TTFT.P95))
-		put(RuleE2E, float64(l.E2E.P95))
+		if l.Metrics["ttft"].Count >= MinQuantileValues {
+			put(RuleTTFT, float64(l.TTFT.P95))
+		}
+		if l.Metrics["e2e"].Count >= MinQuantileValues {
+			put(RuleE2E, float64(l.E2E.P95))
+		}
 	}
 	if s.ErrorRate != nil {
 		put(RuleErrorRate, *s.ErrorRate)

@@ -205,6 +205,8 @@ type Stat struct {
 	Std  stats.Num `json:"std"`
 	// Limit is the anomaly threshold: reference mean ± k·σ.
 	Limit stats.Num `json:"limit"`
+	// Count is the number of values in the current window.
+	Count int64 `json:"count"`
 	// AnomalousShare and RefAnomalousShare are the shares of checked
 	// values beyond the limit in the current window and the reference.
 	AnomalousShare    stats.Num `json:"anomalous_share"`
@@ -267,7 +269,7 @@ func (m *Monitor) Evaluate(now time.Time) Result {
 				P95: num(cur.q[i].Quantile(0.95)),
 				P99: num(cur.q[i].Quantile(0.99)),
 			},
-			Mean: num(cur.m[i].Mean()), Std: num(cur.m[i].SampleStd()), Limit: num(limits[i]),
+			Mean: num(cur.m[i].Mean()), Std: num(cur.m[i].SampleStd()), Limit: num(limits[i]), Count: cur.m[i].Count(),
 			AnomalousShare:    stats.Num(share(cur.anomalous[i], cur.checked[i])),
 			RefAnomalousShare: stats.Num(share(ref.anomalous[i], ref.checked[i])),
 		}
