@@ -119,6 +119,10 @@ type Value struct {
 	// at the threshold rate, so that one error among a few requests is no
 	// breach however low the threshold. 0: V is not a proportion.
 	N int64
+	// Lower, when set, is a one-sided lower confidence bound of V (a
+	// quantile of a small window): a breach needs it above the threshold
+	// too, so that sampling noise alone does not breach.
+	Lower *float64
 }
 
 // significance is the level at which a proportion's breach must be
@@ -283,7 +287,7 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 		if k.s.observed == p {
 			continue
 		}
-		if n, ok := e.step(ctx, k.s, p, now, k.v.V, k.v.N); ok {
+		if n, ok := e.step(ctx, k.s, p, now, k.v); ok {
 			out = append(out, n)
 		}
 	}
@@ -334,7 +338,8 @@ func fingerprint(l map[string]string) string {
 func historyKey(s *series) string { return "alert/history/" + fingerprint(s.labels) }
 
 // step runs one period of a series and returns the notification it needs.
-func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v float64, n int64) (Notification, bool) {
+func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, val Value) (Notification, bool) {
+	v := val.V
 	e.load(ctx, s)
 	if s.observed >= 0 && p-s.observed > 1 && s.state != Firing && s.state != Silenced {
 		s.streak = 0 // a gap breaks consecutiveness
@@ -350,7 +355,8 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, v 
 			s.state, s.since = st, now
 		}
 	}
-	if !(v > s.thresh) || !significant(v, n, s.thresh) { // NaN threshold: never breaches
+	breach := v > s.thresh && significant(v, val.N, s.thresh) && (val.Lower == nil || *val.Lower > s.thresh)
+	if !breach { // NaN threshold: never breaches
 		s.streak = 0
 		switch s.state {
 		case Firing, Silenced:

@@ -458,14 +458,15 @@ func TestHistoryBounded(t *testing.T) {
 }
 
 func TestValues(t *testing.T) {
-	rate := 0.03
+	rate, lower := 0.03, 120.0
 	lbl := map[string]string{"model": "m"}
 	got := Values(Signals{
 		Drift:      &drift.Result{State: "ok", Score: 0.2},
 		Confidence: &confidence.Decay{State: "decay", Drop: 0.15},
 		Output:     &confidence.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1, Distance: 5},
-		Latency: &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 140}, E2E: latency.Quantiles{P95: stats.Num(math.NaN())},
-			Metrics: map[string]latency.Stat{"ttft": {Count: 20}, "e2e": {Count: 30}}},
+		Latency: &latency.Result{State: "ok", Metrics: map[string]latency.Stat{
+			"ttft": {Quantiles: latency.Quantiles{P95: 140}, P95Lower: 120, Count: 20},
+			"e2e":  {Quantiles: latency.Quantiles{P95: stats.Num(math.NaN())}, Count: 30}}},
 		ErrorRate: &rate,
 		Labels:    lbl,
 	})
@@ -473,7 +474,7 @@ func TestValues(t *testing.T) {
 		RuleDrift:          {V: 0.2, Labels: lbl},
 		RuleConfidenceDrop: {V: 0.15, Labels: lbl},
 		RulePerplexity:     {V: 5, Labels: lbl}, // the band distance
-		RuleTTFT:           {V: 140, Labels: lbl},
+		RuleTTFT:           {V: 140, Labels: lbl, Lower: &lower},
 		RuleErrorRate:      {V: 0.03, Labels: lbl}, // E2E NaN and precision absent: skipped
 	}
 	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); d != "" {
@@ -483,7 +484,7 @@ func TestValues(t *testing.T) {
 		t.Errorf("unknown state gave %v", got)
 	}
 	// A P95 of fewer than 20 values is its largest: no value.
-	few := &latency.Result{State: "ok", TTFT: latency.Quantiles{P95: 900}, Metrics: map[string]latency.Stat{"ttft": {Count: 19}}}
+	few := &latency.Result{State: "ok", Metrics: map[string]latency.Stat{"ttft": {Quantiles: latency.Quantiles{P95: 900}, Count: 19}}}
 	if got := Values(Signals{Latency: few}); len(got) != 0 {
 		t.Errorf("a P95 of 19 values gave %v", got)
 	}
@@ -570,5 +571,26 @@ func TestPerplexityFiresAtOnce(t *testing.T) {
 	}
 	if states[RulePerplexity] != Firing || states[RuleDrift] != Pending {
 		t.Errorf("after 2 periods: %v, want perplexity firing and drift pending", states)
+	}
+}
+
+// TestLowerBound: a value above its threshold whose lower confidence bound
+// is not stays inside.
+func TestLowerBound(t *testing.T) {
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	e := NewEngine(Config{Fixed: map[string]float64{RuleTTFT: 300}, Consecutive: 1}, nil, func() time.Time { return now }, nil)
+	state := func(v, lower float64) State {
+		now = now.Add(5 * time.Minute)
+		e.ObserveValues(context.Background(), []Value{{Rule: RuleTTFT, V: v, Lower: &lower}})
+		for _, a := range e.Alerts() {
+			return a.State
+		}
+		return ""
+	}
+	if st := state(350, 280); st != "" {
+		t.Errorf("P95 350, lower bound 280, threshold 300: %q, want no alert", st)
+	}
+	if st := state(350, 310); st != Firing {
+		t.Errorf("P95 350, lower bound 310, threshold 300: %q, want firing", st)
 	}
 }

@@ -125,11 +125,17 @@ func Values(s Signals) map[string]Value {
 		put(RulePerplexity, float64(o.Distance))
 	}
 	if l := s.Latency; l != nil && l.State != latency.StateUnknown {
-		if l.Metrics["ttft"].Count >= MinQuantileValues {
-			put(RuleTTFT, float64(l.TTFT.P95))
-		}
-		if l.Metrics["e2e"].Count >= MinQuantileValues {
-			put(RuleE2E, float64(l.E2E.P95))
+		for rule, metric := range map[string]string{RuleTTFT: "ttft", RuleE2E: "e2e"} {
+			st := l.Metrics[metric]
+			if st.Count < MinQuantileValues {
+				continue
+			}
+			put(rule, float64(st.P95))
+			if v, ok := out[rule]; ok && !math.IsNaN(float64(st.P95Lower)) {
+				lower := float64(st.P95Lower)
+				v.Lower = &lower
+				out[rule] = v
+			}
 		}
 	}
 	if s.ErrorRate != nil {

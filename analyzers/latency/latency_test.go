@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/analyzers/window"
 	"github.com/vigil-gw/vigil/config"
 )
 
@@ -77,5 +78,21 @@ func TestCorrelation(t *testing.T) {
 	var empty coMoments
 	if !math.IsNaN(empty.r()) {
 		t.Error("r of nothing should be NaN")
+	}
+}
+
+// TestP95Lower: the 90% lower bound of a P95 of 25 values is their 22nd
+// smallest (scipy: max r with binom.sf(r-1, 25, 0.95) >= 0.9), within the
+// sketch's relative error.
+func TestP95Lower(t *testing.T) {
+	var q window.Sketch
+	if !math.IsNaN(p95Lower(&q)) {
+		t.Error("an empty window has a bound")
+	}
+	for i := 1; i <= 25; i++ {
+		q.Add(float64(i))
+	}
+	if got := p95Lower(&q); math.Abs(got-22) > 22*0.02 {
+		t.Errorf("lower bound %v, want 22", got)
 	}
 }
