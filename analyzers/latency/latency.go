@@ -274,7 +274,7 @@ func (m *Monitor) Evaluate(now time.Time) Result {
 				P99: num(cur.q[i].Quantile(0.99)),
 			},
 			Mean: num(cur.m[i].Mean()), Std: num(cur.m[i].SampleStd()), Limit: num(limits[i]), Count: cur.m[i].Count(),
-			P95Lower: num(p95Lower(&cur.q[i])),
+			P95Lower:          num(p95Lower(&cur.q[i])),
 			AnomalousShare:    stats.Num(share(cur.anomalous[i], cur.checked[i])),
 			RefAnomalousShare: stats.Num(share(ref.anomalous[i], ref.checked[i])),
 		}
