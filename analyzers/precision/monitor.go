@@ -70,9 +70,6 @@ func New(cfg config.Analyzers, pairs []Pair) *Monitor {
 	return m
 }
 
-// Pairs returns the monitored pairs.
-func (m *Monitor) Pairs() []Pair { return slices.Clone(m.pairs) }
-
 // Add records the comparison of one shadow pair of responses made at t. A
 // pair the monitor was not made for is ignored (false).
 func (m *Monitor) Add(t time.Time, p Pair, c *Comparison) bool {
@@ -116,7 +113,7 @@ type PairResult struct {
 	Backend   string `json:"backend"`
 	Reference string `json:"reference"`
 	State     string `json:"state"`
-	// KL is the mean per-token KL(reference ‖ backend), nats; KLP is its
+	// KL is the mean per-token KL(reference ‖ backend), nats; KLMax is its
 	// largest per-token value in the window.
 	KL    stats.Num `json:"kl"`
 	KLMax stats.Num `json:"kl_max"`
@@ -124,7 +121,7 @@ type PairResult struct {
 	// token is the same on both.
 	Top1Agreement stats.Num `json:"top1_agreement"`
 	// LogprobDelta is the mean logprob delta of the chosen tokens,
-	// backend − reference; AbsLogprobDelta its RMS.
+	// backend − reference; RMSLogprobDelta its root mean square.
 	LogprobDelta    stats.Num `json:"logprob_delta"`
 	RMSLogprobDelta stats.Num `json:"rms_logprob_delta"`
 	// SplitShare is the share of response pairs whose greedy sequences
