@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // TestFeedback: a response with logprobs can be labelled by its id; the
@@ -32,7 +33,7 @@ func TestFeedback(t *testing.T) {
 	if err := f.p.Feedback(t.Context(), "chatcmpl-unknown", true); !errors.Is(err, ErrUnknownResponse) {
 		t.Errorf("unknown id: %v, want ErrUnknownResponse", err)
 	}
-	c := f.p.Evaluate().Confidence.(Confidence).Calibration
+	c := f.p.Evaluate().Confidence.Calibration
 	if c.Labels != 40 || c.Accuracy != 0.75 || !(c.ECE >= 0) || !(c.Temperature > 0) {
 		t.Errorf("calibration: %+v", c)
 	}
@@ -78,8 +79,8 @@ func TestErrorRatePerBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		r := &Request{Operation: "embeddings", Model: "m", Backend: []string{"a", "b"}[i%2], Start: time.Now()}
-		resp := &Response{Status: 200}
+		r := &exchange.Request{Operation: "embeddings", Model: "m", Backend: []string{"a", "b"}[i%2], Start: time.Now()}
+		resp := &exchange.Response{Status: 200}
 		if r.Backend == "a" && i%4 == 0 {
 			resp.Status, resp.ErrorClass = 502, "upstream_5xx"
 		}

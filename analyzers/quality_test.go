@@ -11,6 +11,7 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -61,9 +62,9 @@ func (f *feeder) send() []byte {
 	}
 	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	r := &Request{Operation: "chat", Model: "m", Start: f.now, Body: []byte(body)}
+	r := &exchange.Request{Operation: "chat", Model: "m", Start: f.now, Body: []byte(body)}
 	f.p.OnRequest(r)
-	f.p.OnResponse(r, &Response{Status: resp.StatusCode, Latency: 800 * time.Millisecond, Body: out, CompletionTokens: 24})
+	f.p.OnResponse(r, &exchange.Response{Status: resp.StatusCode, Latency: 800 * time.Millisecond, Body: out, CompletionTokens: 24})
 	f.now = f.now.Add(f.step)
 	return out
 }
@@ -89,9 +90,9 @@ func (f *feeder) run(n int, state func(*Signals) bool) []int {
 	return hits
 }
 
-func decayed(s *Signals) bool { return s.Confidence.(Confidence).State == confidence.StateDecay }
+func decayed(s *Signals) bool { return s.Confidence.State == confidence.StateDecay }
 func outputDrift(s *Signals) bool {
-	return s.Output.(confidence.Output).State == confidence.StateDrift
+	return s.Output.State == confidence.StateDrift
 }
 
 // TestConfidenceDetection measures what issue #4 asks of the confidence
@@ -118,7 +119,7 @@ func TestConfidenceDetection(t *testing.T) {
 			if len(hits) == 0 {
 				t.Fatalf("not flagged within 1500 responses: %+v", f.p.Evaluate().Confidence)
 			}
-			d := f.p.Evaluate().Confidence.(Confidence)
+			d := f.p.Evaluate().Confidence
 			t.Logf("%s: flagged %d responses after the change (drop %.3f, p %.3g)", tt.name, hits[0], float64(d.Drop), float64(d.PValue))
 			if hits[0] > 500 {
 				t.Errorf("flagged after %d responses, want within 500", hits[0])
@@ -141,7 +142,7 @@ func TestOutputDriftDetection(t *testing.T) {
 		t.Fatalf("no alarm in 20 minutes: %+v", f.p.Evaluate().Output)
 	}
 	after := time.Duration(hits[0]) * f.step
-	o := f.p.Evaluate().Output.(confidence.Output)
+	o := f.p.Evaluate().Output
 	t.Logf("output drift: alarm %v after the change (perplexity %.4f, baseline %.4f ± %.4f)", after, float64(o.Perplexity), float64(o.BaselineMean), float64(o.BaselineStd))
 	if after < 5*time.Minute || after > 7*time.Minute {
 		t.Errorf("alarm %v after the change, want after the 5 minutes outside the band and within 7", after)

@@ -4,19 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/window"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -64,10 +61,9 @@ type sharer struct {
 	pinned time.Time
 	onPin  func(time.Time)
 	// calib, when set, shares calibration: remembered responses and labels.
-	calib    *Pipeline
-	labelsAt int64 // labelVersion last written
-	failing  bool
-	warned   atomic.Int64 // unix seconds of the last warning
+	calib   *feedback
+	failing bool
+	warned  atomic.Int64 // unix seconds of the last warning
 }
 
 // sharedMonitor is a monitor whose series can be shared.
@@ -97,16 +93,14 @@ func newShareMetrics(reg prometheus.Registerer) *shareMetrics {
 	return m
 }
 
-// Run flushes every interval until ctx is done, then once more.
+// Run flushes every interval until ctx is done. The last flush is the
+// owner's (Pipeline.Run), after its last evaluation.
 func (s *sharer) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			s.flush(fctx)
-			cancel()
 			return nil
 		case <-t.C:
 			fctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
@@ -133,7 +127,38 @@ func (s *sharer) flush(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
 	s.n++
-	full := s.failing || s.n%fullEvery == 0
+	batches := s.export(s.failing || s.n%fullEvery == 0)
+	// Sequences only grow, also across restarts: a late, retried flush of
+	// older snapshots is ignored by the store.
+	seq := max(uint64(time.Now().UnixNano()), s.lastSeq+1)
+	s.lastSeq = seq
+	failed := s.exchange(ctx, seq, batches)
+	s.importRemote(batches)
+	if failed == nil {
+		failed = s.syncBaseline(ctx)
+	}
+	if failed == nil && s.calib != nil {
+		// The other replicas' labels change slowly: read them every tenth flush.
+		failed = s.calib.sync(ctx, s.cfg.Store, s.cfg.Replica, seq, s.n%10 == 1)
+	}
+	s.m.flushes.Inc()
+	s.failing = failed != nil
+	if failed != nil {
+		s.m.failures.Inc()
+		s.m.up.Set(0)
+		// At most one line a minute while the store is down.
+		if now := time.Now().Unix(); now-s.warned.Load() >= 60 {
+			s.warned.Store(now)
+			s.log.Warn("shared state store unreachable; windows are kept locally and sent when it returns", "err", failed)
+		}
+		return
+	}
+	s.m.up.Set(1)
+}
+
+// export takes the touched buckets of every series (every live one when
+// full), under the monitors' locks. Callers hold s.mu.
+func (s *sharer) export(full bool) map[string]*batch {
 	batches := map[string]*batch{}
 	for _, m := range s.monitors {
 		m.Shared(func(name string, sh window.Sharer) {
@@ -155,31 +180,35 @@ func (s *sharer) flush(ctx context.Context) {
 			batches[name] = &batch{enc: enc, from: from, to: to}
 		})
 	}
-	// Sequences only grow, also across restarts: a late, retried flush of
-	// older snapshots is ignored by the store.
-	seq := max(uint64(time.Now().UnixNano()), s.lastSeq+1)
-	s.lastSeq = seq
-	var failed error
+	return batches
+}
+
+// exchange writes each batch to the store and reads the replicas'
+// buckets of its span, holding no monitor lock. It stops at the first
+// failure: the batches not written are exported again next time.
+func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*batch) error {
 	for name, b := range batches {
-		if failed != nil {
-			break // the store is failing: keep the rest for the next flush
-		}
 		bs := make([]state.Bucket, len(b.enc))
 		for i, e := range b.enc {
 			bs[i] = state.Bucket{Start: e.Start, Payload: e.Payload}
 		}
 		if err := s.cfg.Store.PutBuckets(ctx, name, s.cfg.Replica, seq, bs, s.ttl); err != nil {
-			failed = err
-			continue
+			return err
 		}
 		b.put = true
 		rb, err := s.cfg.Store.Buckets(ctx, name, b.from, b.to)
 		if err != nil {
-			failed = err
-			continue
+			return err
 		}
 		b.remote = rb
 	}
+	return nil
+}
+
+// importRemote gives back to each series the buckets that were not
+// written and imports the other replicas' snapshots, under the monitors'
+// locks.
+func (s *sharer) importRemote(batches map[string]*batch) {
 	for _, m := range s.monitors {
 		m.Shared(func(name string, sh window.Sharer) {
 			b := batches[name]
@@ -199,25 +228,6 @@ func (s *sharer) flush(ctx context.Context) {
 			}
 		})
 	}
-	if failed == nil {
-		failed = s.syncBaseline(ctx)
-	}
-	if failed == nil && s.calib != nil {
-		failed = s.syncCalibration(ctx)
-	}
-	s.m.flushes.Inc()
-	s.failing = failed != nil
-	if failed != nil {
-		s.m.failures.Inc()
-		s.m.up.Set(0)
-		// At most one line a minute while the store is down.
-		if now := time.Now().Unix(); now-s.warned.Load() >= 60 {
-			s.warned.Store(now)
-			s.log.Warn("shared state store unreachable; windows are kept locally and sent when it returns", "err", failed)
-		}
-		return
-	}
-	s.m.up.Set(1)
 }
 
 // baselineKey is the store document naming the time of the latest baseline
@@ -252,72 +262,4 @@ func (s *sharer) syncBaseline(ctx context.Context) error {
 		s.onPin(at)
 	}
 	return nil
-}
-
-// respKey is the store document holding a remembered response's confidence.
-func respKey(id string) string { return "resp:" + id }
-
-// syncCalibration writes the responses remembered since the last flush,
-// this replica's labels when they changed, and (every tenth flush) reads
-// the other replicas' labels. Callers hold s.mu.
-func (s *sharer) syncCalibration(ctx context.Context) error {
-	p := s.calib
-	if pend := p.takePending(); len(pend) > 0 {
-		docs := make(map[string][]byte, len(pend))
-		for id, conf := range pend {
-			docs[respKey(id)] = strconv.AppendFloat(nil, conf, 'g', -1, 64)
-		}
-		if err := s.cfg.Store.SetMany(ctx, docs, p.cfg.Calibration.TTL); err != nil {
-			p.pendMu.Lock()
-			for id, conf := range pend { // try again next time
-				if len(p.pending) < maxPendingShare {
-					p.pending[id] = conf
-				}
-			}
-			p.pendMu.Unlock()
-			return err
-		}
-	}
-	if v := p.labelVersion.Load(); v != s.labelsAt {
-		b, err := json.Marshal(p.calib.Pairs())
-		if err != nil {
-			return err
-		}
-		if err := s.cfg.Store.PutBuckets(ctx, "labels", s.cfg.Replica, s.lastSeq, []state.Bucket{{Payload: b}}, p.cfg.Calibration.TTL); err != nil {
-			return err
-		}
-		s.labelsAt = v
-	}
-	if s.n%10 != 1 {
-		return nil
-	}
-	all, err := s.cfg.Store.Buckets(ctx, "labels", 0, 0)
-	if err != nil {
-		return err
-	}
-	var remote []calibrate.Pair
-	for _, b := range all {
-		if b.Replica == s.cfg.Replica {
-			continue
-		}
-		var ps []calibrate.Pair
-		if json.Unmarshal(b.Payload, &ps) == nil {
-			remote = append(remote, ps...)
-		}
-	}
-	p.remoteLabels.Store(&remote)
-	return nil
-}
-
-// remembered looks a response up in the store, for feedback about a
-// response another replica served.
-func (s *sharer) remembered(ctx context.Context, id string) (float64, bool) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	v, err := s.cfg.Store.Get(ctx, respKey(id))
-	if err != nil {
-		return 0, false
-	}
-	conf, err := strconv.ParseFloat(string(v), 64)
-	return conf, err == nil
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
-	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/state"
 )
 
@@ -34,13 +34,13 @@ func TestSharing(t *testing.T) {
 	feed := func(p *Pipeline, n int) {
 		for i := range n {
 			body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":"q%d"}]}`, i)
-			r := &Request{Operation: "chat", Model: "m", Start: now, Body: body}
+			r := &exchange.Request{Operation: "chat", Model: "m", Start: now, Body: body}
 			p.OnRequest(r)
-			p.OnResponse(r, &Response{Status: 200, Latency: 300 * time.Millisecond, CompletionTokens: 10})
+			p.OnResponse(r, &exchange.Response{Status: 200, Latency: 300 * time.Millisecond, CompletionTokens: 10})
 			now = now.Add(100 * time.Millisecond)
 		}
 	}
-	responses := func(p *Pipeline) int64 { return p.Evaluate().Latency.(latency.Result).Responses }
+	responses := func(p *Pipeline) int64 { return p.Evaluate().Latency.Responses }
 	ctx := context.Background()
 	feed(a, 30)
 	feed(b, 20)
@@ -67,7 +67,7 @@ func TestSharing(t *testing.T) {
 
 	a.PinBaseline(ctx) // drift refuses (fewer than min_requests prompts); the others pin
 	b.Flush(ctx)
-	if ref := b.Evaluate().Latency.(latency.Result).Reference; ref != "pinned" {
+	if ref := b.Evaluate().Latency.Reference; ref != "pinned" {
 		t.Errorf("b's latency reference %q after a pinned, want pinned", ref)
 	}
 }
@@ -98,7 +98,7 @@ func TestSharedCalibration(t *testing.T) {
 	if err := b.Feedback(ctx, "chatcmpl-nope", true); !errors.Is(err, ErrUnknownResponse) {
 		t.Errorf("unknown id: %v", err)
 	}
-	labels := func(p *Pipeline) int { return p.Evaluate().Confidence.(Confidence).Calibration.Labels }
+	labels := func(p *Pipeline) int { return p.Evaluate().Confidence.Calibration.Labels }
 	for range 12 { // labels are read every tenth flush
 		b.Flush(ctx)
 		a.Flush(ctx)
@@ -127,8 +127,8 @@ func TestSharedErrorRate(t *testing.T) {
 	a, b := mk("a"), mk("b")
 	feed := func(p *Pipeline, n, failed int) {
 		for i := range n {
-			r := &Request{Operation: "embeddings", Model: "m", Backend: "x", Start: now}
-			resp := &Response{Status: 200, Latency: 50 * time.Millisecond}
+			r := &exchange.Request{Operation: "embeddings", Model: "m", Backend: "x", Start: now}
+			resp := &exchange.Response{Status: 200, Latency: 50 * time.Millisecond}
 			if i < failed {
 				resp.Status, resp.ErrorClass = 503, "upstream_5xx"
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -145,7 +146,7 @@ func (w *weekTraffic) send() {
 	w.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(q.body)))
 	out := rec.Body.Bytes()
 
-	resp := &Response{Status: rec.Code}
+	resp := &exchange.Response{Status: rec.Code}
 	var events [][]byte
 	switch {
 	case rec.Code >= 500: // error_rate draws a 500
@@ -178,7 +179,7 @@ func (w *weekTraffic) send() {
 			resp.TTFT = ttft
 		}
 	}
-	r := &Request{Route: "/v1/chat/completions", Operation: "chat", Model: "m", Backend: "fp16",
+	r := &exchange.Request{Route: "/v1/chat/completions", Operation: "chat", Model: "m", Backend: "fp16",
 		Stream: q.stream, Start: w.now.Add(-resp.Latency), Body: q.body}
 	w.p.OnRequest(r)
 	for _, e := range events {
@@ -206,7 +207,7 @@ func (w *weekTraffic) shadow(q weekRequest) {
 		}
 		out[i] = rec.Body.Bytes()
 	}
-	w.p.OnShadow(&Shadow{Backend: "int8", Reference: "fp16", Operation: "chat", Time: w.now, BackendBody: out[0], ReferenceBody: out[1]})
+	w.p.OnShadow(&exchange.Shadow{Backend: "int8", Reference: "fp16", Operation: "chat", Time: w.now, BackendBody: out[0], ReferenceBody: out[1]})
 }
 
 // recordingNotifier is a Notifier that keeps what it is asked to deliver.
@@ -233,7 +234,7 @@ func (n *recordingNotifier) notifications() []alert.Notification {
 // the test can tell which rules had a value in a period.
 func weekSignalValues(s *Signals) map[string]alert.Value {
 	vals := gatewayValues(s)
-	if pr, ok := s.Precision.(precision.Result); ok && len(pr.Pairs) == 1 && pr.Pairs[0].State != precision.StateUnknown {
+	if pr := s.Precision; pr != nil && len(pr.Pairs) == 1 && pr.Pairs[0].State != precision.StateUnknown {
 		vals[alert.RulePrecision] = alert.Value{V: float64(pr.Pairs[0].KL)}
 	}
 	return vals

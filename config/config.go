@@ -377,7 +377,21 @@ type Alerts struct {
 	Fixed map[string]float64 `yaml:"fixed"`
 }
 
-// AlertRules are the alert rules, one per signal value.
+// Backend kinds (backends[].kind).
+const (
+	KindOpenAI = "openai" // OpenAI-compatible API (vLLM, llama.cpp, ...)
+	KindTGI    = "tgi"    // Hugging Face Text Generation Inference
+)
+
+// Balancer strategies (balancer.strategy).
+const (
+	StrategyDynamic      = "dynamic"
+	StrategyRoundRobin   = "round_robin"
+	StrategyLeastRequest = "least_request"
+)
+
+// AlertRules are the alert rules, one per signal value. The alert package
+// names them too; a test there keeps the two lists equal.
 var AlertRules = []string{
 	"drift_score", "confidence_drop", "latency_ttft_p95", "latency_e2e_p95",
 	"error_rate", "perplexity_band", "precision_divergence",
@@ -457,7 +471,7 @@ func Default() Config {
 	return Config{
 		Listen: ":8080",
 		Balancer: Balancer{
-			Strategy: "dynamic",
+			Strategy: StrategyDynamic,
 			LoadWeights: LoadWeights{
 				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 2, KVCache: 1, Latency: 1, Errors: 2,
 			},
@@ -496,7 +510,7 @@ func Default() Config {
 
 // defaultBackend is the backend at index in a list before its keys are applied.
 func defaultBackend(index int) Backend {
-	return Backend{Name: defaultName(index), Kind: "openai", Weight: 100}
+	return Backend{Name: defaultName(index), Kind: KindOpenAI, Weight: 100}
 }
 
 func defaultName(index int) string { return "b" + strconv.Itoa(index) }

@@ -16,8 +16,8 @@ import (
 
 // The allowed values of the enumerated settings.
 var (
-	kinds      = []string{"openai", "tgi"}
-	strategies = []string{"dynamic", "round_robin", "least_request"}
+	kinds      = []string{KindOpenAI, KindTGI}
+	strategies = []string{StrategyDynamic, StrategyRoundRobin, StrategyLeastRequest}
 	levels     = []string{"debug", "info", "warn", "error"}
 )
 

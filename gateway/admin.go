@@ -12,26 +12,24 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
-// SignalsSource gives the analyzers' picture for GET /admin/signals; the
-// value is written as JSON.
+// SignalsSource gives the analyzers' picture for GET /admin/signals, as
+// JSON.
 type SignalsSource interface {
-	Signals(ctx context.Context) (any, error)
+	SignalsJSON(ctx context.Context) ([]byte, error)
 }
 
-// AlertsSource gives the alerts for GET /admin/alerts; the value is written
-// as JSON.
+// AlertsSource gives the alerts for GET /admin/alerts, as a JSON array.
 type AlertsSource interface {
-	Alerts(ctx context.Context) (any, error)
+	AlertsJSON(ctx context.Context) ([]byte, error)
 }
 
 // Baseliner pins the current window as the drift reference (POST /admin/baseline).
@@ -46,7 +44,7 @@ type FeedbackSink interface {
 }
 
 // ErrUnknownResponse is returned by a FeedbackSink for an unknown response id.
-var ErrUnknownResponse = analyzers.ErrUnknownResponse
+var ErrUnknownResponse = exchange.ErrUnknownResponse
 
 func (s *Server) adminAuth(c *gin.Context) {
 	tok := s.cfg.Admin.Token
@@ -56,7 +54,7 @@ func (s *Server) adminAuth(c *gin.Context) {
 	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 		c.Header("WWW-Authenticate", `Bearer realm="vigil-admin"`)
-		writeError(c.Writer, &apiError{http.StatusUnauthorized, "invalid_request_error", "unauthorized", "admin routes need a valid bearer token", classBadRequest})
+		writeError(c.Writer, &apiError{http.StatusUnauthorized, "invalid_request_error", "unauthorized", "admin routes need a valid bearer token", exchange.ClassBadRequest})
 		c.Abort()
 	}
 }
@@ -161,31 +159,31 @@ func zeroNaN(v float64) float64 {
 
 func (s *Server) getSignals(c *gin.Context) {
 	if s.signals == nil {
-		c.JSON(http.StatusOK, s.window.placeholder())
+		writeError(c.Writer, notEnabled("signal analysis"))
 		return
 	}
-	s.writeSource(c, s.signals.Signals)
+	s.writeSource(c, s.signals.SignalsJSON)
 }
 
 func (s *Server) getAlerts(c *gin.Context) {
 	if s.alerts == nil {
-		c.JSON(http.StatusOK, []any{})
+		c.Data(http.StatusOK, "application/json; charset=utf-8", []byte("[]"))
 		return
 	}
-	s.writeSource(c, s.alerts.Alerts)
+	s.writeSource(c, s.alerts.AlertsJSON)
 }
 
-func (s *Server) writeSource(c *gin.Context, get func(context.Context) (any, error)) {
-	v, err := get(c.Request.Context())
+func (s *Server) writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {
+	body, err := get(c.Request.Context())
 	if err != nil {
-		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), classNone})
+		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone})
 		return
 	}
-	c.JSON(http.StatusOK, v)
+	c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 }
 
 func notEnabled(what string) *apiError {
-	return &apiError{http.StatusNotImplemented, "invalid_request_error", "not_enabled", what + " is not enabled in this gateway", classNone}
+	return &apiError{http.StatusNotImplemented, "invalid_request_error", "not_enabled", what + " is not enabled in this gateway", exchange.ClassNone}
 }
 
 func (s *Server) postBaseline(c *gin.Context) {
@@ -194,7 +192,7 @@ func (s *Server) postBaseline(c *gin.Context) {
 		return
 	}
 	if err := s.baseline.PinBaseline(c.Request.Context()); err != nil {
-		writeError(c.Writer, &apiError{http.StatusConflict, "invalid_request_error", "baseline_failed", err.Error(), classNone})
+		writeError(c.Writer, &apiError{http.StatusConflict, "invalid_request_error", "baseline_failed", err.Error(), exchange.ClassNone})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"pinned": true})
@@ -220,9 +218,9 @@ func (s *Server) postFeedback(c *gin.Context) {
 	}
 	switch err := s.feedback.Feedback(c.Request.Context(), f.ID, *f.Correct); {
 	case errors.Is(err, ErrUnknownResponse):
-		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "unknown_response", "no response with id " + f.ID + " is known", classNone})
+		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "unknown_response", "no response with id " + f.ID + " is known", exchange.ClassNone})
 	case err != nil:
-		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), classNone})
+		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone})
 	default:
 		c.JSON(http.StatusOK, gin.H{"recorded": true})
 	}
@@ -263,7 +261,7 @@ func (s *Server) listModels(c *gin.Context) {
 		}
 	}
 	if !answered {
-		writeError(c.Writer, &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable", "no backend answered its model list", classUpstream5xx})
+		writeError(c.Writer, &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable", "no backend answered its model list", exchange.ClassUpstream5xx})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
@@ -317,42 +315,4 @@ var dashboardHTML []byte
 
 func (s *Server) dashboard(c *gin.Context) {
 	c.Data(http.StatusOK, "text/html; charset=utf-8", dashboardHTML)
-}
-
-// requestWindow counts proxied requests in fixed five-minute windows, for
-// /admin/signals until the analyzers provide the full picture. Lock-free: a
-// request racing the window's rollover may be counted in either window.
-type requestWindow struct {
-	idx atomic.Int64 // unix seconds / windowSize
-	n   atomic.Int64
-}
-
-const windowSize = 5 * time.Minute
-
-func windowIndex(t time.Time) int64 { return t.Unix() / int64(windowSize/time.Second) }
-
-func (w *requestWindow) add(t time.Time) {
-	idx := windowIndex(t)
-	if cur := w.idx.Load(); cur != idx && w.idx.CompareAndSwap(cur, idx) {
-		w.n.Store(0)
-	}
-	w.n.Add(1)
-}
-
-func (w *requestWindow) placeholder() any {
-	now := windowIndex(time.Now())
-	n := w.n.Load()
-	if w.idx.Load() != now {
-		n = 0
-	}
-	start := time.Unix(now*int64(windowSize/time.Second), 0).UTC()
-	unknown := gin.H{"state": "unknown"}
-	return gin.H{
-		"window":     gin.H{"start": start, "end": start.Add(windowSize), "requests": n},
-		"drift":      unknown,
-		"confidence": unknown,
-		"latency":    unknown,
-		"output":     unknown,
-		"precision":  unknown,
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing/otlptest"
 )
@@ -727,7 +728,7 @@ func TestTraceRetries(t *testing.T) {
 	if failed == nil || retried == nil {
 		t.Fatalf("inference spans %+v", infer)
 	}
-	if failed.StatusCode != "error" || failed.Attributes["error.type"] != classUpstream5xx ||
+	if failed.StatusCode != "error" || failed.Attributes["error.type"] != string(exchange.ClassUpstream5xx) ||
 		failed.Attributes["http.response.status_code"] != int64(500) || failed.Attributes["vigil.retried"] != true {
 		t.Errorf("failed attempt's span: %+v", failed)
 	}

@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing"
 )
@@ -102,9 +103,9 @@ func (discardExporter) Shutdown(context.Context) error                          
 
 type nopObserver struct{}
 
-func (nopObserver) OnRequest(*Request)             {}
-func (nopObserver) OnEvent(*Request, []byte)       {}
-func (nopObserver) OnResponse(*Request, *Response) {}
+func (nopObserver) OnRequest(*exchange.Request)                      {}
+func (nopObserver) OnEvent(*exchange.Request, []byte)                {}
+func (nopObserver) OnResponse(*exchange.Request, *exchange.Response) {}
 
 func newBenchServer(b *testing.B, h http.Handler) string {
 	srv := httptest.NewServer(h)

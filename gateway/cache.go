@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/state"
 )
 
@@ -63,10 +64,10 @@ func newResponseCache(cfg config.Cache, shared state.Store, replica string) *res
 // operation and the body re-encoded with sorted keys and no spaces (so that
 // formatting does not matter), or false when the request is not
 // deterministic (sampling at a temperature above 0 without a seed).
-func (c *responseCache) key(op string, f *requestFields, body []byte) (string, bool) {
+func (c *responseCache) key(op exchange.Operation, f *requestFields, body []byte) (string, bool) {
 	switch op {
-	case opEmbeddings:
-	case opChat, opCompletion:
+	case exchange.OpEmbeddings:
+	case exchange.OpChat, exchange.OpCompletion:
 		deterministic := (f.Temperature != nil && *f.Temperature == 0) || f.Seed.present()
 		if !deterministic {
 			return "", false
@@ -198,7 +199,7 @@ func (c *captureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // result is the response to cache, or nil when it should not be (not a
 // 200 from a backend, too large, or broken).
-func (c *captureWriter) result(x *exchange) *cachedResponse {
+func (c *captureWriter) result(x *call) *cachedResponse {
 	if c.status != http.StatusOK || c.over || x.apiErr != nil || x.readErr != nil || x.status != http.StatusOK {
 		return nil
 	}

@@ -7,18 +7,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-)
 
-// Error classes of the access log and metrics: a small, fixed set.
-const (
-	classNone          = ""
-	classBadRequest    = "bad_request"
-	classPromptTooLong = "prompt_too_long"
-	classNoBackend     = "no_backend"
-	classUpstream4xx   = "upstream_4xx"
-	classUpstream5xx   = "upstream_5xx"
-	classTimeout       = "timeout"
-	classClientCancel  = "client_cancel"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // statusClientClosed is the status recorded (never sent) when the client went
@@ -31,13 +21,13 @@ type apiError struct {
 	typ     string
 	code    string
 	message string
-	class   string
+	class   exchange.ErrorClass
 }
 
 func (e *apiError) Error() string { return e.message }
 
 func badRequest(msg string) *apiError {
-	return &apiError{http.StatusBadRequest, "invalid_request_error", "invalid_request", msg, classBadRequest}
+	return &apiError{http.StatusBadRequest, "invalid_request_error", "invalid_request", msg, exchange.ClassBadRequest}
 }
 
 // writeError writes e as {"error": {"message", "type", "code"}}.
@@ -65,11 +55,11 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // client cancelled, 502 otherwise.
 func upstreamError(ctx context.Context, err error) *apiError {
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
-		return &apiError{statusClientClosed, "client_closed", "client_closed", "client closed the request", classClientCancel}
+		return &apiError{statusClientClosed, "client_closed", "client_closed", "client closed the request", exchange.ClassClientCancel}
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return &apiError{http.StatusGatewayTimeout, "upstream_timeout", "upstream_timeout", "upstream timed out", classTimeout}
+		return &apiError{http.StatusGatewayTimeout, "upstream_timeout", "upstream_timeout", "upstream timed out", exchange.ClassTimeout}
 	}
-	return &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable", "upstream request failed", classUpstream5xx}
+	return &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable", "upstream request failed", exchange.ClassUpstream5xx}
 }

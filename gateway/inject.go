@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // Logprob injection (analyzers.confidence.inject, issue 4): for a sampled
@@ -43,16 +44,16 @@ func newInjector(c config.Inject) injector {
 // logprobs: chat without "top_logprobs" and with "logprobs" absent, null or
 // false; legacy completions with "logprobs" absent or null (0 asks for the
 // chosen token's logprob, so it is the client asking).
-func (in injector) sample(op string, f *requestFields) bool {
+func (in injector) sample(op exchange.Operation, f *requestFields) bool {
 	if in.ratio == 0 {
 		return false
 	}
 	switch op {
-	case opChat:
+	case exchange.OpChat:
 		if (f.Logprobs.present() && f.Logprobs != 'f') || f.TopLogprobs.present() {
 			return false
 		}
-	case opCompletion:
+	case exchange.OpCompletion:
 		if f.Logprobs.present() {
 			return false
 		}
@@ -66,9 +67,9 @@ func (in injector) sample(op string, f *requestFields) bool {
 // appended before its final '}'. When the client sent "logprobs": false or
 // null, the body then holds the key twice; the later one wins in Python's
 // json module (vLLM) and in Go's encoding/json alike.
-func (in injector) rewrite(op string, body []byte) []byte {
+func (in injector) rewrite(op exchange.Operation, body []byte) []byte {
 	add := in.completion
-	if op == opChat {
+	if op == exchange.OpChat {
 		add = in.chat
 	}
 	end := len(body) - 1

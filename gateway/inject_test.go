@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // spy records the request bodies a backend receives.
@@ -57,25 +58,33 @@ func startSpySim(t *testing.T) (*spy, string) {
 // exchanges is an Observer that keeps each request's events and response.
 type exchanges struct {
 	mu     sync.Mutex
-	reqs   []*Request
-	events map[*Request][]string
-	resps  map[*Request]*Response
+	reqs   []*exchange.Request
+	events map[*exchange.Request][]string
+	resps  map[*exchange.Request]*exchange.Response
 }
 
 func newExchanges() *exchanges {
-	return &exchanges{events: map[*Request][]string{}, resps: map[*Request]*Response{}}
+	return &exchanges{events: map[*exchange.Request][]string{}, resps: map[*exchange.Request]*exchange.Response{}}
 }
 
-func (e *exchanges) OnRequest(r *Request) { e.mu.Lock(); e.reqs = append(e.reqs, r); e.mu.Unlock() }
-func (e *exchanges) OnEvent(r *Request, data []byte) {
+func (e *exchanges) OnRequest(r *exchange.Request) {
+	e.mu.Lock()
+	e.reqs = append(e.reqs, r)
+	e.mu.Unlock()
+}
+func (e *exchanges) OnEvent(r *exchange.Request, data []byte) {
 	e.mu.Lock()
 	e.events[r] = append(e.events[r], string(data))
 	e.mu.Unlock()
 }
-func (e *exchanges) OnResponse(r *Request, p *Response) { e.mu.Lock(); e.resps[r] = p; e.mu.Unlock() }
+func (e *exchanges) OnResponse(r *exchange.Request, p *exchange.Response) {
+	e.mu.Lock()
+	e.resps[r] = p
+	e.mu.Unlock()
+}
 
 // lastDone waits for the n-th request's response and returns what was seen.
-func (e *exchanges) lastDone(t *testing.T, n int) (*Request, []string, *Response) {
+func (e *exchanges) lastDone(t *testing.T, n int) (*exchange.Request, []string, *exchange.Response) {
 	t.Helper()
 	waitFor(t, "the observer to see the response", func() bool {
 		e.mu.Lock()
@@ -279,14 +288,17 @@ func TestInjectSampleRatio(t *testing.T) {
 
 func TestInjectRewrite(t *testing.T) {
 	in := newInjector(config.Inject{SampleRatio: 1, TopLogprobs: 3})
-	tests := []struct{ op, body, want string }{
-		{opChat, `{"a":1}`, `{"a":1,"logprobs":true,"top_logprobs":3}`},
-		{opChat, "{\"a\":1}\n", "{\"a\":1,\"logprobs\":true,\"top_logprobs\":3}\n"},
-		{opChat, "{\"a\":1 \n}", "{\"a\":1 \n,\"logprobs\":true,\"top_logprobs\":3}"},
-		{opChat, `{}`, `{"logprobs":true,"top_logprobs":3}`},
-		{opChat, "{ \n }", "{ \n \"logprobs\":true,\"top_logprobs\":3}"},
-		{opCompletion, `{"prompt":"}"}`, `{"prompt":"}","logprobs":3}`},
-		{opCompletion, `{}`, `{"logprobs":3}`},
+	tests := []struct {
+		op         exchange.Operation
+		body, want string
+	}{
+		{exchange.OpChat, `{"a":1}`, `{"a":1,"logprobs":true,"top_logprobs":3}`},
+		{exchange.OpChat, "{\"a\":1}\n", "{\"a\":1,\"logprobs\":true,\"top_logprobs\":3}\n"},
+		{exchange.OpChat, "{\"a\":1 \n}", "{\"a\":1 \n,\"logprobs\":true,\"top_logprobs\":3}"},
+		{exchange.OpChat, `{}`, `{"logprobs":true,"top_logprobs":3}`},
+		{exchange.OpChat, "{ \n }", "{ \n \"logprobs\":true,\"top_logprobs\":3}"},
+		{exchange.OpCompletion, `{"prompt":"}"}`, `{"prompt":"}","logprobs":3}`},
+		{exchange.OpCompletion, `{}`, `{"logprobs":3}`},
 	}
 	for _, tt := range tests {
 		if got := string(in.rewrite(tt.op, []byte(tt.body))); got != tt.want {
@@ -298,24 +310,25 @@ func TestInjectRewrite(t *testing.T) {
 func TestInjectEligible(t *testing.T) {
 	in := newInjector(config.Inject{SampleRatio: 1, TopLogprobs: 5})
 	tests := []struct {
-		op, body string
-		want     bool
+		op   exchange.Operation
+		body string
+		want bool
 	}{
-		{opChat, `{}`, true},
-		{opChat, `{"logprobs":false}`, true},
-		{opChat, `{"logprobs":null}`, true},
-		{opChat, `{"logprobs":null,"top_logprobs":null}`, true},
-		{opChat, `{"logprobs":true}`, false},
-		{opChat, `{"logprobs":1}`, false},
-		{opChat, `{"top_logprobs":0}`, false},
-		{opChat, `{"logprobs":false,"top_logprobs":0}`, false},
-		{opCompletion, `{}`, true},
-		{opCompletion, `{"logprobs":null}`, true},
-		{opCompletion, `{"logprobs":0}`, false},
-		{opCompletion, `{"logprobs":5}`, false},
-		{opEmbeddings, `{}`, false},
-		{opGenerate, `{}`, false},
-		{opOther, `{}`, false},
+		{exchange.OpChat, `{}`, true},
+		{exchange.OpChat, `{"logprobs":false}`, true},
+		{exchange.OpChat, `{"logprobs":null}`, true},
+		{exchange.OpChat, `{"logprobs":null,"top_logprobs":null}`, true},
+		{exchange.OpChat, `{"logprobs":true}`, false},
+		{exchange.OpChat, `{"logprobs":1}`, false},
+		{exchange.OpChat, `{"top_logprobs":0}`, false},
+		{exchange.OpChat, `{"logprobs":false,"top_logprobs":0}`, false},
+		{exchange.OpCompletion, `{}`, true},
+		{exchange.OpCompletion, `{"logprobs":null}`, true},
+		{exchange.OpCompletion, `{"logprobs":0}`, false},
+		{exchange.OpCompletion, `{"logprobs":5}`, false},
+		{exchange.OpEmbeddings, `{}`, false},
+		{exchange.OpGenerate, `{}`, false},
+		{exchange.OpOther, `{}`, false},
 	}
 	for _, tt := range tests {
 		var f requestFields
@@ -327,7 +340,7 @@ func TestInjectEligible(t *testing.T) {
 		}
 	}
 	var off injector
-	if off.sample(opChat, &requestFields{}) {
+	if off.sample(exchange.OpChat, &requestFields{}) {
 		t.Error("the zero injector injects")
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
+
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // maxModelLabels bounds the distinct values of the model label; later
@@ -128,14 +130,14 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 }
 
 // observe records one finished request.
-func (m *metrics) observe(x *exchange, status int, class string) {
+func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 	model := m.models.label(x.req.Model)
 	backend := x.req.Backend
-	m.requests.WithLabelValues(backend, model, strconv.Itoa(status), class).Inc()
+	m.requests.WithLabelValues(backend, model, strconv.Itoa(status), string(class)).Inc()
 	if backend == "" { // gateway-made error before any backend was chosen
 		return
 	}
-	op := x.req.Operation
+	op := string(x.req.Operation)
 	m.duration.WithLabelValues(op, model, backend).Observe(x.latency.Seconds())
 	if x.req.Stream && !x.firstByte.IsZero() {
 		ttft := x.firstByte.Sub(x.req.Start)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // An Observer receives every request, SSE event and response end that passes
@@ -13,18 +13,12 @@ import (
 // dropped events, counted in vigil_observer_dropped_events_total, never
 // client latency.
 type Observer interface {
-	OnRequest(r *analyzers.Request)
+	OnRequest(r *exchange.Request)
 	// OnEvent receives the payload of one SSE data line; data is valid only
 	// during the call.
-	OnEvent(r *analyzers.Request, data []byte)
-	OnResponse(r *analyzers.Request, resp *analyzers.Response)
+	OnEvent(r *exchange.Request, data []byte)
+	OnResponse(r *exchange.Request, resp *exchange.Response)
 }
-
-// Request and Response are the analyzers' view of an exchange.
-type (
-	Request  = analyzers.Request
-	Response = analyzers.Response
-)
 
 type eventKind uint8
 
@@ -36,9 +30,9 @@ const (
 
 type event struct {
 	kind eventKind
-	req  *Request
+	req  *exchange.Request
 	data *[]byte
-	resp *Response
+	resp *exchange.Response
 }
 
 // dispatcher moves events from request goroutines to the Observer over a
@@ -68,10 +62,10 @@ func (d *dispatcher) send(ev event) {
 	}
 }
 
-func (d *dispatcher) request(r *Request) { d.send(event{kind: evRequest, req: r}) }
+func (d *dispatcher) request(r *exchange.Request) { d.send(event{kind: evRequest, req: r}) }
 
 // chunk copies data into a pooled buffer and queues it.
-func (d *dispatcher) chunk(r *Request, data []byte) {
+func (d *dispatcher) chunk(r *exchange.Request, data []byte) {
 	if len(d.queue) == cap(d.queue) { // full: skip the copy
 		d.dropped()
 		return
@@ -81,7 +75,7 @@ func (d *dispatcher) chunk(r *Request, data []byte) {
 	d.send(event{kind: evChunk, req: r, data: b})
 }
 
-func (d *dispatcher) response(r *Request, resp *Response) {
+func (d *dispatcher) response(r *exchange.Request, resp *exchange.Response) {
 	d.send(event{kind: evResponse, req: r, resp: resp})
 }
 

@@ -11,24 +11,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 )
 
 // recorder is an Observer that keeps what it sees.
 type recorder struct {
 	mu     sync.Mutex
-	reqs   []*Request
+	reqs   []*exchange.Request
 	events []string
-	resps  []*Response
+	resps  []*exchange.Response
 }
 
-func (r *recorder) OnRequest(q *Request) { r.mu.Lock(); r.reqs = append(r.reqs, q); r.mu.Unlock() }
-func (r *recorder) OnEvent(_ *Request, data []byte) {
+func (r *recorder) OnRequest(q *exchange.Request) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, q)
+	r.mu.Unlock()
+}
+func (r *recorder) OnEvent(_ *exchange.Request, data []byte) {
 	r.mu.Lock()
 	r.events = append(r.events, string(data))
 	r.mu.Unlock()
 }
-func (r *recorder) OnResponse(_ *Request, p *Response) {
+func (r *recorder) OnResponse(_ *exchange.Request, p *exchange.Response) {
 	r.mu.Lock()
 	r.resps = append(r.resps, p)
 	r.mu.Unlock()
@@ -69,9 +74,9 @@ func TestObserverSeesEverything(t *testing.T) {
 // blockingObserver never returns from OnRequest until released.
 type blockingObserver struct{ release chan struct{} }
 
-func (b *blockingObserver) OnRequest(*Request)             { <-b.release }
-func (b *blockingObserver) OnEvent(*Request, []byte)       {}
-func (b *blockingObserver) OnResponse(*Request, *Response) {}
+func (b *blockingObserver) OnRequest(*exchange.Request)                      { <-b.release }
+func (b *blockingObserver) OnEvent(*exchange.Request, []byte)                {}
+func (b *blockingObserver) OnResponse(*exchange.Request, *exchange.Response) {}
 
 // TestSlowObserverNeverSlowsClients: with the observer stuck and a tiny
 // queue, streams still complete, and the dropped events are counted.

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -67,6 +68,13 @@ func TestByteIdentical(t *testing.T) {
 			if id := gotHdr.Get("X-Vigil-Trace-Id"); len(id) != 32 || !isLowerHex(id) {
 				t.Errorf("X-Vigil-Trace-Id = %q, want 32 hex digits", id)
 			}
+			// Each of Vigil's headers once: ReverseProxy adds the
+			// response's headers to those already on the writer.
+			for _, k := range []string{"X-Vigil-Backend", "X-Vigil-Trace-Id", "X-Request-Id"} {
+				if v := gotHdr.Values(k); len(v) != 1 {
+					t.Errorf("%s = %q, want one value", k, v)
+				}
+			}
 		})
 	}
 }
@@ -84,6 +92,7 @@ func TestUpstreamGetsClientBytes(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		got <- seen{string(b), r.Header.Clone()}
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id")) // as vLLM does
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	defer be.Close()
@@ -107,8 +116,11 @@ func TestUpstreamGetsClientBytes(t *testing.T) {
 	if !strings.HasPrefix(tp, "00-4bf92f3577b34da6a3ce929d0e0e4736-") || strings.Contains(tp, "00f067aa0ba902b7") || !validTraceparent(tp) {
 		t.Errorf("upstream traceparent %q does not continue the client's trace with a new span", tp)
 	}
-	if got := resp.Header.Get("X-Vigil-Trace-Id"); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
+	if got := resp.Header.Values("X-Vigil-Trace-Id"); len(got) != 1 || got[0] != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Errorf("X-Vigil-Trace-Id = %q", got)
+	}
+	if got := resp.Header.Values("X-Request-Id"); len(got) != 1 || got[0] != s.header.Get("X-Request-Id") {
+		t.Errorf("X-Request-Id = %q, want once the id sent upstream (%q)", got, s.header.Get("X-Request-Id"))
 	}
 	if xff := s.header.Get("X-Forwarded-For"); !strings.HasPrefix(xff, "10.1.2.3, 127.0.0.1") {
 		t.Errorf("X-Forwarded-For = %q, want the client's chain plus the client address", xff)
@@ -225,8 +237,8 @@ func TestBackendKilledMidStream(t *testing.T) {
 				t.Errorf("client got (-want +got):\n%s", diff)
 			}
 			waitFor(t, "access log line", func() bool { return len(gw.access.lines(t)) == 1 })
-			if c := gw.access.lines(t)[0]["error_class"]; c != classUpstream5xx {
-				t.Errorf("error_class = %v, want %s", c, classUpstream5xx)
+			if c := gw.access.lines(t)[0]["error_class"]; c != string(exchange.ClassUpstream5xx) {
+				t.Errorf("error_class = %v, want %s", c, exchange.ClassUpstream5xx)
 			}
 			// A broken stream counts against the backend.
 			if n := gw.Pool().Backends()[0].ConsecutiveFailures(); n != 1 {
@@ -287,8 +299,8 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	waitFor(t, "the simulator to see the cancellation", func() bool { return s.Stats().Cancelled == 1 })
 	waitFor(t, "the simulator to finish", func() bool { return s.Stats().Running == 0 })
 	waitFor(t, "access log line", func() bool { return len(gw.access.lines(t)) == 1 })
-	if c := gw.access.lines(t)[0]["error_class"]; c != classClientCancel {
-		t.Errorf("error_class = %v, want %s", c, classClientCancel)
+	if c := gw.access.lines(t)[0]["error_class"]; c != string(exchange.ClassClientCancel) {
+		t.Errorf("error_class = %v, want %s", c, exchange.ClassClientCancel)
 	}
 }
 
@@ -316,20 +328,21 @@ func TestErrors(t *testing.T) {
 	tests := []struct {
 		name, path, body string
 		code             int
-		errCode, class   string
+		errCode          string
+		class            exchange.ErrorClass
 	}{
-		{"bad json", "/v1/chat/completions", `{"model":`, 400, "invalid_request", classBadRequest},
-		{"not an object", "/v1/chat/completions", `[1,2]`, 400, "invalid_request", classBadRequest},
-		{"wrong type", "/v1/chat/completions", `{"model":"m1","stream":"yes","messages":[]}`, 400, "invalid_request", classBadRequest},
-		{"model not a string", "/v1/completions", `{"model":7,"prompt":"x"}`, 400, "invalid_request", classBadRequest},
-		{"missing messages", "/v1/chat/completions", `{"model":"m1"}`, 400, "invalid_request", classBadRequest},
-		{"empty body", "/v1/embeddings", ``, 400, "invalid_request", classBadRequest},
-		{"too large", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", classBadRequest},
-		{"unknown model", "/v1/chat/completions", chat("nope"), 404, "model_not_found", classNoBackend},
-		{"upstream down", "/v1/chat/completions", chat("gone"), 502, "upstream_unavailable", classUpstream5xx},
-		{"upstream timeout", "/v1/chat/completions", chat("slow"), 504, "upstream_timeout", classTimeout},
-		{"backend 500 passes through", "/v1/chat/completions", chat("broken"), 500, "", classUpstream5xx},
-		{"prompt too long passes through", "/v1/chat/completions", `{"model":"short","messages":[{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}]}`, 400, "", classPromptTooLong},
+		{"bad json", "/v1/chat/completions", `{"model":`, 400, "invalid_request", exchange.ClassBadRequest},
+		{"not an object", "/v1/chat/completions", `[1,2]`, 400, "invalid_request", exchange.ClassBadRequest},
+		{"wrong type", "/v1/chat/completions", `{"model":"m1","stream":"yes","messages":[]}`, 400, "invalid_request", exchange.ClassBadRequest},
+		{"model not a string", "/v1/completions", `{"model":7,"prompt":"x"}`, 400, "invalid_request", exchange.ClassBadRequest},
+		{"missing messages", "/v1/chat/completions", `{"model":"m1"}`, 400, "invalid_request", exchange.ClassBadRequest},
+		{"empty body", "/v1/embeddings", ``, 400, "invalid_request", exchange.ClassBadRequest},
+		{"too large", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", exchange.ClassBadRequest},
+		{"unknown model", "/v1/chat/completions", chat("nope"), 404, "model_not_found", exchange.ClassNoBackend},
+		{"upstream down", "/v1/chat/completions", chat("gone"), 502, "upstream_unavailable", exchange.ClassUpstream5xx},
+		{"upstream timeout", "/v1/chat/completions", chat("slow"), 504, "upstream_timeout", exchange.ClassTimeout},
+		{"backend 500 passes through", "/v1/chat/completions", chat("broken"), 500, "", exchange.ClassUpstream5xx},
+		{"prompt too long passes through", "/v1/chat/completions", `{"model":"short","messages":[{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}]}`, 400, "", exchange.ClassPromptTooLong},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -351,7 +364,7 @@ func TestErrors(t *testing.T) {
 			}
 			waitFor(t, "access log line", func() bool { return len(gw.access.lines(t)) == before+1 })
 			line := gw.access.lines(t)[before]
-			if line["error_class"] != tt.class {
+			if line["error_class"] != string(tt.class) {
 				t.Errorf("error_class = %q, want %q", line["error_class"], tt.class)
 			}
 			if int(line["status"].(float64)) != tt.code {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // jsonKind records only the first byte of a JSON value ('"', '[', '{', 'n',
@@ -47,15 +49,6 @@ type requestFields struct {
 	} `json:"parameters"`
 }
 
-// API operations, used as gen_ai.operation.name and to pick the field checks.
-const (
-	opChat       = "chat"
-	opCompletion = "text_completion"
-	opEmbeddings = "embeddings"
-	opGenerate   = "generate" // TGI native
-	opOther      = "other"
-)
-
 // readBody reads the whole request body, at most limit bytes. A body over the
 // limit is a 413; any other read failure is a 400.
 func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, *apiError) {
@@ -85,12 +78,12 @@ func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, *api
 
 func tooLarge(limit int64) *apiError {
 	return &apiError{http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-		fmt.Sprintf("request body exceeds the limit of %d bytes", limit), classBadRequest}
+		fmt.Sprintf("request body exceeds the limit of %d bytes", limit), exchange.ClassBadRequest}
 }
 
 // parseRequest checks that body is a JSON object with well-typed fields for
 // op and returns the fields the gateway needs.
-func parseRequest(op string, body []byte) (requestFields, *apiError) {
+func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError) {
 	var f requestFields
 	if len(body) == 0 {
 		return f, badRequest("request body is empty; expected a JSON object")
@@ -116,13 +109,13 @@ func parseRequest(op string, body []byte) (requestFields, *apiError) {
 		return badRequest(fmt.Sprintf("'%s' has the wrong type", name))
 	}
 	switch op {
-	case opChat:
+	case exchange.OpChat:
 		return f, need(f.Messages, "messages", "[")
-	case opCompletion:
+	case exchange.OpCompletion:
 		return f, need(f.Prompt, "prompt", "\"[")
-	case opEmbeddings:
+	case exchange.OpEmbeddings:
 		return f, need(f.Input, "input", "\"[")
-	case opGenerate:
+	case exchange.OpGenerate:
 		return f, need(f.Inputs, "inputs", "\"")
 	}
 	return f, nil

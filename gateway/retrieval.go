@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // retriever calls the retrieval service of the retrieval hook.
@@ -33,7 +34,7 @@ type passage struct {
 // retrieve runs the hook for a chat request under a "retrieval" span and
 // returns the body to send upstream: with the context message, or as it was
 // when the hook failed and on_error is skip.
-func (s *Server) retrieve(ctx context.Context, x *exchange, body []byte) ([]byte, *apiError) {
+func (s *Server) retrieve(ctx context.Context, x *call, body []byte) ([]byte, *apiError) {
 	ctx, span := s.tracer.Start(ctx, "retrieval")
 	defer span.End()
 	out, n, err := s.retrieval.augment(ctx, body)
@@ -45,7 +46,7 @@ func (s *Server) retrieve(ctx context.Context, x *exchange, body []byte) ([]byte
 	span.SetStatus(codes.Error, "retrieval failed")
 	s.log.Warn("retrieval failed", "request_id", x.req.ID, "err", err)
 	if s.retrieval.cfg.OnError == "fail" {
-		return nil, &apiError{http.StatusBadGateway, "upstream_error", "retrieval_failed", "retrieval failed: " + err.Error(), classUpstream5xx}
+		return nil, &apiError{http.StatusBadGateway, "upstream_error", "retrieval_failed", "retrieval failed: " + err.Error(), exchange.ClassUpstream5xx}
 	}
 	return body, nil
 }

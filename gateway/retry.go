@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -37,7 +38,7 @@ const (
 
 // retry decides whether the failed attempt goes on to another backend; if
 // so it sets x.next, ends the attempt's span and counts the retry.
-func (s *Server) retry(x *exchange, reason string, status int) bool {
+func (s *Server) retry(x *call, reason string, status int) bool {
 	x.tried = append(x.tried, x.backend)
 	if x.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
 		return false
@@ -49,14 +50,14 @@ func (s *Server) retry(x *exchange, reason string, status int) bool {
 	x.next = next
 	s.metrics.retries.WithLabelValues(reason).Inc()
 	s.log.Debug("retrying on another backend", "request_id", x.req.ID, "from", x.backend.Name, "to", next.Name, "reason", reason)
-	s.endAttempt(x, status, classUpstream5xx)
+	s.endAttempt(x, status, exchange.ClassUpstream5xx)
 	return true
 }
 
 // settle fixes the backend of the exchange once no attempt follows, and
 // hands the request to the observer: before settling, req.Backend may still
 // change, so the dispatcher goroutine must not see req yet.
-func (x *exchange) settle() {
+func (x *call) settle() {
 	if x.settled {
 		return
 	}
@@ -84,7 +85,7 @@ func (s *Server) recordSuccess(b *upstream.Backend) {
 // observeBackend feeds the finished attempt to the backend's passive health
 // and latency average: a stream that broke after its headers is a failure;
 // the time to the first body byte of a good answer is its latency.
-func (s *Server) observeBackend(ctx context.Context, x *exchange, now time.Time) {
+func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 	b := x.backend
 	if b == nil || x.attempts == 0 || x.apiErr != nil {
 		return

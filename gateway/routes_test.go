@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
 )
 
@@ -94,10 +96,18 @@ func TestPassThroughRoutes(t *testing.T) {
 	}
 }
 
+// TestAdminRoutes runs the gateway with the real analyzers behind its
+// admin routes, as the binary wires them.
 func TestAdminRoutes(t *testing.T) {
 	_, a := startSim(t, "m1", nil)
-	gw := startGateway(t, []config.Backend{backend("a", a, "m1")}, func(c *config.Config) { c.Admin.Token = "s3cret" })
+	p, err := analyzers.New(analyzers.Options{Config: config.Default().Analyzers, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, []config.Backend{backend("a", a, "m1")}, func(c *config.Config) { c.Admin.Token = "s3cret" },
+		func(o *Options) { o.Observer, o.Signals, o.Alerts, o.Baseline, o.Feedback = p, p, p, p, p })
 	post(t, gw.URL+"/v1/embeddings", `{"model":"m1","input":"x"}`)
+	waitFor(t, "the prompt to reach the drift window", func() bool { return p.Evaluate().Window.Requests == 1 })
 
 	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts"} {
 		if code, _ := get(t, gw.URL+path); code != 401 {
@@ -126,6 +136,19 @@ func TestAdminRoutes(t *testing.T) {
 	if code != 200 || json.Unmarshal(body, &sig) != nil || sig.Window.Requests != 1 || sig.Drift.State != "unknown" {
 		t.Errorf("/admin/signals: %d %s", code, body)
 	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(body, &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"window", "evaluated", "drift", "confidence", "latency", "output", "precision"} {
+		if _, ok := all[k]; !ok {
+			t.Errorf("/admin/signals lacks %q: %s", k, body)
+		}
+	}
+	// No backend has a reference: precision is disabled and says so.
+	if got := string(all["precision"]); got != `{"state":"unknown"}` {
+		t.Errorf("/admin/signals precision = %s, want {\"state\":\"unknown\"}", got)
+	}
 	if code, body := get(t, gw.URL+"/admin/alerts", auth...); code != 200 || strings.TrimSpace(string(body)) != "[]" {
 		t.Errorf("/admin/alerts: %d %s", code, body)
 	}
@@ -136,6 +159,9 @@ func TestAdminRoutes(t *testing.T) {
 		t.Errorf("/dashboard: %d", code)
 	}
 	code, body = get(t, gw.URL+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
 	for _, m := range []string{"vigil_requests_total", "gen_ai_server_request_duration_seconds", "vigil_backend_healthy", "vigil_observer_dropped_events_total", "go_goroutines"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %s", m)
@@ -156,5 +182,18 @@ func TestModelLabelsBounded(t *testing.T) {
 	}
 	if got := l.label("m"); got != "m" {
 		t.Errorf("an admitted model lost its label: %q", got)
+	}
+}
+
+// TestAdminWithoutAnalyzers: a gateway built without analyzers says so
+// rather than inventing a picture.
+func TestAdminWithoutAnalyzers(t *testing.T) {
+	_, a := startSim(t, "m1", nil)
+	gw := startGateway(t, []config.Backend{backend("a", a, "m1")}, nil)
+	if code, body := get(t, gw.URL+"/admin/signals"); code != http.StatusNotImplemented || !strings.Contains(string(body), `"code":"not_enabled"`) {
+		t.Errorf("/admin/signals without analyzers: %d %s", code, body)
+	}
+	if code, body := get(t, gw.URL+"/admin/alerts"); code != 200 || string(body) != "[]" {
+		t.Errorf("/admin/alerts without analyzers: %d %s", code, body)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
@@ -87,7 +88,6 @@ type Server struct {
 	disp     *dispatcher
 	metrics  *metrics
 	engine   *gin.Engine
-	window   requestWindow
 	inject   injector
 
 	tracer    trace.Tracer
@@ -218,14 +218,14 @@ func (s *Server) routes() *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.Use(recovery(s.log))
-	e.POST("/v1/chat/completions", s.proxyRoute(opChat))
-	e.POST("/v1/completions", s.proxyRoute(opCompletion))
-	e.POST("/v1/embeddings", s.proxyRoute(opEmbeddings))
+	e.POST("/v1/chat/completions", s.proxyRoute(exchange.OpChat))
+	e.POST("/v1/completions", s.proxyRoute(exchange.OpCompletion))
+	e.POST("/v1/embeddings", s.proxyRoute(exchange.OpEmbeddings))
 	e.GET("/v1/models", s.listModels)
 	e.POST("/v1/feedback", s.postFeedback)
-	e.POST("/generate", s.proxyRoute(opGenerate, upstream.KindTGI))
-	e.POST("/generate_stream", s.proxyRoute(opGenerate, upstream.KindTGI))
-	e.GET("/info", s.proxyRoute(opOther, upstream.KindTGI))
+	e.POST("/generate", s.proxyRoute(exchange.OpGenerate, upstream.KindTGI))
+	e.POST("/generate_stream", s.proxyRoute(exchange.OpGenerate, upstream.KindTGI))
+	e.GET("/info", s.proxyRoute(exchange.OpOther, upstream.KindTGI))
 	e.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
@@ -235,14 +235,14 @@ func (s *Server) routes() *gin.Engine {
 	admin.GET("/signals", s.getSignals)
 	admin.GET("/alerts", s.getAlerts)
 	admin.POST("/baseline", s.postBaseline)
-	other := s.proxyRoute(opOther)
+	other := s.proxyRoute(exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
 			other(c)
 			return
 		}
 		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "not_found",
-			"no route for " + c.Request.Method + " " + c.Request.URL.Path, classBadRequest})
+			"no route for " + c.Request.Method + " " + c.Request.URL.Path, exchange.ClassBadRequest})
 	})
 	return e
 }
@@ -263,7 +263,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 			}
 			log.Error("panic serving request", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
 			if !c.Writer.Written() {
-				writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", "internal error", classUpstream5xx})
+				writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", "internal error", exchange.ClassUpstream5xx})
 			}
 			c.Abort()
 		}()
@@ -271,11 +271,11 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 	}
 }
 
-// exchange is the request path's own state for one proxied request. It is
+// call is the request path's own state for one proxied request. It is
 // touched only by the request's goroutine (the proxy calls Rewrite,
 // ModifyResponse, ErrorHandler and the body tap on it).
-type exchange struct {
-	req     *Request
+type call struct {
+	req     *exchange.Request
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
 	server  trace.Span // the request's SERVER span
@@ -310,14 +310,14 @@ type exchange struct {
 	streamed                  []byte // SSE payloads kept when capture_content is on
 }
 
-type exchangeKey struct{}
+type callKey struct{}
 
-func exchangeFrom(ctx context.Context) *exchange {
-	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+func callFrom(ctx context.Context) *call {
+	x, _ := ctx.Value(callKey{}).(*call)
 	return x
 }
 
-func (s *Server) proxyRoute(op string, kinds ...string) gin.HandlerFunc {
+func (s *Server) proxyRoute(op exchange.Operation, kinds ...string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		route := c.FullPath()
 		if route == "" {
@@ -327,9 +327,9 @@ func (s *Server) proxyRoute(op string, kinds ...string) gin.HandlerFunc {
 	}
 }
 
-func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op string, kinds []string) {
-	req := &Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r)}
-	x := &exchange{req: req, disp: s.disp}
+func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, op exchange.Operation, kinds []string) {
+	req := &exchange.Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r)}
+	x := &call{req: req, disp: s.disp}
 	ctx, server := s.startServer(r, route)
 	x.server = server
 	req.Span = server.SpanContext()
@@ -348,7 +348,6 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 		return
 	}
 	x.kinds = kinds
-	s.window.add(req.Start)
 
 	if s.cache != nil && f != nil {
 		if key, ok := s.cache.key(op, f, body); ok {
@@ -361,9 +360,9 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route, op st
 }
 
 // forward runs the retrieval hook and logprob injection, then the attempts.
-func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, f *requestFields, body []byte) {
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
 	req, op := x.req, x.req.Operation
-	if s.retrieval != nil && op == opChat {
+	if s.retrieval != nil && op == exchange.OpChat {
 		var aerr *apiError
 		if body, aerr = s.retrieve(ctx, x, body); aerr != nil {
 			s.fail(w, x, aerr)
@@ -394,7 +393,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // all identical requests in flight (here, and across replicas with a shared
 // store), and reports whether it answered. On false the caller forwards
 // the request as usual.
-func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, f *requestFields, body []byte, key string) bool {
+func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte, key string) bool {
 	serve := func(cr *cachedResponse) bool {
 		x.status, x.req.Backend, x.backend = cr.Status, "cache", nil
 		s.metrics.cacheHits.Inc()
@@ -443,7 +442,7 @@ type servedHere struct{ cr *cachedResponse }
 // attempt sends the request to x.backend once, replaying the body bytes.
 // It sets x.next when the attempt failed in a way that goes on to another
 // backend.
-func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, f *requestFields, body []byte) {
+func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
 	release := x.backend.Acquire()
 	defer release()
 	x.attempts++
@@ -452,12 +451,12 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	r.ContentLength = int64(len(body))
 	ictx, infer := s.startInference(ctx, x, f)
 	x.infer = infer
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ictx, exchangeKey{}, x)))
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ictx, callKey{}, x)))
 }
 
 // preprocess reads the body, checks the fields the route needs and picks
 // the backend. f is nil for passed-through routes.
-func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *exchange, kinds []string) (*requestFields, []byte, *apiError) {
+func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*requestFields, []byte, *apiError) {
 	req := x.req
 	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes)
 	if aerr != nil {
@@ -465,7 +464,7 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *exchange,
 	}
 	req.Body = body
 	var f *requestFields
-	if r.Method == http.MethodPost && req.Operation != opOther {
+	if r.Method == http.MethodPost && req.Operation != exchange.OpOther {
 		fields, aerr := parseRequest(req.Operation, body)
 		if aerr != nil {
 			return nil, nil, aerr
@@ -487,7 +486,7 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *exchange,
 }
 
 // fail answers with a gateway-made error.
-func (s *Server) fail(w http.ResponseWriter, x *exchange, e *apiError) {
+func (s *Server) fail(w http.ResponseWriter, x *call, e *apiError) {
 	x.apiErr = e
 	writeError(w, e)
 }
@@ -498,9 +497,9 @@ func pickError(err error, model string, kinds []string) *apiError {
 		if len(kinds) > 0 {
 			msg = fmt.Sprintf("no %s backend is configured for this route", strings.Join(kinds, "/"))
 		}
-		return &apiError{http.StatusNotFound, "invalid_request_error", "model_not_found", msg, classNoBackend}
+		return &apiError{http.StatusNotFound, "invalid_request_error", "model_not_found", msg, exchange.ClassNoBackend}
 	}
-	return &apiError{http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", classNoBackend}
+	return &apiError{http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", exchange.ClassNoBackend}
 }
 
 // sniffModel reads the "model" field of a passed-through JSON body, if any.
@@ -513,7 +512,7 @@ func sniffModel(body []byte) string {
 }
 
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
-	x := exchangeFrom(pr.In.Context())
+	x := callFrom(pr.In.Context())
 	pr.SetURL(x.backend.URL)
 	// Keep the chain of proxies in front of us, as a Director-based proxy would.
 	if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
@@ -531,7 +530,7 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 }
 
 func (s *Server) modifyResponse(resp *http.Response) error {
-	x := exchangeFrom(resp.Request.Context())
+	x := callFrom(resp.Request.Context())
 	if resp.StatusCode >= 500 {
 		s.recordFailure(x.backend)
 		if s.retry(x, retryStatus, resp.StatusCode) {
@@ -544,13 +543,16 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	x.status = resp.StatusCode
 	h := resp.Header
 	h.Set("X-Vigil-Backend", x.backend.Name)
-	h.Set("X-Vigil-Trace-Id", x.req.TraceID)
-	h.Set("X-Request-Id", x.req.ID)
+	// The writer has ours already (serveProxy), and ReverseProxy adds the
+	// response's headers to the writer's: a backend's own (vLLM echoes
+	// X-Request-Id) would make a second value.
+	h.Del("X-Vigil-Trace-Id")
+	h.Del("X-Request-Id")
 	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
 	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
 	tp := newTap(resp.Body, x, isSSE, s.captureBytes())
 	if isSSE {
-		tp.tgi = x.req.Operation == opGenerate
+		tp.tgi = x.req.Operation == exchange.OpGenerate
 	}
 	if isSSE && s.cfg.Tracing.CaptureContent && x.infer != nil && x.infer.IsRecording() {
 		tp.keepStream = s.cfg.Tracing.MaxContentBytes
@@ -585,7 +587,7 @@ func (s *Server) captureBytes() int {
 }
 
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	x := exchangeFrom(r.Context())
+	x := callFrom(r.Context())
 	if errors.Is(err, errRetry) {
 		return // modifyResponse chose another backend; nothing was written
 	}
@@ -616,7 +618,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // metrics and hands the response to the observer. A panic passing through
 // (the proxy's http.ErrAbortHandler on a broken stream) is recorded, then
 // re-raised.
-func (s *Server) finish(ctx context.Context, x *exchange) {
+func (s *Server) finish(ctx context.Context, x *call) {
 	p := recover()
 	now := time.Now()
 	x.latency = now.Sub(x.req.Start)
@@ -628,7 +630,7 @@ func (s *Server) finish(ctx context.Context, x *exchange) {
 		s.logAccess(ctx, x, status, class)
 	}
 	if s.disp != nil && x.backend != nil {
-		resp := &Response{
+		resp := &exchange.Response{
 			Status: status, Latency: x.latency, PromptTokens: x.promptTokens,
 			CompletionTokens: x.completionTokens, Events: x.events, ErrorClass: class,
 			Body: x.captured, Truncated: x.truncated,
@@ -638,7 +640,7 @@ func (s *Server) finish(ctx context.Context, x *exchange) {
 		}
 		s.disp.response(x.req, resp)
 	}
-	if x.shadowBody != nil && x.backend != nil && class == "" && status == http.StatusOK && s.shadow.sample(x.req.Operation, x.backend) {
+	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && s.shadow.sample(x.req.Operation, x.backend) {
 		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, x.shadowAuth)
 	}
 	if p != nil {
@@ -647,7 +649,7 @@ func (s *Server) finish(ctx context.Context, x *exchange) {
 }
 
 // outcome gives the status to record and the error class of a finished request.
-func (x *exchange) outcome(ctx context.Context, aborted bool) (int, string) {
+func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorClass) {
 	if x.apiErr != nil {
 		return x.apiErr.status, x.apiErr.class
 	}
@@ -656,20 +658,20 @@ func (x *exchange) outcome(ctx context.Context, aborted bool) (int, string) {
 	}
 	if aborted || x.readErr != nil {
 		if ctx.Err() != nil {
-			return statusClientClosed, classClientCancel
+			return statusClientClosed, exchange.ClassClientCancel
 		}
-		return x.status, classUpstream5xx
+		return x.status, exchange.ClassUpstream5xx
 	}
 	switch {
 	case x.status >= 500:
-		return x.status, classUpstream5xx
+		return x.status, exchange.ClassUpstream5xx
 	case x.status >= 400:
 		if isPromptTooLong(x.captured) {
-			return x.status, classPromptTooLong
+			return x.status, exchange.ClassPromptTooLong
 		}
-		return x.status, classUpstream4xx
+		return x.status, exchange.ClassUpstream4xx
 	}
-	return x.status, classNone
+	return x.status, exchange.ClassNone
 }
 
 // isPromptTooLong recognises vLLM's and TGI's context-length errors.
@@ -679,7 +681,7 @@ func isPromptTooLong(body []byte) bool {
 		bytes.Contains(body, []byte("context_length_exceeded"))
 }
 
-func (s *Server) logAccess(ctx context.Context, x *exchange, status int, class string) {
+func (s *Server) logAccess(ctx context.Context, x *call, status int, class exchange.ErrorClass) {
 	var ttft float64
 	if !x.firstByte.IsZero() {
 		ttft = ms(x.firstByte.Sub(x.req.Start))
@@ -696,7 +698,7 @@ func (s *Server) logAccess(ctx context.Context, x *exchange, status int, class s
 		slog.Float64("ttft_ms", ttft),
 		slog.Int("prompt_tokens", x.promptTokens),
 		slog.Int("completion_tokens", x.completionTokens),
-		slog.String("error_class", class),
+		slog.String("error_class", string(class)),
 		slog.Int("attempts", x.attempts),
 	)
 }

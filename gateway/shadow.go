@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -35,14 +35,14 @@ import (
 // A ShadowSink receives finished shadow comparisons. It is called from
 // shadow workers, concurrently.
 type ShadowSink interface {
-	OnShadow(*analyzers.Shadow)
+	OnShadow(*exchange.Shadow)
 }
 
 // shadowMaxBody bounds each shadow response read.
 const shadowMaxBody = 4 << 20
 
 // shadowPath is the route each shadowed operation is sent to.
-var shadowPath = map[string]string{opChat: "/v1/chat/completions", opCompletion: "/v1/completions"}
+var shadowPath = map[exchange.Operation]string{exchange.OpChat: "/v1/chat/completions", exchange.OpCompletion: "/v1/completions"}
 
 type shadower struct {
 	cfg     config.Precision
@@ -94,7 +94,7 @@ func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream
 }
 
 // sample reports whether a request of operation op to backend is compared.
-func (sh *shadower) sample(op string, backend *upstream.Backend) bool {
+func (sh *shadower) sample(op exchange.Operation, backend *upstream.Backend) bool {
 	if sh == nil || backend == nil || sh.ref[backend.Name] == nil {
 		return false
 	}
@@ -106,7 +106,7 @@ func (sh *shadower) sample(op string, backend *upstream.Backend) bool {
 
 // start compares backend with its reference on a copy of body in the
 // background; auth is the client's Authorization header, passed on.
-func (sh *shadower) start(backend *upstream.Backend, op string, body []byte, auth string) {
+func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body []byte, auth string) {
 	ref := sh.ref[backend.Name]
 	if !ref.Healthy() {
 		// Failing health checks or ejected: leave it alone.
@@ -139,7 +139,7 @@ func (sh *shadower) start(backend *upstream.Backend, op string, body []byte, aut
 	}()
 }
 
-func (sh *shadower) compare(backend, ref *upstream.Backend, op string, body []byte, auth string) error {
+func (sh *shadower) compare(backend, ref *upstream.Backend, op exchange.Operation, body []byte, auth string) error {
 	shadow, err := shadowBody(op, body, sh.cfg)
 	if err != nil {
 		return err
@@ -156,7 +156,7 @@ func (sh *shadower) compare(backend, ref *upstream.Backend, op string, body []by
 	if err := errors.Join(errs[0], errs[1]); err != nil {
 		return err
 	}
-	sh.sink.OnShadow(&analyzers.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op,
+	sh.sink.OnShadow(&exchange.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op,
 		Time: time.Now(), BackendBody: bodies[0], ReferenceBody: bodies[1]})
 	return nil
 }
@@ -205,7 +205,7 @@ func (sh *shadower) close() {
 // tokens or the response's shape are removed (sampling alternatives,
 // stream options, vLLM's prompt_logprobs); the rest (messages or prompt,
 // model, stop, seed…) is kept, so both backends see the client's prompt.
-func shadowBody(op string, body []byte, cfg config.Precision) ([]byte, error) {
+func shadowBody(op exchange.Operation, body []byte, cfg config.Precision) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("shadow body: %w", err)
@@ -219,7 +219,7 @@ func shadowBody(op string, body []byte, cfg config.Precision) ([]byte, error) {
 	m["temperature"] = json.RawMessage("0")
 	m["n"] = json.RawMessage("1")
 	m["max_tokens"] = json.RawMessage(strconv.Itoa(cfg.MaxTokens))
-	if op == opChat {
+	if op == exchange.OpChat {
 		m["logprobs"], m["top_logprobs"] = json.RawMessage("true"), k
 	} else {
 		m["logprobs"] = k

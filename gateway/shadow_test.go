@@ -7,19 +7,21 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 func TestShadowBody(t *testing.T) {
 	cfg := config.Default().Analyzers.Precision
 	tests := []struct {
-		op, in string
-		want   map[string]any
+		op   exchange.Operation
+		in   string
+		want map[string]any
 	}{
-		{opChat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},
+		{exchange.OpChat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},
 "temperature":0.9,"n":3,"max_completion_tokens":500,"logprobs":false,"stop":["\n"],"prompt_logprobs":2}`,
 			map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}, "stream": false,
 				"temperature": 0.0, "n": 1.0, "max_tokens": 32.0, "logprobs": true, "top_logprobs": 5.0, "stop": []any{"\n"}}},
-		{opCompletion, `{"model":"m","prompt":"once","echo":true,"best_of":4,"logprobs":1,"max_tokens":2,"seed":7}`,
+		{exchange.OpCompletion, `{"model":"m","prompt":"once","echo":true,"best_of":4,"logprobs":1,"max_tokens":2,"seed":7}`,
 			map[string]any{"model": "m", "prompt": "once", "stream": false, "temperature": 0.0, "n": 1.0,
 				"max_tokens": 32.0, "logprobs": 5.0, "seed": 7.0}},
 	}
@@ -36,7 +38,7 @@ func TestShadowBody(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", tt.op, d)
 		}
 	}
-	if _, err := shadowBody(opChat, []byte(`[1]`), cfg); err == nil {
+	if _, err := shadowBody(exchange.OpChat, []byte(`[1]`), cfg); err == nil {
 		t.Error("a non-object body was accepted")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/tracing"
 )
 
@@ -38,14 +39,14 @@ func (s *Server) startServer(r *http.Request, route string) (context.Context, tr
 
 // startInference starts the CLIENT span of one attempt at the backend,
 // named "{gen_ai.operation.name} {gen_ai.request.model}".
-func (s *Server) startInference(ctx context.Context, x *exchange, f *requestFields) (context.Context, trace.Span) {
+func (s *Server) startInference(ctx context.Context, x *call, f *requestFields) (context.Context, trace.Span) {
 	b := x.backend
-	name := x.req.Operation
+	name := string(x.req.Operation)
 	if x.req.Model != "" {
 		name += " " + x.req.Model
 	}
 	attrs := []attribute.KeyValue{
-		attribute.String(tracing.AttrGenAIOperationName, x.req.Operation),
+		attribute.String(tracing.AttrGenAIOperationName, string(x.req.Operation)),
 		attribute.String(tracing.AttrGenAIProviderName, b.Kind),
 		attribute.String(tracing.AttrServerAddress, b.URL.Hostname()),
 		attribute.String("vigil.backend", b.Name),
@@ -90,7 +91,7 @@ func (s *Server) startInference(ctx context.Context, x *exchange, f *requestFiel
 // endAttempt ends the inference span of an attempt that failed and is
 // retried on another backend: status is the backend's 5xx, or 0 when no
 // response came.
-func (s *Server) endAttempt(x *exchange, status int, class string) {
+func (s *Server) endAttempt(x *call, status int, class exchange.ErrorClass) {
 	sp := x.infer
 	x.infer = nil
 	if sp == nil {
@@ -99,13 +100,13 @@ func (s *Server) endAttempt(x *exchange, status int, class string) {
 	if status > 0 {
 		sp.SetAttributes(attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
 	}
-	sp.SetAttributes(attribute.String(tracing.AttrErrorType, class), attribute.Bool("vigil.retried", true))
-	sp.SetStatus(codes.Error, class)
+	sp.SetAttributes(attribute.String(tracing.AttrErrorType, string(class)), attribute.Bool("vigil.retried", true))
+	sp.SetStatus(codes.Error, string(class))
 	sp.End()
 }
 
 // endSpans ends the inference and server spans of a finished request.
-func (s *Server) endSpans(x *exchange, status int, class string) {
+func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
 	if sp := x.infer; sp != nil {
 		if sp.IsRecording() {
 			attrs := []attribute.KeyValue{attribute.Int(tracing.AttrHTTPResponseStatusCode, status)}
@@ -129,19 +130,19 @@ func (s *Server) endSpans(x *exchange, status int, class string) {
 				s.captureContent(x, sp)
 			}
 		}
-		if class != classNone {
-			sp.SetAttributes(attribute.String(tracing.AttrErrorType, class))
-			sp.SetStatus(codes.Error, class)
+		if class != exchange.ClassNone {
+			sp.SetAttributes(attribute.String(tracing.AttrErrorType, string(class)))
+			sp.SetStatus(codes.Error, string(class))
 		}
 		sp.End()
 	}
 	if sp := x.server; sp != nil {
 		sp.SetAttributes(attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
-		if status >= 500 || class == classTimeout {
-			sp.SetStatus(codes.Error, class)
+		if status >= 500 || class == exchange.ClassTimeout {
+			sp.SetStatus(codes.Error, string(class))
 		}
-		if class != classNone {
-			sp.SetAttributes(attribute.String(tracing.AttrErrorType, class))
+		if class != exchange.ClassNone {
+			sp.SetAttributes(attribute.String(tracing.AttrErrorType, string(class)))
 		}
 		sp.End()
 	}
@@ -150,7 +151,7 @@ func (s *Server) endSpans(x *exchange, status int, class string) {
 // captureContent records the prompt and the completion, truncated, as an
 // event of the inference span. Off unless tracing.capture_content: they may
 // hold personal data.
-func (s *Server) captureContent(x *exchange, sp trace.Span) {
+func (s *Server) captureContent(x *call, sp trace.Span) {
 	max := s.cfg.Tracing.MaxContentBytes
 	cut := func(b []byte) string {
 		if len(b) > max {

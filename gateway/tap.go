@@ -25,7 +25,7 @@ import (
 // object with an "error" key). Plain bodies still abort (issue 7).
 type tap struct {
 	body       io.ReadCloser
-	x          *exchange
+	x          *call
 	sse        bool
 	tgi        bool // error events in TGI's shape
 	split      sse.Splitter
@@ -39,7 +39,7 @@ type tap struct {
 	pending []byte // the rest of the error event
 }
 
-func newTap(body io.ReadCloser, x *exchange, isSSE bool, captureMax int) *tap {
+func newTap(body io.ReadCloser, x *call, isSSE bool, captureMax int) *tap {
 	t := &tap{body: body, x: x, sse: isSSE, captureMax: captureMax}
 	t.onData = t.data
 	return t
@@ -219,7 +219,7 @@ func finishReason(b []byte) string {
 }
 
 // meta records the response id and model of an OpenAI-style document.
-func (x *exchange) meta(doc []byte) {
+func (x *call) meta(doc []byte) {
 	var m struct {
 		ID    string `json:"id"`
 		Model string `json:"model"`
@@ -248,7 +248,7 @@ type usageBody struct {
 }
 
 // usage records the token counts found in a JSON document, if any.
-func (x *exchange) usage(doc []byte) {
+func (x *call) usage(doc []byte) {
 	var u usageBody
 	if json.Unmarshal(doc, &u) != nil {
 		return
@@ -256,7 +256,7 @@ func (x *exchange) usage(doc []byte) {
 	x.setUsage(u)
 }
 
-func (x *exchange) setUsage(u usageBody) {
+func (x *call) setUsage(u usageBody) {
 	if u.ID != "" {
 		x.respID = u.ID
 	}
@@ -280,7 +280,7 @@ func (x *exchange) setUsage(u usageBody) {
 // usageFromCapture records the usage of a captured non-streaming body. A
 // capture cut at max_capture_bytes is not parsed: OpenAI servers write usage
 // last, so it would be missing anyway.
-func (x *exchange) usageFromCapture() {
+func (x *call) usageFromCapture() {
 	if len(x.captured) > 0 && x.captured[0] == '{' && !x.truncated {
 		x.usage(x.captured)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing"
 	"github.com/vigil-gw/vigil/tracing/otlptest"
@@ -186,10 +187,10 @@ func TestTraceErrors(t *testing.T) {
 			unknown = s
 		}
 	}
-	if inf == nil || inf.StatusCode != "error" || inf.Attributes["error.type"] != classUpstream5xx {
+	if inf == nil || inf.StatusCode != "error" || inf.Attributes["error.type"] != string(exchange.ClassUpstream5xx) {
 		t.Errorf("inference span of a backend 500: %+v", inf)
 	}
-	if unknown == nil || unknown.Attributes["error.type"] != classNoBackend {
+	if unknown == nil || unknown.Attributes["error.type"] != string(exchange.ClassNoBackend) {
 		t.Errorf("server span of an unknown model: %+v", unknown)
 	}
 }

@@ -82,21 +82,20 @@ func appendContent(b *strings.Builder, raw json.RawMessage) *apiError {
 	return badRequest("must be a string or an array of content parts")
 }
 
+// chatResponse is vLLM's ChatCompletionResponse.
 type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usageInfo   `json:"usage"`
+	openAIHead
+	Choices []any      `json:"choices"` // chatChoice values
+	Usage   *usageInfo `json:"usage"`
 	// PromptLogprobs is vLLM's; null unless prompt_logprobs was asked.
 	PromptLogprobs []any `json:"prompt_logprobs"`
 }
 
+// chatChoice is a choice of a chatResponse.
 type chatChoice struct {
 	Index        int            `json:"index"`
 	Message      chatMessageOut `json:"message"`
-	Logprobs     *chatLogprobs  `json:"logprobs"`
+	Logprobs     tokenLogprobs  `json:"logprobs"` // a *chatLogprobs or nil
 	FinishReason string         `json:"finish_reason"`
 	StopReason   *string        `json:"stop_reason"`
 }
@@ -107,19 +106,11 @@ type chatMessageOut struct {
 	ToolCalls []any  `json:"tool_calls"`
 }
 
-type chatChunk struct {
-	ID      string            `json:"id"`
-	Object  string            `json:"object"`
-	Created int64             `json:"created"`
-	Model   string            `json:"model"`
-	Choices []chatChunkChoice `json:"choices"`
-	Usage   *usageInfo        `json:"usage,omitempty"`
-}
-
+// chatChunkChoice is a choice of a chat stream chunk.
 type chatChunkChoice struct {
 	Index        int           `json:"index"`
 	Delta        chatDelta     `json:"delta"`
-	Logprobs     *chatLogprobs `json:"logprobs"`
+	Logprobs     tokenLogprobs `json:"logprobs"` // a *chatLogprobs or nil
 	FinishReason *string       `json:"finish_reason"`
 	// StopReason is present, as null, on the last chunk of a choice only.
 	StopReason json.RawMessage `json:"stop_reason,omitempty"`
@@ -132,152 +123,56 @@ type chatDelta struct {
 
 var jsonNull = json.RawMessage("null")
 
+// handleChat serves /v1/chat/completions.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	body, decoded := decodeOpenAI(s, w, r, &req, func(q *chatRequest) string { return q.Model })
-	if !decoded {
-		return
-	}
-	text, e := chatPrompt(req.Messages)
-	if e != nil {
-		s.failOpenAI(w, e)
-		return
-	}
-	maxTokens := req.MaxTokens
-	if req.MaxCompletionTokens != nil {
-		maxTokens = req.MaxCompletionTokens
-	}
-	sp, e := checkCommon(req.N, maxTokens, req.PromptLogprobs, req.Stream, req.StreamOptions)
-	if e != nil {
-		s.failOpenAI(w, e)
-		return
-	}
-	if req.TopLogprobs != nil {
-		switch {
-		case *req.TopLogprobs < 0:
-			e = badRequest("`top_logprobs` must be a positive value.")
-		case !req.Logprobs && *req.TopLogprobs > 0:
-			e = badRequest("when using `top_logprobs`, `logprobs` must be set to true.")
-		case *req.TopLogprobs > maxTopLogprobs:
-			e = badRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", *req.TopLogprobs, maxTopLogprobs)
-		}
-		if e != nil {
-			s.failOpenAI(w, e)
-			return
-		}
-		sp.topK = *req.TopLogprobs
-	}
-	k := s.Knobs()
-	plans, e := plan(k, []promptText{{text: text}}, sp)
-	if e != nil {
-		s.failOpenAI(w, e)
-		return
-	}
-
-	rng := requestRNG(s.seed, body)
-	if s.failNext(k.ErrorRate) {
-		s.failOpenAI(w, errSimulated)
-		return
-	}
-	id := "chatcmpl-" + hexID(rng)
-	created := s.createdAt()
-	m := newLM(s.seed, k)
-	var promptLogprobs []any
-	if sp.promptK >= 0 {
-		promptLogprobs = promptLogprobsOf(m, plans[0].prompt, sp.promptK)
-	}
-	choices := startChoices(m, plans, sp.n, sp.topK)
-
-	rn := s.begin(r.Context(), k, plans[0].tokens)
-	if rn == nil {
-		return
-	}
-	defer rn.end()
-	if req.Stream {
-		s.streamChat(w, rn, req.Logprobs, sp, id, created, plans, choices)
-		return
-	}
-
-	logprobs := make([]*chatLogprobs, len(choices))
-	if req.Logprobs {
-		for i := range logprobs {
-			logprobs[i] = &chatLogprobs{Content: make([]chatLogprobContent, 0, choices[i].plan.gen)}
-		}
-	}
-	ok := generateSteps(rn, choices, maxGen(plans), func(c *choiceState, st step) error {
-		if lp := logprobs[c.index]; lp != nil {
-			lp.Content = append(lp.Content, chatLogprobOf(st))
-		}
-		return nil
-	})
-	if !ok {
-		return
-	}
-	resp := chatResponse{
-		ID: id, Object: "chat.completion", Created: created, Model: s.model,
-		Choices:        make([]chatChoice, len(choices)),
-		PromptLogprobs: promptLogprobs,
-	}
-	completion := 0
-	for i, c := range choices {
-		completion += c.done
-		resp.Choices[i] = chatChoice{
-			Index:        i,
-			Message:      chatMessageOut{Role: "assistant", Content: c.text.String(), ToolCalls: []any{}},
-			Logprobs:     logprobs[i],
-			FinishReason: c.plan.finish,
-		}
-	}
-	resp.Usage = newUsage(plans[0].tokens, completion)
-	writeJSON(w, http.StatusOK, resp)
+	s.generate(w, r, &chatFormat)
 }
 
-// streamChat sends vLLM's chunk sequence: per choice a first chunk with the
-// assistant role and empty content, then a chunk per token (the last one
-// with finish_reason), then the usage chunk if asked, then [DONE].
-func (s *Server) streamChat(w http.ResponseWriter, rn *run, logprobs bool, sp sampling, id string, created int64, plans []choicePlan, choices []*choiceState) {
-	sse := newSSE(w, "data: ")
-	chunk := func(ch chatChunkChoice, usage *usageInfo) error {
-		return sse.event(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.model,
-			Choices: []chatChunkChoice{ch}, Usage: usage})
+func (q *chatRequest) model() string { return q.Model }
+
+// generation returns the request's one prompt and what it asks for.
+func (q *chatRequest) generation() ([]promptText, sampling, *apiError) {
+	text, e := chatPrompt(q.Messages)
+	if e != nil {
+		return nil, sampling{}, e
 	}
-	prompt := plans[0].tokens
-	completion := 0
-	continuous := func() *usageInfo {
-		if sp.opts.continuous() {
-			return newUsage(prompt, completion)
-		}
-		return nil
+	maxTokens := q.MaxTokens
+	if q.MaxCompletionTokens != nil {
+		maxTokens = q.MaxCompletionTokens
 	}
-	ok := generateSteps(rn, choices, maxGen(plans), func(c *choiceState, st step) error {
-		if c.done == 1 {
-			empty := ""
-			if err := chunk(chatChunkChoice{Index: c.index, Delta: chatDelta{Role: "assistant", Content: &empty}}, continuous()); err != nil {
-				return err
-			}
-		}
-		completion++
-		ch := chatChunkChoice{Index: c.index, Delta: chatDelta{Content: &st.text}}
-		if logprobs {
-			ch.Logprobs = &chatLogprobs{Content: []chatLogprobContent{chatLogprobOf(st)}}
-		}
-		if c.done == c.plan.gen {
-			ch.FinishReason = &c.plan.finish
+	sp, e := checkCommon(q.N, maxTokens, q.PromptLogprobs, q.Stream, q.StreamOptions)
+	if e == nil {
+		e = sp.checkLogprobs(q.Logprobs, "top_logprobs", q.TopLogprobs)
+	}
+	return []promptText{{text: text}}, sp, e
+}
+
+// chatFormat shapes chat completions as vLLM does; a stream opens each
+// choice with a chunk holding the assistant role and empty content.
+var chatFormat = openAIFormat{
+	request:  func() openAIRequest { return new(chatRequest) },
+	idPrefix: "chatcmpl-", object: "chat.completion", chunkObject: "chat.completion.chunk",
+	newLogprobs: func() tokenLogprobs { return &chatLogprobs{} },
+	opening: func(index int) any {
+		empty := ""
+		return chatChunkChoice{Index: index, Delta: chatDelta{Role: "assistant", Content: &empty}}
+	},
+	chunk: func(index int, text string, lp tokenLogprobs, finish *string) any {
+		ch := chatChunkChoice{Index: index, Delta: chatDelta{Content: &text}, Logprobs: lp, FinishReason: finish}
+		if finish != nil {
 			ch.StopReason = jsonNull
 		}
-		return chunk(ch, continuous())
-	})
-	if !ok {
-		return
-	}
-	if sp.opts.includeUsage() {
-		if err := sse.event(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.model,
-			Choices: []chatChunkChoice{}, Usage: newUsage(prompt, completion)}); err != nil {
-			rn.cancel()
-			return
+		return ch
+	},
+	choice: func(c *choiceState, lp tokenLogprobs, _ []any) any {
+		return chatChoice{
+			Index:        c.index,
+			Message:      chatMessageOut{Role: "assistant", Content: c.text.String(), ToolCalls: []any{}},
+			Logprobs:     lp,
+			FinishReason: c.plan.finish,
 		}
-	}
-	if err := sse.event("[DONE]"); err != nil {
-		rn.cancel()
-	}
+	},
+	response: func(head openAIHead, choices []any, usage *usageInfo, promptLogprobs []any) any {
+		return chatResponse{openAIHead: head, Choices: choices, Usage: usage, PromptLogprobs: promptLogprobs}
+	},
 }

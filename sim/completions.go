@@ -89,172 +89,68 @@ func idsPrompt(ids []int) (promptText, *apiError) {
 	return promptText{text: b.String(), ids: ids}, nil
 }
 
+// completionResponse is vLLM's CompletionResponse.
 type completionResponse struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *usageInfo         `json:"usage"`
+	openAIHead
+	Choices []any      `json:"choices"` // completionChoice values
+	Usage   *usageInfo `json:"usage"`
 }
 
+// completionChoice is a choice of a completionResponse.
 type completionChoice struct {
-	Index          int                 `json:"index"`
-	Text           string              `json:"text"`
-	Logprobs       *completionLogprobs `json:"logprobs"`
-	FinishReason   string              `json:"finish_reason"`
-	StopReason     *string             `json:"stop_reason"`
-	PromptLogprobs []any               `json:"prompt_logprobs"`
+	Index          int           `json:"index"`
+	Text           string        `json:"text"`
+	Logprobs       tokenLogprobs `json:"logprobs"` // a *completionLogprobs or nil
+	FinishReason   string        `json:"finish_reason"`
+	StopReason     *string       `json:"stop_reason"`
+	PromptLogprobs []any         `json:"prompt_logprobs"`
 }
 
-type completionChunk struct {
-	ID      string                  `json:"id"`
-	Object  string                  `json:"object"`
-	Created int64                   `json:"created"`
-	Model   string                  `json:"model"`
-	Choices []completionChunkChoice `json:"choices"`
-	Usage   *usageInfo              `json:"usage,omitempty"`
-}
-
+// completionChunkChoice is a choice of a completions stream chunk.
 type completionChunkChoice struct {
-	Index        int                 `json:"index"`
-	Text         string              `json:"text"`
-	Logprobs     *completionLogprobs `json:"logprobs"`
-	FinishReason *string             `json:"finish_reason"`
-	StopReason   *string             `json:"stop_reason"`
+	Index        int           `json:"index"`
+	Text         string        `json:"text"`
+	Logprobs     tokenLogprobs `json:"logprobs"` // a *completionLogprobs or nil
+	FinishReason *string       `json:"finish_reason"`
+	StopReason   *string       `json:"stop_reason"`
 }
 
+// handleCompletions serves /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	var req completionRequest
-	body, decoded := decodeOpenAI(s, w, r, &req, func(q *completionRequest) string { return q.Model })
-	if !decoded {
-		return
-	}
-	prompts, e := parsePrompts(req.Prompt)
-	if e != nil {
-		s.failOpenAI(w, e)
-		return
-	}
-	sp, e := checkCommon(req.N, req.MaxTokens, req.PromptLogprobs, req.Stream, req.StreamOptions)
-	if e != nil {
-		s.failOpenAI(w, e)
-		return
-	}
-	if req.Logprobs != nil {
-		switch {
-		case *req.Logprobs < 0:
-			e = badRequest("`logprobs` must be a positive value.")
-		case *req.Logprobs > maxTopLogprobs:
-			e = badRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", *req.Logprobs, maxTopLogprobs)
-		}
-		if e != nil {
-			s.failOpenAI(w, e)
-			return
-		}
-		sp.topK = *req.Logprobs
-	}
-	k := s.Knobs()
-	plans, e := plan(k, prompts, sp)
-	if e != nil {
-		s.failOpenAI(w, e)
-		return
-	}
-
-	rng := requestRNG(s.seed, body)
-	if s.failNext(k.ErrorRate) {
-		s.failOpenAI(w, errSimulated)
-		return
-	}
-	id := "cmpl-" + hexID(rng)
-	created := s.createdAt()
-	m := newLM(s.seed, k)
-	promptTokens := 0
-	for _, p := range plans {
-		promptTokens += p.tokens
-	}
-	choices := startChoices(m, plans, sp.n, sp.topK)
-
-	rn := s.begin(r.Context(), k, promptTokens)
-	if rn == nil {
-		return
-	}
-	defer rn.end()
-	if req.Stream {
-		s.streamCompletion(w, rn, req.Logprobs != nil, sp, id, created, promptTokens, plans, choices)
-		return
-	}
-
-	logprobs := make([]*completionLogprobs, len(choices))
-	if req.Logprobs != nil {
-		for i := range logprobs {
-			logprobs[i] = &completionLogprobs{}
-		}
-	}
-	ok := generateSteps(rn, choices, maxGen(plans), func(c *choiceState, st step) error {
-		if lp := logprobs[c.index]; lp != nil {
-			lp.add(st, c.offset, sp.topK)
-		}
-		return nil
-	})
-	if !ok {
-		return
-	}
-	resp := completionResponse{
-		ID: id, Object: "text_completion", Created: created, Model: s.model,
-		Choices: make([]completionChoice, len(choices)),
-	}
-	completion := 0
-	var promptLogprobs map[*choicePlan][]any
-	if sp.promptK >= 0 {
-		promptLogprobs = make(map[*choicePlan][]any, len(plans))
-		for i := range plans {
-			promptLogprobs[&plans[i]] = promptLogprobsOf(m, plans[i].prompt, sp.promptK)
-		}
-	}
-	for i, c := range choices {
-		completion += c.done
-		resp.Choices[i] = completionChoice{
-			Index: i, Text: c.text.String(), Logprobs: logprobs[i],
-			FinishReason: c.plan.finish, PromptLogprobs: promptLogprobs[c.plan],
-		}
-	}
-	resp.Usage = newUsage(promptTokens, completion)
-	writeJSON(w, http.StatusOK, resp)
+	s.generate(w, r, &completionFormat)
 }
 
-// streamCompletion sends a chunk per token (the last one of a choice with
-// finish_reason), the usage chunk if asked, then [DONE].
-func (s *Server) streamCompletion(w http.ResponseWriter, rn *run, logprobs bool, sp sampling, id string, created int64, promptTokens int, plans []choicePlan, choices []*choiceState) {
-	sse := newSSE(w, "data: ")
-	completion := 0
-	ok := generateSteps(rn, choices, maxGen(plans), func(c *choiceState, st step) error {
-		completion++
-		ch := completionChunkChoice{Index: c.index, Text: st.text}
-		if logprobs {
-			ch.Logprobs = &completionLogprobs{}
-			ch.Logprobs.add(st, c.offset, sp.topK)
-		}
-		if c.done == c.plan.gen {
-			ch.FinishReason = &c.plan.finish
-		}
-		var usage *usageInfo
-		if sp.opts.continuous() {
-			usage = newUsage(promptTokens, completion)
-		}
-		return sse.event(completionChunk{ID: id, Object: "text_completion", Created: created, Model: s.model,
-			Choices: []completionChunkChoice{ch}, Usage: usage})
-	})
-	if !ok {
-		return
+func (q *completionRequest) model() string { return q.Model }
+
+// generation returns the request's prompts and what it asks for.
+func (q *completionRequest) generation() ([]promptText, sampling, *apiError) {
+	prompts, e := parsePrompts(q.Prompt)
+	if e != nil {
+		return nil, sampling{}, e
 	}
-	if sp.opts.includeUsage() {
-		if err := sse.event(completionChunk{ID: id, Object: "text_completion", Created: created, Model: s.model,
-			Choices: []completionChunkChoice{}, Usage: newUsage(promptTokens, completion)}); err != nil {
-			rn.cancel()
-			return
+	sp, e := checkCommon(q.N, q.MaxTokens, q.PromptLogprobs, q.Stream, q.StreamOptions)
+	if e == nil {
+		e = sp.checkLogprobs(q.Logprobs != nil, "logprobs", q.Logprobs)
+	}
+	return prompts, sp, e
+}
+
+// completionFormat shapes legacy completions as vLLM does: each choice
+// lists its own prompt_logprobs, and a stream has no opening chunk.
+var completionFormat = openAIFormat{
+	request:  func() openAIRequest { return new(completionRequest) },
+	idPrefix: "cmpl-", object: "text_completion", chunkObject: "text_completion",
+	newLogprobs: func() tokenLogprobs { return &completionLogprobs{} },
+	chunk: func(index int, text string, lp tokenLogprobs, finish *string) any {
+		return completionChunkChoice{Index: index, Text: text, Logprobs: lp, FinishReason: finish}
+	},
+	choice: func(c *choiceState, lp tokenLogprobs, promptLogprobs []any) any {
+		return completionChoice{
+			Index: c.index, Text: c.text.String(), Logprobs: lp,
+			FinishReason: c.plan.finish, PromptLogprobs: promptLogprobs,
 		}
-	}
-	if err := sse.event("[DONE]"); err != nil {
-		rn.cancel()
-	}
+	},
+	response: func(head openAIHead, choices []any, usage *usageInfo, _ []any) any {
+		return completionResponse{openAIHead: head, Choices: choices, Usage: usage}
+	},
 }

@@ -88,7 +88,7 @@ func embed(seed int64, text string, dim int) []float32 {
 
 func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	var req embeddingRequest
-	body, decoded := decodeOpenAI(s, w, r, &req, func(q *embeddingRequest) string { return q.Model })
+	body, decoded := decodeOpenAI(s, w, r, &req, func() string { return req.Model })
 	if !decoded {
 		return
 	}

@@ -54,9 +54,9 @@ func (s *Server) failOpenAI(w http.ResponseWriter, e *apiError) {
 var errSimulated = &apiError{status: http.StatusInternalServerError, msg: "simulated backend error (error_rate)"}
 
 // decodeOpenAI counts an OpenAI request, reads and decodes its body into
-// req and checks the model it names; on failure it answers with vLLM's
-// error body and returns ok false.
-func decodeOpenAI[T any](s *Server, w http.ResponseWriter, r *http.Request, req *T, model func(*T) string) (body []byte, ok bool) {
+// req, a pointer, and checks the model it names, which model reads from
+// req; on failure it answers with vLLM's error body and returns ok false.
+func decodeOpenAI(s *Server, w http.ResponseWriter, r *http.Request, req any, model func() string) (body []byte, ok bool) {
 	s.requests.Add(1)
 	body, err := readBody(w, r)
 	if err != nil {
@@ -67,7 +67,7 @@ func decodeOpenAI[T any](s *Server, w http.ResponseWriter, r *http.Request, req 
 		s.failOpenAI(w, bodyError(err))
 		return nil, false
 	}
-	if e := s.checkModel(model(req)); e != nil {
+	if e := s.checkModel(model()); e != nil {
 		s.failOpenAI(w, e)
 		return nil, false
 	}
@@ -161,6 +161,8 @@ type sampling struct {
 	maxTokens *int
 	stream    bool
 	opts      *streamOptions
+	// logprobs says whether each generated token comes with its logprobs.
+	logprobs bool
 	// topK is the number of most likely tokens to list per position.
 	topK int
 	// promptK is prompt_logprobs, -1 when not asked.
@@ -195,6 +197,26 @@ func checkCommon(n, maxTokens, promptLogprobs *int, stream bool, opts *streamOpt
 		sp.promptK = *promptLogprobs
 	}
 	return sp, nil
+}
+
+// checkLogprobs validates the logprobs a request asks for: logprobs says
+// whether it asks for any, k (nil when not given) how many alternatives per
+// token, named field in the request; vLLM's messages.
+func (sp *sampling) checkLogprobs(logprobs bool, field string, k *int) *apiError {
+	sp.logprobs = logprobs
+	if k == nil {
+		return nil
+	}
+	switch {
+	case *k < 0:
+		return badRequest("`%s` must be a positive value.", field)
+	case !logprobs && *k > 0:
+		return badRequest("when using `%s`, `logprobs` must be set to true.", field)
+	case *k > maxTopLogprobs:
+		return badRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", *k, maxTopLogprobs)
+	}
+	sp.topK = *k
+	return nil
 }
 
 // choicePlan is the length and finish reason of the choices of one prompt.
@@ -333,8 +355,15 @@ type chatLogprobContent struct {
 	TopLogprobs []chatLogprob `json:"top_logprobs"`
 }
 
+// chatLogprobs is vLLM's ChatCompletionLogProbs.
 type chatLogprobs struct {
 	Content []chatLogprobContent `json:"content"`
+}
+
+// add appends token st with every alternative the step holds; chat logprobs
+// have no offsets.
+func (l *chatLogprobs) add(st step, _, _ int) {
+	l.Content = append(l.Content, chatLogprobOf(st))
 }
 
 func tokenBytes(s string) []int {
@@ -361,6 +390,8 @@ type completionLogprobs struct {
 	TopLogprobs   []floatDict `json:"top_logprobs"`
 }
 
+// add appends token st, which starts at character offset, with its k most
+// likely alternatives.
 func (l *completionLogprobs) add(st step, offset, k int) {
 	l.TextOffset = append(l.TextOffset, offset)
 	l.TokenLogprobs = append(l.TokenLogprobs, st.logprob)

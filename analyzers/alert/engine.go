@@ -17,32 +17,33 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
 )
 
-// Config are the alerting rules' parameters. Zero values take the defaults
-// noted on each field.
+// Config are the alerting rules' parameters. A zero value takes the
+// default of the matching alerts key in config.Default(), or the one
+// noted on the field.
 type Config struct {
 	// Period is the evaluation period: Observe is called once per Period.
-	// Zero: 5m.
 	Period time.Duration
 	// History is how far back the adaptive thresholds look. Zero: 7 days.
 	History time.Duration
-	// Percentile of the history, in (0, 1]. Zero: 0.95.
+	// Percentile of the history, in (0, 1].
 	Percentile float64
-	// Factor multiplies the percentile. Zero: 1.1.
+	// Factor multiplies the percentile.
 	Factor float64
 	// MinHistory is the number of past periods a series needs before an
 	// adaptive threshold applies. Zero: 12.
 	MinHistory int
-	// Consecutive breaching periods fire an alert. Zero: 3. Rules in
+	// Consecutive breaching periods fire an alert. Rules in
 	// DefaultConsecutive (the perplexity band, whose signal already
 	// requires its minutes outside the band) use their own count.
 	Consecutive int
 	// Silence is the quiet time after a notification for the same label
-	// set. Zero: 30m.
+	// set.
 	Silence time.Duration
-	// Severity is the severity label. Empty: "warning". A value's own
+	// Severity is the severity label. A value's own
 	// "severity" label (e.g. from its service tier) wins.
 	Severity string
 	// Fixed maps rule names to fixed thresholds, used instead of adaptive
@@ -59,51 +60,32 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	d := config.Default().Alerts
 	if c.Period <= 0 {
-		c.Period = 5 * time.Minute
+		c.Period = d.Period
 	}
 	if c.History <= 0 {
 		c.History = 7 * 24 * time.Hour
 	}
 	if c.Percentile <= 0 {
-		c.Percentile = 0.95
+		c.Percentile = d.Percentile
 	}
 	if c.Factor <= 0 {
-		c.Factor = 1.1
+		c.Factor = d.Factor
 	}
 	if c.MinHistory <= 0 {
 		c.MinHistory = 12
 	}
 	if c.Consecutive <= 0 {
-		c.Consecutive = 3
+		c.Consecutive = d.Consecutive
 	}
 	if c.Silence <= 0 {
-		c.Silence = 30 * time.Minute
+		c.Silence = d.Silence
 	}
 	if c.Severity == "" {
-		c.Severity = "warning"
+		c.Severity = d.Severity
 	}
 	return c
-}
-
-// Validate reports values that the defaults cannot fix.
-func (c Config) Validate() error {
-	var errs []error
-	if c.Percentile < 0 || c.Percentile > 1 {
-		errs = append(errs, fmt.Errorf("percentile: %v is outside [0, 1]", c.Percentile))
-	}
-	if c.Factor < 0 {
-		errs = append(errs, fmt.Errorf("factor: %v is negative", c.Factor))
-	}
-	if c.Period > 0 && c.History > 0 && c.History < c.Period {
-		errs = append(errs, fmt.Errorf("history: %v is shorter than the period %v", c.History, c.Period))
-	}
-	for k, v := range c.Fixed {
-		if math.IsNaN(v) {
-			errs = append(errs, fmt.Errorf("fixed.%s: not a number", k))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // Value is one rule's value for one period. Labels identify the series

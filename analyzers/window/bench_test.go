@@ -82,7 +82,11 @@ func TestAddDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// TestEncodedSizes logs the encoded sizes the report quotes.
+// TestEncodedSizes checks the encoded sizes the report quotes against the
+// formats documented on each MarshalBinary. Sizes the format fixes are exact,
+// derived in the comments, so any change to a format shows up here; the one
+// that depends on sampled data has an upper bound that a per-bucket
+// fixed-width count (or float) would break.
 func TestEncodedSizes(t *testing.T) {
 	var c Counts
 	for _, s := range []string{"stop", "length", "tool_calls", "content_filter"} {
@@ -90,21 +94,54 @@ func TestEncodedSizes(t *testing.T) {
 			c.Add(s)
 		}
 	}
+	lognormal := sketchOf(t, 0, 0, latencies(100000))
 	sizes := []struct {
 		name string
 		b    []byte
+		want int // exact size; 0: only max applies
+		max  int
 	}{
-		{"Moments empty", encode[Moments](t, new(Moments))},
-		{"Moments 1e5 values", encode[Moments](t, momentsOf(latencies(100000)...))},
-		{"Sketch empty", encode[Sketch](t, new(Sketch))},
-		{"Sketch 1e5 lognormal latencies", encode[Sketch](t, sketchOf(t, 0, 0, latencies(100000)))},
-		{"Sketch full (2048 buckets)", encode[Sketch](t, fullSketch(t))},
-		{"Reservoir 1024×12 full", encode[Reservoir](t, fullReservoir(1024, 12, 1))},
-		{"Reservoir 1024×1 full", encode[Reservoir](t, fullReservoir(1024, 1, 1))},
-		{"Counts 4 finish reasons", encode[Counts](t, &c)},
+		// Version byte, uvarint count 0 and invalid count 0.
+		{name: "Moments empty", b: encode[Moments](t, new(Moments)), want: 3},
+		// 1 + uvarint 100000 (3) + uvarint 0 (1) + mean, M2, min, max (4×8).
+		{name: "Moments 1e5 values", b: encode[Moments](t, momentsOf(latencies(100000)...)), want: 37},
+		// 1 + alpha (8) + uvarint MaxBuckets 2048 (2) + invalid (1) + zero
+		// (1) + an empty bucket count per sign (1+1); no min or max.
+		{name: "Sketch empty", b: encode[Sketch](t, new(Sketch)), want: 15},
+		// The 13-byte header, then about 450 positive buckets (the draws span
+		// some 9 e-folds at 2% a bucket), each count below 16384 (the densest
+		// bucket holds under 1000) so at most 2 bytes: at most
+		// 13 + (2+3+1) + 2·450 + 1 + 16 ≈ 936 bytes. A fixed 8-byte count
+		// or float per bucket would take over 3.5 KB.
+		{name: "Sketch 1e5 lognormal latencies", b: encode[Sketch](t, lognormal), max: 1024},
+		// 13-byte header; positive store: uvarint 2048 (2) + zig-zag lowest
+		// index (2) + collapsed flag (1) + 2048 counts 1+i%300, of which 1159
+		// are ≥ 128 and take 2 bytes (3207); empty negative store (1); min
+		// and max (16).
+		{name: "Sketch full (2048 buckets)", b: encode[Sketch](t, fullSketch(t)), want: 3242},
+		// 1 + uvarint capacity 1024 (2), dimension 12 (1), seen 10240 (2),
+		// kept 1024 (2); then 1024 rows of key (8) and 12 floats (96).
+		{name: "Reservoir 1024×12 full", b: encode[Reservoir](t, fullReservoir(1024, 12, 1)), want: 8 + 1024*(8+8*12)},
+		// The same header; 1024 rows of key (8) and one float (8).
+		{name: "Reservoir 1024×1 full", b: encode[Reservoir](t, fullReservoir(1024, 1, 1)), want: 8 + 1024*(8+8)},
+		// 1 + uvarint MaxCategories 64 (1), Other 0 (1), 4 categories (1);
+		// then per category a length byte, the name (4+6+10+14 bytes) and
+		// uvarint 1000 (2).
+		{name: "Counts 4 finish reasons", b: encode[Counts](t, &c), want: 4 + 4*(1+2) + 34},
 	}
 	for _, s := range sizes {
 		t.Logf("%-32s %7d bytes", s.name, len(s.b))
+		switch {
+		case s.want != 0 && len(s.b) != s.want:
+			t.Errorf("%s: %d bytes, want %d", s.name, len(s.b), s.want)
+		case s.max != 0 && len(s.b) > s.max:
+			t.Errorf("%s: %d bytes, want at most %d", s.name, len(s.b), s.max)
+		}
+	}
+	// The bound above assumes the sample fills about 450 buckets; more
+	// would mean the bucket mapping changed, not the encoding.
+	if n := len(lognormal.pos.bins); n > 500 {
+		t.Errorf("lognormal sketch has %d buckets, want at most 500", n)
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/analyzers"
-	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -60,7 +58,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	english := strings.Fields("the quick brown fox jumps over the lazy dog while the model answers questions about latency")
 	chinese := strings.Fields("系统 报告 用户 错误 延迟 模型 请求 回答 总结 解释 数据 表格 代码 测试 服务 集群")
 	send(english, 250)
-	waitUntil(t, "prompts analysed", func() bool { return a.pipeline.Evaluate().Drift.(drift.Result).Current >= 250 })
+	waitUntil(t, "prompts analysed", func() bool { return a.pipeline.Evaluate().Drift.Current >= 250 })
 	resp, err := http.Post(gwURL+"/admin/baseline", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +73,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond) // new prompts in a later bucket
 	send(chinese, 250)
-	waitUntil(t, "drift", func() bool { return a.pipeline.Evaluate().Drift.(drift.Result).State == "drift" })
+	waitUntil(t, "drift", func() bool { return a.pipeline.Evaluate().Drift.State == "drift" })
 	st, body := signals()
 	if st != "drift" || !strings.Contains(body, `"name":"script_cjk"`) {
 		t.Errorf("signals: %s", body)
@@ -138,7 +136,7 @@ func TestFeedbackEndToEnd(t *testing.T) {
 	if code := feedback("chatcmpl-nope"); code != 404 {
 		t.Errorf("unknown id: %d, want 404", code)
 	}
-	if n := a.pipeline.Evaluate().Confidence.(analyzers.Confidence).Calibration.Labels; n != 1 {
+	if n := a.pipeline.Evaluate().Confidence.Calibration.Labels; n != 1 {
 		t.Errorf("calibration labels = %d, want 1", n)
 	}
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"net/http/httptest"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
@@ -48,4 +53,37 @@ func startApp(t *testing.T, cfg config.Config) (*app, string) {
 	t.Cleanup(srv.Close)
 	go a.gw.Run(t.Context())
 	return a, srv.URL
+}
+
+// serveApp builds the app from cfg and serves it as `vigil serve` does
+// (ordered shutdown included) on a free port. It returns the app, its base
+// URL and stop, which shuts it down and returns what serve returned.
+func serveApp(t *testing.T, cfg config.Config) (a *app, url string, stop func() error) {
+	t.Helper()
+	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.serve(ctx, ln) }()
+	var once sync.Once
+	var serveErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case serveErr = <-done:
+			case <-time.After(30 * time.Second):
+				serveErr = errors.New("serve did not return within 30 s of its cancellation")
+			}
+		})
+		return serveErr
+	}
+	t.Cleanup(func() { stop() })
+	return a, "http://" + ln.Addr().String(), stop
 }

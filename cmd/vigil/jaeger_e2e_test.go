@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,20 +23,10 @@ func TestTracesInJaeger(t *testing.T) {
 
 	cfg := testConfig(simBackend(t, nil))
 	cfg.Tracing.Exporter = "otlp"
-	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.serve(ctx, ln) }()
+	_, url, stop := serveApp(t, cfg)
 
 	const caller = "00-5b8efff798038103d269b633813fc60c-eee19b7ec3c1b174-01"
-	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/chat/completions",
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions",
 		strings.NewReader(`{"model":"m","max_tokens":6,"stream":true,"logprobs":true,"top_logprobs":2,"messages":[{"role":"user","content":"hello"}]}`))
 	req.Header.Set("Traceparent", caller)
 	resp, err := http.DefaultClient.Do(req)
@@ -76,8 +63,7 @@ func TestTracesInJaeger(t *testing.T) {
 	if _, ok := post.Tags["vigil.logprob.mean"]; !ok {
 		t.Errorf("postprocess lacks the analysis: %v", post.Tags)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("serve: %v", err)
 	}
 }

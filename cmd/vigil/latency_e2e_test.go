@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/sim"
 )
@@ -61,15 +60,15 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 	// Anomalies are counted against the limits of the latest evaluation:
 	// a first phase sets them, a second is checked against them.
 	phase()
-	if lim := a.pipeline.Evaluate().Latency.(latency.Result).Metrics["ttft"].Limit; math.IsNaN(float64(lim)) {
+	if lim := a.pipeline.Evaluate().Latency.Metrics["ttft"].Limit; math.IsNaN(float64(lim)) {
 		t.Fatal("no anomaly limits after the first phase")
 	}
 	phase()
 	s := a.pipeline.Evaluate()
-	if st := s.Latency.(latency.Result).State; st != latency.StateOK {
+	if st := s.Latency.State; st != latency.StateOK {
 		t.Fatalf("latency state %q before the change, want ok: %+v", st, s.Latency)
 	}
-	d := s.Confidence.(analyzers.Confidence)
+	d := s.Confidence
 	if d.Responses < 100 || !(float64(d.MeanLogprob) < 0) {
 		t.Errorf("confidence from streamed logprobs: %+v", d)
 	}
@@ -88,7 +87,7 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 			t.Fatalf("latency not anomalous after TTFT x3: ttft limit %.1f ms, p50 %.1f ms, anomalous share %.2f (reference %.2f)",
 				float64(st.Limit), float64(st.P50), float64(st.AnomalousShare), float64(st.RefAnomalousShare))
 		}
-		last = a.pipeline.Evaluate().Latency.(latency.Result)
+		last = *a.pipeline.Evaluate().Latency
 		time.Sleep(20 * time.Millisecond)
 	}
 	sig, err := http.Get(gwURL + "/admin/signals")

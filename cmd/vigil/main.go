@@ -89,12 +89,50 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}
 }
 
+// buildVersion is the version that -ldflags set, or else the one the build
+// info gives.
 func buildVersion() string {
-	if version != "" {
-		return version
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion picks the version to report: ldflags when set; else the main
+// module's version from bi, which go build stamps from VCS since Go 1.24; else,
+// when bi has only VCS settings (older toolchains, or a stamp without a
+// version), "devel-" and the revision's first 12 hex digits, "-dirty" for
+// uncommitted changes and the commit time in parentheses; else "(devel)"
+// (-buildvcs=false, go run, go test). bi may be nil.
+func formatVersion(ldflags string, bi *debug.BuildInfo) string {
+	if ldflags != "" {
+		return ldflags
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if bi == nil {
+		return "(devel)"
 	}
-	return "(devel)"
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, at string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "(devel)"
+	}
+	v := "devel-" + rev[:min(len(rev), 12)]
+	if dirty {
+		v += "-dirty"
+	}
+	if at != "" {
+		v += " (" + at + ")"
+	}
+	return v
 }

@@ -53,7 +53,7 @@ func TestPrecisionEndToEnd(t *testing.T) {
 	}
 	pairs := func() map[string]precision.PairResult {
 		out := map[string]precision.PairResult{}
-		if r, ok := a.pipeline.Evaluate().Precision.(precision.Result); ok {
+		if r := a.pipeline.Evaluate().Precision; r != nil {
 			for _, p := range r.Pairs {
 				out[p.Backend] = p
 			}
@@ -106,7 +106,7 @@ func TestPrecisionEndToEnd(t *testing.T) {
 	a.pipeline.ObserveAlerts(t.Context())
 	var fired []map[string]string
 	listed, _ := a.pipeline.Alerts(t.Context())
-	for _, al := range listed.([]alert.Alert) {
+	for _, al := range listed {
 		if al.Rule == alert.RulePrecision && al.State == alert.Firing {
 			fired = append(fired, al.Labels)
 		}
@@ -163,7 +163,7 @@ func TestShadowReferenceDown(t *testing.T) {
 		}
 		return count(string(b), "failed")+count(string(b), "skipped") == n
 	})
-	if r := a.pipeline.Evaluate().Precision.(precision.Result); r.State != precision.StateUnknown {
+	if r := a.pipeline.Evaluate().Precision; r.State != precision.StateUnknown {
 		t.Errorf("precision with no comparison: %+v", r)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/state/redistest"
 )
@@ -99,7 +98,7 @@ func TestReplicasShareWindows(t *testing.T) {
 		flush() // the second flush imports what the other replica wrote in the first
 		var out []int64
 		for _, a := range replicas {
-			out = append(out, a.pipeline.Evaluate().Latency.(latency.Result).Responses)
+			out = append(out, a.pipeline.Evaluate().Latency.Responses)
 		}
 		return out
 	}

@@ -66,6 +66,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	log := newLogger(stderr, cfg.Log.Level)
+	// go-redis's own pool and dial lines, structured and rate-limited:
+	// dozens a second while Redis is down otherwise.
+	state.SetRedisLogger(log, 10*time.Second)
 	var access *slog.Logger
 	if cfg.Log.Access {
 		access = slog.New(slog.NewJSONHandler(stdout, nil))
@@ -86,37 +89,41 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type app struct {
 	gw       *gateway.Server
 	pipeline *analyzers.Pipeline
-	tracing  *tracing.Provider
-	closers  []io.Closer // closed after serving
+	tracing  *tracing.Provider // nil until built
+	closers  []io.Closer       // closed last, after the tracer
 	log      *slog.Logger
 }
 
-// build wires the parts of a gateway from a validated config.
-func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
+// build wires the parts of a gateway from a validated config. Whatever it
+// opened before a failing step is closed again.
+func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
+	a := &app{log: log}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tp, err := tracing.New(context.Background(), tracing.Options{Config: cfg.Tracing, Version: buildVersion(), Log: log, Registry: reg})
-	if err != nil {
+	if a.tracing, err = tracing.New(context.Background(), tracing.Options{Config: cfg.Tracing, Version: buildVersion(), Log: log, Registry: reg}); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: tp.Tracer(), Backends: cfg.Backends}
-	var closers []io.Closer
+	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: a.tracing.Tracer(), Backends: cfg.Backends}
 	var weights *state.Weights
 	var shared state.Store
 	var replica string
 	if url := cfg.State.Redis.URL; url != "" {
 		rc, err := state.OpenRedis(url)
 		if err != nil {
-			tp.Shutdown(context.Background())
 			return nil, err
 		}
+		a.closers = append(a.closers, rc)
 		// Windows and weights go to Redis off the request path; a Redis
 		// outage costs only their sharing, never a request.
 		store := state.NewRedis(rc, cfg.State.Redis.Prefix)
 		shared, replica = store, analyzers.ReplicaID()
 		ao.Sharing = &analyzers.Sharing{Store: store, Replica: replica}
 		weights = &state.Weights{Store: store, Replica: replica, MaxAge: cfg.Balancer.StaleAfter}
-		closers = append(closers, rc)
 	}
 	ao.Alerts = cfg.Alerts
 	var notifiers alert.Multi
@@ -129,41 +136,45 @@ func build(cfg config.Config, log, access *slog.Logger) (*app, error) {
 	if len(notifiers) > 0 {
 		ao.Notifier = notifiers
 	}
-	p, err := analyzers.New(ao)
-	if err != nil {
-		tp.Shutdown(context.Background())
+	if a.pipeline, err = analyzers.New(ao); err != nil {
 		return nil, err
 	}
+	p := a.pipeline
 	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
-		Tracer: tp.Tracer(), Propagator: tp.Propagator(),
+		Tracer: a.tracing.Tracer(), Propagator: a.tracing.Propagator(),
 		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Shadow: p,
 	}
 	if weights != nil {
 		gopts.WeightStore = weights
 		gopts.SharedStore, gopts.Replica = shared, replica
 	}
-	gw, err := gateway.New(gopts)
-	if err != nil {
-		tp.Shutdown(context.Background())
+	if a.gw, err = gateway.New(gopts); err != nil {
 		return nil, err
 	}
-	return &app{gw: gw, pipeline: p, tracing: tp, closers: closers, log: log}, nil
+	return a, nil
 }
 
-// serve runs the app on ln until ctx is done; spans still queued are
-// flushed last, for at most five seconds.
+// serve runs the app on ln until ctx is done, then shuts it down in order
+// (see serveGateway) and closes it.
 func (a *app) serve(ctx context.Context, ln net.Listener) error {
-	err := serveGateway(ctx, ln, a.gw, a.log, a.pipeline.Run)
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if terr := a.tracing.Shutdown(sctx); terr != nil {
-		a.log.Warn("flushing spans", "err", terr)
+	defer a.close()
+	return serveGateway(ctx, ln, a.gw, a.log, a.pipeline.Run)
+}
+
+// close flushes the spans still queued, for at most five seconds, then
+// closes the shared store's client. Safe on a partly built app.
+func (a *app) close() {
+	if a.tracing != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.tracing.Shutdown(sctx); err != nil {
+			a.log.Warn("flushing spans", "err", err)
+		}
+		cancel()
 	}
 	for _, c := range a.closers {
 		c.Close()
 	}
-	return err
 }
 
 // loadConfig reads the file (if any) over the defaults and applies VIGIL_*
@@ -190,22 +201,35 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 // serveGateway serves gw on ln until ctx is done, then shuts down in order:
 // the HTTP server first (in-flight requests finish), then the gateway's
-// background work (queued events drain).
-func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log *slog.Logger, background ...func(context.Context) error) error {
+// background work (its observer queue drains into the analyzers, shadow
+// comparisons stop), and only then the analyzers (which evaluate and
+// flush their windows once more). Either analysis is nil or it runs
+// until its context is cancelled.
+func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log *slog.Logger, analysis func(context.Context) error) error {
 	srv := &http.Server{
 		Handler:           gw.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBg()
+	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
+	anCtx, stopAnalysis := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGateway()
+	defer stopAnalysis()
+	gwDone := make(chan struct{})
 	var g errgroup.Group
-	g.Go(func() error { return gw.Run(bgCtx) })
-	for _, run := range background {
-		g.Go(func() error { return run(bgCtx) })
+	g.Go(func() error {
+		defer close(gwDone)
+		return gw.Run(gwCtx)
+	})
+	if analysis != nil {
+		g.Go(func() error { return analysis(anCtx) })
 	}
 	g.Go(func() error {
-		defer stopBg()
+		defer func() {
+			stopGateway()
+			<-gwDone // every queued event has reached the analyzers
+			stopAnalysis()
+		}()
 		errc := make(chan error, 1)
 		go func() { errc <- srv.Serve(ln) }()
 		select {

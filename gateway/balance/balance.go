@@ -44,11 +44,11 @@ import (
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
-// Strategies.
+// Strategies, as config names them.
 const (
-	Dynamic      = "dynamic"
-	RoundRobin   = "round_robin"
-	LeastRequest = "least_request"
+	Dynamic      = config.StrategyDynamic
+	RoundRobin   = config.StrategyRoundRobin
+	LeastRequest = config.StrategyLeastRequest
 )
 
 // DefaultFloor is the smallest weight a backend gets, as a share of its base
@@ -61,10 +61,11 @@ type Options struct {
 	Strategy string
 	// Weights weigh the scores in the load blend.
 	Weights config.LoadWeights
-	// QueueSaturation is the waiting count at which the queue score is 0.5.
-	// Zero: 8.
+	// QueueSaturation is the waiting count at which the queue score is
+	// 0.5 (balancer.queue_saturation), > 0.
 	QueueSaturation float64
-	// StaleAfter is the age past which a signal is ignored. Zero: 10s.
+	// StaleAfter is the age past which a signal is ignored
+	// (balancer.stale_after), > 0.
 	StaleAfter time.Duration
 	// Floor is the smallest weight as a share of the base weight, in (0, 1].
 	// Zero: DefaultFloor.
@@ -118,14 +119,8 @@ func New(pool *upstream.Pool, o Options) *Balancer {
 	case LeastRequest:
 		b.strategy = stLeastRequest
 	}
-	if b.staleAfter <= 0 {
-		b.staleAfter = 10 * time.Second
-	}
 	if !(b.floor > 0 && b.floor <= 1) {
 		b.floor = DefaultFloor
-	}
-	if !(b.queueSat > 0) {
-		b.queueSat = 8
 	}
 	w := o.Weights
 	for _, s := range []weighted{

@@ -16,10 +16,10 @@ import (
 	"github.com/vigil-gw/vigil/config"
 )
 
-// Kinds of backend API.
+// Backend kinds, as config names them.
 const (
-	KindOpenAI = "openai"
-	KindTGI    = "tgi"
+	KindOpenAI = config.KindOpenAI
+	KindTGI    = config.KindTGI
 )
 
 // Sentinel errors of picking a backend.
@@ -122,12 +122,6 @@ func NewPool(cfgs []config.Backend, health config.Health) (*Pool, error) {
 			return nil, fmt.Errorf("backends[%d].url: invalid URL %q", i, c.URL)
 		}
 		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight, pool: p}
-		if b.Kind == "" {
-			b.Kind = KindOpenAI
-		}
-		if !(b.Weight > 0) {
-			b.Weight = 100
-		}
 		if b.Agent, err = optionalURL(c.Agent); err != nil {
 			return nil, fmt.Errorf("backends[%d].agent: invalid URL %q", i, c.Agent)
 		}

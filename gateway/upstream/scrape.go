@@ -63,7 +63,8 @@ func (b *Backend) StoreServerLoad(l *ServerLoad) { b.serverLoad.Store(l) }
 type Scraper struct {
 	Pool   *Pool
 	Client *http.Client
-	// Timeout bounds each read. Zero: 2s.
+	// Timeout bounds each read (the gateway gives it
+	// balancer.scrape_interval). Zero: only ctx bounds it.
 	Timeout time.Duration
 	// OnError, if set, is called for each failed read; source is "agent" or
 	// "metrics".
@@ -97,12 +98,11 @@ func (s *Scraper) ScrapeAll(ctx context.Context) {
 }
 
 func (s *Scraper) get(ctx context.Context, url string) ([]byte, error) {
-	timeout := s.Timeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
+	if s.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.Timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,192 @@
+package analyzers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/calibrate"
+	"github.com/vigil-gw/vigil/analyzers/confidence"
+	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/precision"
+)
+
+// Run evaluates the signals every interval, feeds the alert engine every
+// alert period and flushes the windows to the shared store when there is
+// one, until ctx is done. Then it evaluates and flushes once more (for at
+// most two seconds) and waits for the alert sender to drain. Cancel ctx
+// only once no more observations come (the gateway's dispatcher drained),
+// or they miss the last flush.
+func (p *Pipeline) Run(ctx context.Context) error {
+	var sender, flusher sync.WaitGroup // both end with ctx
+	defer sender.Wait()
+	sender.Go(func() { p.alerts.Run(ctx) })
+	if p.share != nil {
+		flusher.Go(func() { p.share.Run(ctx) })
+	}
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	at := time.NewTicker(p.alertPeriod)
+	defer at.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			flusher.Wait()
+			p.Evaluate()
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			p.Flush(fctx)
+			return nil
+		case <-t.C:
+			p.Evaluate()
+		case <-at.C:
+			p.ObserveAlerts(ctx)
+		}
+	}
+}
+
+// Flush shares the windows now (a no-op without Sharing).
+func (p *Pipeline) Flush(ctx context.Context) {
+	if p.share != nil {
+		p.share.flush(ctx)
+	}
+}
+
+// Evaluate runs one evaluation of every signal now, publishes it and
+// returns it.
+func (p *Pipeline) Evaluate() *Signals {
+	now := p.now()
+	s := &Signals{Evaluated: now.UTC()}
+	s.Window = Window{Start: now.UTC(), End: now.UTC()}
+	if p.drift != nil {
+		res := p.drift.Evaluate(now)
+		s.Drift = &res
+		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
+		p.m.publishDrift(&res)
+	}
+	if p.conf != nil {
+		d, o := p.conf.Evaluate(now)
+		if p.cfg.Confidence.Enabled {
+			rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
+			s.Confidence = &Confidence{Decay: d, Calibration: rep}
+			p.m.publishConfidence(&d, &rep)
+		}
+		if p.cfg.Output.Enabled {
+			s.Output = &o
+			p.m.publishOutput(&o)
+		}
+	}
+	if p.lat != nil {
+		l := p.lat.Evaluate(now)
+		s.Latency = &l
+		p.m.publishLatency(&l)
+	}
+	if p.prec != nil {
+		r := p.prec.Evaluate(now)
+		s.Precision = &r
+		p.m.publishPrecision(&r)
+	}
+	p.last.Store(s)
+	return s
+}
+
+// PinBaseline pins the current windows as every signal's reference, here
+// and, through the shared store, on every replica.
+func (p *Pipeline) PinBaseline(ctx context.Context) error {
+	now := p.now()
+	err := p.pinAt(now) // an error may concern one signal: the others are pinned
+	if p.share != nil {
+		if serr := p.share.pin(ctx, now); serr != nil {
+			p.log.Warn("baseline pinned here but not shared with other replicas", "err", serr)
+		}
+	}
+	p.Evaluate()
+	return err
+}
+
+// pinAt pins the windows as of at.
+func (p *Pipeline) pinAt(at time.Time) error {
+	var err error
+	if p.drift != nil {
+		err = p.drift.Pin(at)
+	}
+	if p.conf != nil {
+		p.conf.Pin(at)
+	}
+	if p.lat != nil {
+		p.lat.Pin(at)
+	}
+	if p.drift == nil && p.conf == nil && p.lat == nil {
+		err = errors.New("every signal is disabled")
+	}
+	return err
+}
+
+// Confidence is the confidence signal with the calibration of its
+// confidences against feedback labels.
+type Confidence struct {
+	confidence.Decay
+	Calibration calibrate.Report `json:"calibration"`
+}
+
+// Signals is the picture /admin/signals shows. A nil signal is disabled
+// and shows as {"state": "unknown"}.
+type Signals struct {
+	Window     Window
+	Evaluated  time.Time
+	Drift      *drift.Result
+	Confidence *Confidence
+	Latency    *latency.Result
+	Output     *confidence.Output
+	Precision  *precision.Result
+}
+
+// unknownSignal is how a disabled signal shows in JSON.
+var unknownSignal = json.RawMessage(`{"state":"unknown"}`)
+
+// MarshalJSON writes s with each disabled signal as {"state": "unknown"}.
+func (s *Signals) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Window     Window    `json:"window"`
+		Evaluated  time.Time `json:"evaluated"`
+		Drift      any       `json:"drift"`
+		Confidence any       `json:"confidence"`
+		Latency    any       `json:"latency"`
+		Output     any       `json:"output"`
+		Precision  any       `json:"precision"`
+	}{s.Window, s.Evaluated, orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output), orUnknown(s.Precision)})
+}
+
+func orUnknown[T any](v *T) any {
+	if v == nil {
+		return unknownSignal
+	}
+	return v
+}
+
+// Window is the span the signals describe: the drift signal's current window.
+type Window struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Requests int64     `json:"requests"`
+}
+
+// Signals returns the latest evaluation (evaluating now if none ran yet).
+func (p *Pipeline) Signals(context.Context) (*Signals, error) {
+	if s := p.last.Load(); s != nil {
+		return s, nil
+	}
+	return p.Evaluate(), nil
+}
+
+// SignalsJSON is Signals as JSON, for GET /admin/signals.
+func (p *Pipeline) SignalsJSON(ctx context.Context) ([]byte, error) {
+	s, err := p.Signals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(s)
+}

@@ -1,0 +1,199 @@
+package analyzers
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/logprob"
+	"github.com/vigil-gw/vigil/analyzers/precision"
+	"github.com/vigil-gw/vigil/exchange"
+)
+
+// OnShadow records one shadow comparison (signal 5). It is safe for
+// concurrent use; the gateway calls it from its shadow workers.
+func (p *Pipeline) OnShadow(sh *exchange.Shadow) {
+	if p.prec == nil {
+		return
+	}
+	parse := precision.ParseChat
+	if sh.Operation == exchange.OpCompletion {
+		parse = precision.ParseCompletion
+	}
+	b, errB := parse(sh.BackendBody)
+	r, errR := parse(sh.ReferenceBody)
+	if errB != nil || errR != nil {
+		p.m.precisionResults.WithLabelValues("unreadable").Inc()
+		p.log.Debug("shadow comparison unreadable", "backend", sh.Backend, "reference", sh.Reference, "err", errors.Join(errB, errR))
+		return
+	}
+	c := precision.Compare(b, r)
+	if p.prec.Add(sh.Time, precision.Pair{Backend: sh.Backend, Reference: sh.Reference}, &c) {
+		p.m.precisionResults.WithLabelValues("compared").Inc()
+	}
+}
+
+// formatOf maps an operation to the logprob format of its response; ok is
+// false for operations without generated tokens.
+func formatOf(r *exchange.Request) (logprob.Format, bool) {
+	switch r.Operation {
+	case exchange.OpChat:
+		return logprob.OpenAIChat, true
+	case exchange.OpCompletion:
+		return logprob.OpenAICompletion, true
+	case exchange.OpGenerate:
+		if r.Stream {
+			return logprob.TGIStream, true
+		}
+		return logprob.TGIGenerate, true
+	}
+	return 0, false
+}
+
+// OnRequest starts parsing the response of a generation request.
+func (p *Pipeline) OnRequest(r *exchange.Request) {
+	f, ok := formatOf(r)
+	if !ok || p.conf == nil && p.lat == nil {
+		return
+	}
+	if len(p.order) >= maxOpen {
+		p.close(p.order[0])
+		p.m.abandoned.Inc()
+	}
+	var a *logprob.Accumulator
+	if n := len(p.pool); n > 0 {
+		a, p.pool = p.pool[n-1], p.pool[:n-1]
+	} else {
+		a = new(logprob.Accumulator)
+	}
+	a.Reset(f, logprob.Options{LowProb: p.cfg.Confidence.LowProb})
+	p.open[r] = a
+	p.order = append(p.order, r)
+}
+
+// close forgets r's accumulator and returns it to the pool.
+func (p *Pipeline) close(r *exchange.Request) {
+	a, ok := p.open[r]
+	if !ok {
+		return
+	}
+	delete(p.open, r)
+	for i, q := range p.order {
+		if q == r {
+			p.order = append(p.order[:i], p.order[i+1:]...)
+			break
+		}
+	}
+	p.pool = append(p.pool, a)
+}
+
+// OnEvent parses one SSE event of a streamed response.
+func (p *Pipeline) OnEvent(r *exchange.Request, data []byte) {
+	if a := p.open[r]; a != nil {
+		if err := a.AddEvent(data); err != nil {
+			p.m.parseErrors.Inc()
+		}
+	}
+}
+
+// OnResponse finishes a response: the prompt's features go to the drift
+// windows, its confidence and timings to theirs.
+func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
+	t := r.Start.Add(resp.Latency)
+	p.errs.add(t, r.Backend, resp.ErrorClass.Failed())
+	var attrs []attribute.KeyValue
+	if p.tracer != nil && r.Span.IsSampled() {
+		defer func() { p.postprocessSpan(r, attrs) }()
+	}
+	if p.drift != nil && r.Operation.HasPrompt() {
+		if f, err := drift.Extract(r.Body); err != nil {
+			p.m.featureErrors.Inc()
+		} else {
+			if resp.PromptTokens > 0 {
+				f.Vector[drift.FeatTokens] = float64(resp.PromptTokens)
+			}
+			p.drift.Add(r.Start, &f)
+		}
+	}
+	a := p.open[r]
+	if a == nil {
+		return
+	}
+	defer p.close(r)
+	if !r.Stream && len(resp.Body) > 0 {
+		if err := a.AddBody(resp.Body); err != nil && !resp.Truncated {
+			p.m.parseErrors.Inc()
+		}
+	}
+	if resp.Status != 200 || resp.ErrorClass != exchange.ClassNone {
+		return
+	}
+	s := a.Summary()
+	if s.Tokens > 0 {
+		attrs = append(attrs,
+			attribute.Int("vigil.logprob.tokens", s.Tokens),
+			attribute.Float64("vigil.logprob.mean", s.MeanLogprob),
+			attribute.Float64("vigil.perplexity", s.Perplexity),
+			attribute.Float64("vigil.logprob.entropy", s.MeanEntropy),
+			attribute.Float64("vigil.logprob.low_share", s.LowShare))
+	}
+	if p.conf != nil {
+		p.conf.Add(t, &s)
+		p.m.observeResponse(&s)
+	}
+	if p.calib != nil && s.ID != "" && s.Tokens > 0 {
+		p.calib.remember(s.ID, math.Exp(s.MeanLogprob), t)
+	}
+	if p.lat != nil {
+		smp := sample(r, resp, &s)
+		var anomalous []string
+		for i, bad := range p.lat.Add(t, &smp) {
+			if bad {
+				p.m.latencyAnomalies.WithLabelValues(latency.Names[i]).Inc()
+				anomalous = append(anomalous, latency.Names[i])
+			}
+		}
+		if len(anomalous) > 0 {
+			attrs = append(attrs, attribute.StringSlice("vigil.latency.anomalous", anomalous))
+		}
+	}
+}
+
+// postprocessSpan records the analysis of one response as a child of its
+// server span. It runs after the response ended, off the request path, so
+// its start is the time of analysis.
+func (p *Pipeline) postprocessSpan(r *exchange.Request, attrs []attribute.KeyValue) {
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), r.Span)
+	_, sp := p.tracer.Start(ctx, "postprocess", trace.WithAttributes(attrs...))
+	sp.End()
+}
+
+// sample derives a response's timings.
+func sample(r *exchange.Request, resp *exchange.Response, s *logprob.Summary) latency.Sample {
+	nan := math.NaN()
+	smp := latency.Sample{Values: [latency.NumMetrics]float64{nan, nan, nan, nan}, MeanLogprob: nan}
+	total := resp.Latency.Seconds()
+	smp.Values[latency.E2E] = total
+	tokens := max(resp.CompletionTokens, s.OutputTokens)
+	gen := total
+	if r.Stream && resp.TTFT > 0 {
+		ttft := resp.TTFT.Seconds()
+		smp.Values[latency.TTFT] = ttft
+		gen = total - ttft
+		if tokens > 1 {
+			smp.Values[latency.ITL] = gen / float64(tokens-1)
+		}
+	}
+	if tokens > 0 && gen > 0 {
+		smp.Values[latency.TPS] = float64(tokens) / gen
+	}
+	if s.Tokens > 0 {
+		smp.MeanLogprob = s.MeanLogprob
+	}
+	return smp
+}

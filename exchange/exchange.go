@@ -1,0 +1,124 @@
+// Package exchange is the contract between the gateway and the analyzers:
+// what one proxied request, its response and a shadow comparison look
+// like, and the closed sets of operations and error classes both sides
+// name. It imports no other Vigil package, so that the gateway does not
+// depend on the analyzers and a renamed operation or class fails to
+// compile on both sides instead of silently stopping an alert.
+package exchange
+
+import (
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Operation is an API operation, used as gen_ai.operation.name.
+type Operation string
+
+// The operations the gateway tells apart.
+const (
+	OpChat       Operation = "chat"
+	OpCompletion Operation = "text_completion"
+	OpEmbeddings Operation = "embeddings"
+	OpGenerate   Operation = "generate" // TGI native
+	OpOther      Operation = "other"
+)
+
+// Generates reports whether op's response carries generated tokens.
+func (op Operation) Generates() bool {
+	switch op {
+	case OpChat, OpCompletion, OpGenerate:
+		return true
+	}
+	return false
+}
+
+// HasPrompt reports whether op's request carries a prompt whose features
+// the drift signal reads.
+func (op Operation) HasPrompt() bool { return op.Generates() || op == OpEmbeddings }
+
+// ErrorClass is how a request failed, a label of the access log and the
+// metrics: a small, fixed set. The zero value means success.
+type ErrorClass string
+
+// The error classes.
+const (
+	ClassNone          ErrorClass = ""
+	ClassBadRequest    ErrorClass = "bad_request"
+	ClassPromptTooLong ErrorClass = "prompt_too_long"
+	ClassNoBackend     ErrorClass = "no_backend"
+	ClassUpstream4xx   ErrorClass = "upstream_4xx"
+	ClassUpstream5xx   ErrorClass = "upstream_5xx"
+	ClassTimeout       ErrorClass = "timeout"
+	ClassClientCancel  ErrorClass = "client_cancel"
+)
+
+// Failed reports whether c is a failure of the backends or of the gateway,
+// as error rates count them: upstream 5xx, timeouts, no backend; not
+// clients' bad requests or cancellations.
+func (c ErrorClass) Failed() bool {
+	switch c {
+	case ClassUpstream5xx, ClassTimeout, ClassNoBackend:
+		return true
+	}
+	return false
+}
+
+// Request describes one proxied request. It is immutable once handed to an
+// observer and may be retained.
+type Request struct {
+	ID      string
+	TraceID string
+	// Span is the request's server span, the parent of the analyzers'
+	// postprocess span.
+	Span      trace.SpanContext
+	Route     string // the route pattern, e.g. /v1/chat/completions
+	Operation Operation
+	Model     string
+	Backend   string // empty when no backend was chosen
+	Stream    bool
+	Start     time.Time
+	// Body is the request body as the client sent it (upstream too, unless
+	// Injected). Observers must not modify it.
+	Body []byte
+	// Injected says that the gateway asked the backend for token logprobs
+	// the client did not ask for (analyzers.confidence.inject). Body is then
+	// the client's body; upstream it carried "logprobs" (and for chat
+	// "top_logprobs") appended, and the response's logprobs reach the
+	// observer but not the client.
+	Injected bool
+}
+
+// Response describes how a proxied request ended. It is immutable once
+// handed to an observer.
+type Response struct {
+	Status           int
+	Latency          time.Duration
+	TTFT             time.Duration // zero when no body byte arrived
+	PromptTokens     int
+	CompletionTokens int
+	Events           int        // SSE data events seen
+	ErrorClass       ErrorClass // ClassNone on success
+	// Body is a copy of a non-streaming response body, at most
+	// analyzers.max_capture_bytes; Truncated says whether it was cut.
+	Body      []byte
+	Truncated bool
+}
+
+// Shadow is one shadow comparison for signal 5: the same greedy request,
+// with logprobs, answered by a backend and by its reference. It is
+// immutable once handed over.
+type Shadow struct {
+	Backend, Reference string
+	// Operation is OpChat or OpCompletion: the format of both bodies.
+	Operation Operation
+	// Time is when the comparison finished.
+	Time time.Time
+	// BackendBody and ReferenceBody are the two non-streaming response bodies.
+	BackendBody, ReferenceBody []byte
+}
+
+// ErrUnknownResponse is what feedback about a response id that is not (or
+// no longer) remembered fails with.
+var ErrUnknownResponse = errors.New("unknown response id")
