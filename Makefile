@@ -2,6 +2,10 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
+# Silences the deprecation warnings of go-nvml's header in every cgo build,
+# keeping Go's default flags; test/run sets the same.
+export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
+
 .PHONY: build test bench lint demo clean
 
 build:
@@ -13,9 +17,13 @@ test:
 bench:
 	go test -run '^$$' -bench . -benchmem ./...
 
+# staticcheck is a tool of the test/tools module, built once into a cache
+# outside the repo by test/toolbin (as test/run does).
 lint:
 	gofmt -l . | (! grep .)
 	go vet ./...
+	go mod tidy -diff
+	staticcheck=$$(./test/toolbin staticcheck) && "$$staticcheck" ./...
 
 demo:
 	go run ./cmd/vigil demo

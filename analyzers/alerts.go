@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,7 +20,8 @@ import (
 func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine {
 	a := o.Alerts
 	cfg := alert.Config{Period: a.Period, Percentile: a.Percentile, Factor: a.Factor,
-		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity, DashboardURL: a.DashboardURL}
+		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity, DashboardURL: a.DashboardURL,
+		ColdStartErrorRate: a.ColdStart.ErrorRate, ColdStartLatencyFactor: a.ColdStart.LatencyFactor}
 	if len(a.Fixed) > 0 {
 		cfg.Fixed = maps.Clone(alert.DefaultFixed)
 		maps.Copy(cfg.Fixed, a.Fixed)
@@ -105,16 +108,16 @@ func (p *Pipeline) labelsOf(backend string) map[string]string {
 	return map[string]string{"backend": backend}
 }
 
-// ObserveAlerts feeds the latest signals, the period's error rates and
-// the precision pairs to the alert engine; Run calls it every
-// alerts.period. The gateway-wide signals make one series per rule; the
-// error rate makes one per backend (and one, without a backend label, for
-// requests that no backend answered), precision one per compared backend.
+// ObserveAlerts evaluates the signals (so that they are fresh whatever
+// analyzers.interval is) and feeds them, the period's error rates, the
+// error budget's burn rates and the precision pairs to the alert engine;
+// Run calls it every alerts.period. The gateway-wide signals make one
+// series per rule; the error rate makes one per backend, and for the
+// requests the gateway answered itself (no healthy backend) one per
+// configured model, and one without a model for the others; precision one
+// per compared backend; the SLO one per window pair.
 func (p *Pipeline) ObserveAlerts(ctx context.Context) {
-	s := p.last.Load()
-	if s == nil {
-		s = p.Evaluate()
-	}
+	s := p.Evaluate()
 	var values []alert.Value
 	for rule, v := range gatewayValues(s) {
 		v.Rule, v.Labels = rule, p.gatewayLabels
@@ -126,16 +129,22 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 			continue
 		}
 		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0]), N: c[0]}
-		v.Labels = p.gatewayLabels
-		if backend != "" {
+		switch model, ok := strings.CutPrefix(backend, modelKeyPrefix); {
+		case ok:
+			v.Labels = withLabel(p.gatewayLabels, "model", model)
+		case backend == "":
+			v.Labels = p.gatewayLabels
+		default:
 			v.Labels = p.labelsOf(backend)
 		}
 		values = append(values, v)
 	}
+	values = append(values, p.burnRates(now)...)
 	if pr := s.Precision; pr != nil {
 		for _, pair := range pr.Pairs {
 			if pair.State != precision.StateUnknown {
-				values = append(values, alert.Value{Rule: alert.RulePrecision, V: float64(pair.KL), Labels: p.labelsOf(pair.Backend)})
+				divergent := pair.State == precision.StateDivergent
+				values = append(values, alert.Value{Rule: alert.RulePrecision, V: float64(pair.KL), Labels: p.labelsOf(pair.Backend), Verdict: &divergent})
 			}
 		}
 	}
@@ -161,4 +170,58 @@ func (p *Pipeline) AlertsJSON(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(as)
+}
+
+// burnRates are the error budget's burn rates, one value per window pair
+// of alerts.slo (none when it has no objective): the smaller of the long
+// and the short window's, against the pair's burn factor. A burn rate is
+// the window's error rate over the budget, 1 − objective.
+func (p *Pipeline) burnRates(now time.Time) []alert.Value {
+	if p.slo.ErrorRate <= 0 {
+		return nil
+	}
+	budget := 1 - p.slo.ErrorRate
+	burn := func(d time.Duration) (float64, bool) {
+		total, failed := p.errs.sum(now.Add(-d), now)
+		if total == 0 {
+			return 0, false
+		}
+		return float64(failed) / float64(total) / budget, true
+	}
+	var out []alert.Value
+	for _, w := range p.slo.Windows {
+		long, okL := burn(w.Long)
+		short, okS := burn(w.Short)
+		if !okL || !okS {
+			continue
+		}
+		factor := w.Burn
+		l := withLabel(p.gatewayLabels, "window", shortDuration(w.Long)+"/"+shortDuration(w.Short))
+		l["severity"] = w.Severity
+		out = append(out, alert.Value{Rule: alert.RuleErrorBudget, V: min(long, short), Labels: l, Fixed: &factor})
+	}
+	return out
+}
+
+// withLabel returns a copy of l (nil: empty) with k set to v.
+func withLabel(l map[string]string, k, v string) map[string]string {
+	out := maps.Clone(l)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[k] = v
+	return out
+}
+
+// shortDuration writes d as Go does, without zero minor units: 1h, 5m,
+// 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }

@@ -7,35 +7,43 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/window"
 )
 
-// errorRates counts requests and failed requests by backend in time
-// buckets, shared across replicas like the signals' windows, so that the
-// error rates the sending replica alerts on are the whole deployment's,
-// not its own share of the traffic. Backend names are bounded by
-// window.Counts (the configured backends; "" for requests no backend
-// answered).
+// errorRates counts requests and failed requests by key in time buckets,
+// shared across replicas like the signals' windows, so that the error
+// rates the sending replica alerts on are the whole deployment's, not its
+// own share of the traffic. A key is a backend's name, or for a request
+// the gateway answered itself modelKey(model) (a configured model) or ""
+// (any other); window.Counts bounds them.
 type errorRates struct {
 	mu            sync.Mutex
 	total, failed *window.Shared[window.Counts, *window.Counts]
 }
 
-func newErrorRates(bucket, period time.Duration) *errorRates {
-	span := int(period/bucket) + 4 // a period and the bucket in progress
+// modelKeyPrefix starts the key of the requests of a model that no backend
+// answered; backend names cannot hold ':'.
+const modelKeyPrefix = "model:"
+
+func modelKey(model string) string { return modelKeyPrefix + model }
+
+// newErrorRates keeps span of buckets of the given width, and the bucket
+// in progress: the longest window asked of since.
+func newErrorRates(bucket, span time.Duration) *errorRates {
+	n := int(span/bucket) + 4
 	return &errorRates{
-		total:  window.NewShared[window.Counts](bucket, span, nil),
-		failed: window.NewShared[window.Counts](bucket, span, nil),
+		total:  window.NewShared[window.Counts](bucket, n, nil),
+		failed: window.NewShared[window.Counts](bucket, n, nil),
 	}
 }
 
-// add counts one response of backend that ended at t.
-func (e *errorRates) add(t time.Time, backend string, failed bool) {
+// add counts one response of key that ended at t.
+func (e *errorRates) add(t time.Time, key string, failed bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if b := e.total.Bucket(t); b != nil {
-		b.Add(backend)
+		b.Add(key)
 	}
 	if failed {
 		if b := e.failed.Bucket(t); b != nil {
-			b.Add(backend)
+			b.Add(key)
 		}
 	}
 }
@@ -48,8 +56,8 @@ func (e *errorRates) Shared(f func(name string, s window.Sharer)) {
 	f("errors/failed", e.failed)
 }
 
-// since returns, per backend, the requests and failed requests of the
-// buckets overlapping [from, to), every replica's.
+// since returns, per key, the requests and failed requests of the buckets
+// overlapping [from, to), every replica's.
 func (e *errorRates) since(from, to time.Time) map[string][2]int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -62,4 +70,13 @@ func (e *errorRates) since(from, to time.Time) map[string][2]int64 {
 		out[b] = [2]int64{total.Get(b), failed.Get(b)}
 	}
 	return out
+}
+
+// sum returns the requests and failed requests of every key in the
+// buckets overlapping [from, to).
+func (e *errorRates) sum(from, to time.Time) (total, failed int64) {
+	for _, c := range e.since(from, to) {
+		total, failed = total+c[0], failed+c[1]
+	}
+	return total, failed
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/analyzers/drift"
@@ -59,7 +60,7 @@ func (p *Pipeline) Flush(ctx context.Context) {
 // returns it.
 func (p *Pipeline) Evaluate() *Signals {
 	now := p.now()
-	s := &Signals{Evaluated: now.UTC()}
+	s := &Signals{Evaluated: now.UTC(), Thresholds: p.alerts.Thresholds()}
 	s.Window = Window{Start: now.UTC(), End: now.UTC()}
 	if p.drift != nil {
 		res := p.drift.Evaluate(now)
@@ -142,6 +143,9 @@ type Signals struct {
 	Latency    *latency.Result
 	Output     *confidence.Output
 	Precision  *precision.Result
+	// Thresholds are the alert thresholds in force, per series, as of the
+	// last alert period.
+	Thresholds []alert.Threshold
 }
 
 // unknownSignal is how a disabled signal shows in JSON.
@@ -150,14 +154,15 @@ var unknownSignal = json.RawMessage(`{"state":"unknown"}`)
 // MarshalJSON writes s with each disabled signal as {"state": "unknown"}.
 func (s *Signals) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Window     Window    `json:"window"`
-		Evaluated  time.Time `json:"evaluated"`
-		Drift      any       `json:"drift"`
-		Confidence any       `json:"confidence"`
-		Latency    any       `json:"latency"`
-		Output     any       `json:"output"`
-		Precision  any       `json:"precision"`
-	}{s.Window, s.Evaluated, orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output), orUnknown(s.Precision)})
+		Window     Window            `json:"window"`
+		Evaluated  time.Time         `json:"evaluated"`
+		Drift      any               `json:"drift"`
+		Confidence any               `json:"confidence"`
+		Latency    any               `json:"latency"`
+		Output     any               `json:"output"`
+		Precision  any               `json:"precision"`
+		Thresholds []alert.Threshold `json:"thresholds"`
+	}{s.Window, s.Evaluated, orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output), orUnknown(s.Precision), s.Thresholds})
 }
 
 func orUnknown[T any](v *T) any {

@@ -105,6 +105,14 @@ func (p *Pipeline) OnEvent(r *exchange.Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	t := r.Start.Add(resp.Latency)
+	if r.Backend == "" { // the gateway answered: only the error rates see it
+		key := ""
+		if p.models[r.Model] {
+			key = modelKey(r.Model)
+		}
+		p.errs.add(t, key, resp.ErrorClass.Failed())
+		return
+	}
 	p.errs.add(t, r.Backend, resp.ErrorClass.Failed())
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {

@@ -75,9 +75,11 @@ type Pipeline struct {
 	alertPeriod time.Duration
 	m           *metrics
 
-	// Requests and failures by backend ("": requests no backend
-	// answered), for the error rates.
-	errs *errorRates
+	// Requests and failures by backend (or by model, for requests the
+	// gateway answered itself), for the error rates and the SLO.
+	errs   *errorRates
+	slo    config.SLO
+	models map[string]bool // the configured models: bounded error-rate keys
 	// backendLabels are the alert labels of each backend's series;
 	// gatewayLabels those of the gateway-wide ones.
 	backendLabels map[string]map[string]string
@@ -121,7 +123,20 @@ func New(o Options) (*Pipeline, error) {
 	if c.Latency.Enabled {
 		p.lat = latency.New(c)
 	}
-	p.errs = newErrorRates(c.Bucket, p.alertPeriod)
+	span := p.alertPeriod
+	if o.Alerts.SLO.ErrorRate > 0 {
+		for _, w := range o.Alerts.SLO.Windows {
+			span = max(span, w.Long)
+		}
+	}
+	p.errs = newErrorRates(c.Bucket, span)
+	p.slo = o.Alerts.SLO
+	p.models = map[string]bool{}
+	for _, b := range o.Backends {
+		for _, m := range b.Models {
+			p.models[m] = true
+		}
+	}
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
 	if c.Precision.Enabled {

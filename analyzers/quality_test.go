@@ -62,7 +62,7 @@ func (f *feeder) send() []byte {
 	}
 	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	r := &exchange.Request{Operation: "chat", Model: "m", Start: f.now, Body: []byte(body)}
+	r := &exchange.Request{Operation: "chat", Model: "m", Backend: "a", Start: f.now, Body: []byte(body)}
 	f.p.OnRequest(r)
 	f.p.OnResponse(r, &exchange.Response{Status: resp.StatusCode, Latency: 800 * time.Millisecond, Body: out, CompletionTokens: 24})
 	f.now = f.now.Add(f.step)

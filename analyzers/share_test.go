@@ -34,7 +34,7 @@ func TestSharing(t *testing.T) {
 	feed := func(p *Pipeline, n int) {
 		for i := range n {
 			body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":"q%d"}]}`, i)
-			r := &exchange.Request{Operation: "chat", Model: "m", Start: now, Body: body}
+			r := &exchange.Request{Operation: "chat", Model: "m", Backend: "a", Start: now, Body: body}
 			p.OnRequest(r)
 			p.OnResponse(r, &exchange.Response{Status: 200, Latency: 300 * time.Millisecond, CompletionTokens: 10})
 			now = now.Add(100 * time.Millisecond)

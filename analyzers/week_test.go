@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,8 @@ type weekTraffic struct {
 	int8 http.Handler // a quantized copy of it, shadow-compared against it
 	p    *Pipeline
 	now  time.Time
+	// ttftScale multiplies every TTFT when set (an injected step).
+	ttftScale float64
 
 	requests, streams, errors int
 }
@@ -151,7 +154,7 @@ func (w *weekTraffic) send() {
 	switch {
 	case rec.Code >= 500: // error_rate draws a 500
 		w.errors++
-		resp.ErrorClass = "upstream_5xx" // how the gateway classes a 5xx (gateway's exchange.outcome)
+		resp.ErrorClass = exchange.ClassUpstream5xx // how the gateway classes a 5xx
 		resp.Latency = w.lognormal(20*time.Millisecond, 0.5)
 		resp.Body = out
 	case rec.Code != http.StatusOK:
@@ -173,6 +176,9 @@ func (w *weekTraffic) send() {
 		// TTFT: log-normal, growing with the prompt; then a per-response
 		// log-normal inter-token latency.
 		ttft := w.lognormal(150*time.Millisecond, 0.4) + time.Duration(resp.PromptTokens)*200*time.Microsecond
+		if w.ttftScale > 0 {
+			ttft = time.Duration(float64(ttft) * w.ttftScale)
+		}
 		itl := w.lognormal(25*time.Millisecond, 0.25)
 		resp.Latency = ttft + time.Duration(q.maxTokens-1)*itl
 		if q.stream {
@@ -305,11 +311,12 @@ func TestStationaryWeekAlerts(t *testing.T) {
 	// stationary too.
 	k := sim.DefaultKnobs()
 	k.ErrorRate = 0.01
-	ref := sim.New(sim.Options{Model: "m", Seed: 11, Knobs: k})
+	seed, step := weekOptions(t)
+	ref := sim.New(sim.Options{Model: "m", Seed: int64(seed), Knobs: k})
 	k.Noise = 0.05
-	int8 := sim.New(sim.Options{Model: "m", Seed: 11, Knobs: k})
+	int8 := sim.New(sim.Options{Model: "m", Seed: int64(seed), Knobs: k})
 	start := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) // on a period boundary
-	w := &weekTraffic{t: t, rng: rand.New(rand.NewPCG(11, 12)), h: ref.Handler(), int8: int8.Handler(), now: start}
+	w := &weekTraffic{t: t, rng: rand.New(rand.NewPCG(seed, seed+1)), h: ref.Handler(), int8: int8.Handler(), now: start}
 	rec := &recordingNotifier{}
 	p, err := New(Options{Config: cfg.Analyzers, Now: func() time.Time { return w.now },
 		Log: slog.New(slog.DiscardHandler), Alerts: cfg.Alerts, Notifier: rec,
@@ -375,8 +382,27 @@ func TestStationaryWeekAlerts(t *testing.T) {
 			}
 		}
 	}
+	// An injected step (VIGIL_WEEK_STEP) starts on the 7th day; its rules
+	// must fire, and how long they took is logged.
+	stepAt := measured.Add(6 * 24 * time.Hour)
+	stepped := false
+	// The first rule is the step's target; the others move with it (E2E
+	// includes the TTFT).
+	stepRules := map[string][]string{"ttft": {alert.RuleTTFT, alert.RuleE2E}, "errors": {alert.RuleErrorRate}}[step]
+	detected := map[string]time.Duration{}
 	next := start.Add(period)
 	for {
+		if step != "" && !stepped && !w.now.Before(stepAt) {
+			stepped = true
+			switch step {
+			case "ttft":
+				w.ttftScale = 1.5
+			case "errors":
+				k := ref.Knobs()
+				k.ErrorRate = 0.2
+				ref.SetKnobs(k)
+			}
+		}
 		arrival := w.now.Add(time.Duration(w.rng.ExpFloat64() / rate * float64(time.Second)))
 		for !arrival.Before(next) && next.Compare(end) <= 0 {
 			w.now = next
@@ -407,7 +433,27 @@ func TestStationaryWeekAlerts(t *testing.T) {
 		t.Log(line)
 	}
 	for _, a := range fired {
+		if stepped && slices.Contains(stepRules, a.Rule) && !a.Since.Before(stepAt) {
+			if _, ok := detected[a.Rule]; !ok || a.Since.Sub(stepAt) < detected[a.Rule] {
+				detected[a.Rule] = a.Since.Sub(stepAt)
+			}
+			continue
+		}
 		t.Errorf("%s %s since %v: %.4g against a threshold of %.4g", a.Rule, a.State, a.Since.Format(time.DateTime), float64(a.Value), float64(a.Threshold))
+	}
+	if step != "" {
+		for i, r := range stepRules {
+			d, ok := detected[r]
+			switch {
+			case ok:
+				t.Logf("step %q on day 7 (seed %d): %s fired %v later", step, seed, r, d)
+			case i == 0:
+				t.Errorf("step %q on day 7: %s never fired", step, r)
+			default:
+				t.Logf("step %q on day 7 (seed %d): %s did not fire", step, seed, r)
+			}
+		}
+		return // the step's notifications and stats are expected
 	}
 	if ns := rec.notifications(); len(ns) > 0 {
 		t.Errorf("%d notifications delivered, the first %v: %s", len(ns), ns[0].Labels, ns[0].Annotations["description"])
@@ -428,4 +474,25 @@ func TestStationaryWeekAlerts(t *testing.T) {
 			t.Errorf("%s had a value in %d of %d periods, want at least %d%%", rule, valued[rule], weekPeriods, want)
 		}
 	}
+}
+
+// weekOptions reads the week's seed (VIGIL_WEEK_SEED, default 11) and an
+// optional step to inject on its 7th day (VIGIL_WEEK_STEP: "ttft", TTFT
+// × 1.5; "errors", error rate 1 % → 20 %: 24 requests a period tell no less), for sweeps by hand:
+//
+//	for s in $(seq 1 20); do VIGIL_WEEK_SEED=$s go test -run TestStationaryWeekAlerts -v ./analyzers/; done
+func weekOptions(t *testing.T) (seed uint64, step string) {
+	seed = 11
+	if v := os.Getenv("VIGIL_WEEK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("VIGIL_WEEK_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	step = os.Getenv("VIGIL_WEEK_STEP")
+	if step != "" && step != "ttft" && step != "errors" {
+		t.Fatalf("VIGIL_WEEK_STEP=%q: want ttft or errors", step)
+	}
+	return seed, step
 }

@@ -375,6 +375,42 @@ type Alerts struct {
 	// Fixed maps rules (AlertRules) to fixed thresholds, used instead of
 	// adaptive ones.
 	Fixed map[string]float64 `yaml:"fixed"`
+	// ColdStart are the thresholds in force while a series' history is
+	// too short for an adaptive one.
+	ColdStart ColdStart `yaml:"cold_start"`
+	// SLO configures error-budget alerts.
+	SLO SLO `yaml:"slo"`
+}
+
+// ColdStart are the thresholds of a series until it holds enough periods
+// for an adaptive threshold (12). Drift, confidence and precision use
+// their floors meanwhile; the perplexity band is fixed anyway.
+type ColdStart struct {
+	// ErrorRate is the error-rate threshold, in (0, 1).
+	ErrorRate float64 `yaml:"error_rate"`
+	// LatencyFactor times the median of the periods seen so far is the
+	// threshold of the latency P95 rules, > 1.
+	LatencyFactor float64 `yaml:"latency_factor"`
+}
+
+// SLO configures multi-window, multi-burn-rate error-budget alerts (the
+// Google SRE workbook, "Alerting on SLOs"): a window pair fires when the
+// error budget burns faster than Burn times the sustainable rate over both
+// its long and its short window.
+type SLO struct {
+	// ErrorRate is the objective: the share of requests that must not fail
+	// (e.g. 0.999), in (0, 1). Zero: no error-budget alerts.
+	ErrorRate float64 `yaml:"error_rate"`
+	// Windows are the window pairs, each its own alert series.
+	Windows []BurnWindow `yaml:"windows"`
+}
+
+// BurnWindow is one long/short window pair of an SLO.
+type BurnWindow struct {
+	Long     time.Duration `yaml:"long"`
+	Short    time.Duration `yaml:"short"`
+	Burn     float64       `yaml:"burn"`
+	Severity string        `yaml:"severity"`
 }
 
 // Backend kinds (backends[].kind).
@@ -394,7 +430,7 @@ const (
 // names them too; a test there keeps the two lists equal.
 var AlertRules = []string{
 	"drift_score", "confidence_drop", "latency_ttft_p95", "latency_e2e_p95",
-	"error_rate", "perplexity_band", "precision_divergence",
+	"error_rate", "perplexity_band", "precision_divergence", "error_budget_burn",
 }
 
 // Admin configures the admin API.
@@ -496,7 +532,14 @@ func Default() Config {
 				Timeout: 30 * time.Second, MinTokens: 200, MaxKL: 0.05, MinTop1Agreement: 0.9,
 			},
 		},
-		Alerts: Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning"},
+		Alerts: Alerts{
+			Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning",
+			ColdStart: ColdStart{ErrorRate: 0.05, LatencyFactor: 3},
+			SLO: SLO{Windows: []BurnWindow{
+				{Long: time.Hour, Short: 5 * time.Minute, Burn: 14.4, Severity: "critical"},
+				{Long: 6 * time.Hour, Short: 30 * time.Minute, Burn: 6, Severity: "warning"},
+			}},
+		},
 		Limits: Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
 		Health: Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,

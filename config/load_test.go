@@ -41,8 +41,13 @@ func TestDefault(t *testing.T) {
 		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Cache:     config.Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
 		Analyzers: wantAnalyzers(),
-		Alerts:    config.Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning"},
-		Limits:    config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
+		Alerts: config.Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning",
+			ColdStart: config.ColdStart{ErrorRate: 0.05, LatencyFactor: 3},
+			SLO: config.SLO{Windows: []config.BurnWindow{
+				{Long: time.Hour, Short: 5 * time.Minute, Burn: 14.4, Severity: "critical"},
+				{Long: 6 * time.Hour, Short: 30 * time.Minute, Burn: 6, Severity: "warning"},
+			}}},
+		Limits: config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
 		Health: config.Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
 			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
@@ -129,7 +134,11 @@ log: {level: debug, access: false}
 					a.QueueSize, a.MaxCaptureBytes = 128, 0
 					return a
 				}(),
-				Alerts: config.Alerts{AlertmanagerURL: "http://127.0.0.1:9093", Period: 90 * time.Second, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning"},
+				Alerts: func() config.Alerts {
+					a := config.Default().Alerts
+					a.AlertmanagerURL, a.Period = "http://127.0.0.1:9093", 90*time.Second
+					return a
+				}(),
 				Admin:  config.Admin{Token: "s3cret"},
 				Limits: config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},
 				Health: config.Health{

@@ -352,6 +352,39 @@ func (a *Alerts) Validate() error {
 			l.add("fixed."+rule, fmt.Errorf("unknown rule (known: %s)", strings.Join(AlertRules, ", ")))
 		}
 	}
+	if r := a.ColdStart.ErrorRate; !(r > 0 && r < 1) {
+		l.add("cold_start.error_rate", fmt.Errorf("must be in (0, 1), got %v", r))
+	}
+	if f := a.ColdStart.LatencyFactor; !(f > 1) {
+		l.add("cold_start.latency_factor", fmt.Errorf("must be > 1, got %v", f))
+	}
+	l.nest("slo", a.SLO.Validate())
+	return l.err()
+}
+
+// Validate checks s.
+func (s *SLO) Validate() error {
+	var l errList
+	if r := s.ErrorRate; r != 0 && !(r > 0 && r < 1) {
+		l.add("error_rate", fmt.Errorf("must be in (0, 1) (e.g. 0.999), or 0 for no error-budget alerts, got %v", r))
+	}
+	for i, w := range s.Windows {
+		at := "windows[" + strconv.Itoa(i) + "]"
+		l.add(at+".long", checkPositiveDuration(w.Long))
+		l.add(at+".short", checkPositiveDuration(w.Short))
+		if w.Short > 0 && w.Long > 0 && w.Short >= w.Long {
+			l.add(at+".short", fmt.Errorf("must be shorter than long (%v), got %v", w.Long, w.Short))
+		}
+		if !(w.Burn > 0) {
+			l.add(at+".burn", fmt.Errorf("must be > 0, got %v", w.Burn))
+		}
+		if s.ErrorRate > 0 && w.Burn*(1-s.ErrorRate) >= 1 {
+			l.add(at+".burn", fmt.Errorf("%v × the budget (1 − %v) is 100 %% errors or more: such a window can never fire", w.Burn, s.ErrorRate))
+		}
+		if w.Severity == "" {
+			l.add(at+".severity", errors.New("must not be empty"))
+		}
+	}
 	return l.err()
 }
 

@@ -47,16 +47,18 @@ const (
 	ClassNone          ErrorClass = ""
 	ClassBadRequest    ErrorClass = "bad_request"
 	ClassPromptTooLong ErrorClass = "prompt_too_long"
-	ClassNoBackend     ErrorClass = "no_backend"
+	ClassNoBackend     ErrorClass = "no_backend"    // no healthy backend for a served model
+	ClassUnknownModel  ErrorClass = "unknown_model" // no backend serves the model: the client's error
 	ClassUpstream4xx   ErrorClass = "upstream_4xx"
 	ClassUpstream5xx   ErrorClass = "upstream_5xx"
 	ClassTimeout       ErrorClass = "timeout"
 	ClassClientCancel  ErrorClass = "client_cancel"
 )
 
-// Failed reports whether c is a failure of the backends or of the gateway,
-// as error rates count them: upstream 5xx, timeouts, no backend; not
-// clients' bad requests or cancellations.
+// Failed reports whether c is a failure of the backends or of the gateway
+// that the client saw, as error rates count them: upstream 5xx (broken
+// streams included), timeouts, no healthy backend; not clients' bad
+// requests, unknown models or cancellations.
 func (c ErrorClass) Failed() bool {
 	switch c {
 	case ClassUpstream5xx, ClassTimeout, ClassNoBackend:
@@ -76,7 +78,7 @@ type Request struct {
 	Route     string // the route pattern, e.g. /v1/chat/completions
 	Operation Operation
 	Model     string
-	Backend   string // empty when no backend was chosen
+	Backend   string // empty when no backend was chosen (the gateway answered itself)
 	Stream    bool
 	Start     time.Time
 	// Body is the request body as the client sent it (upstream too, unless

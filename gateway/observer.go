@@ -8,7 +8,9 @@ import (
 )
 
 // An Observer receives every request, SSE event and response end that passes
-// through the gateway. Its methods are called from one dispatcher goroutine,
+// through the gateway. A request that no backend was chosen for (the
+// gateway answered it: a bad request, no healthy backend, a cache hit)
+// gets OnResponse only, with an empty Request.Backend. Its methods are called from one dispatcher goroutine,
 // in order per request, never from the request path; a slow Observer costs
 // dropped events, counted in vigil_observer_dropped_events_total, never
 // client latency.

@@ -338,7 +338,7 @@ func TestErrors(t *testing.T) {
 		{"missing messages", "/v1/chat/completions", `{"model":"m1"}`, 400, "invalid_request", exchange.ClassBadRequest},
 		{"empty body", "/v1/embeddings", ``, 400, "invalid_request", exchange.ClassBadRequest},
 		{"too large", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", exchange.ClassBadRequest},
-		{"unknown model", "/v1/chat/completions", chat("nope"), 404, "model_not_found", exchange.ClassNoBackend},
+		{"unknown model", "/v1/chat/completions", chat("nope"), 404, "model_not_found", exchange.ClassUnknownModel},
 		{"upstream down", "/v1/chat/completions", chat("gone"), 502, "upstream_unavailable", exchange.ClassUpstream5xx},
 		{"upstream timeout", "/v1/chat/completions", chat("slow"), 504, "upstream_timeout", exchange.ClassTimeout},
 		{"backend 500 passes through", "/v1/chat/completions", chat("broken"), 500, "", exchange.ClassUpstream5xx},

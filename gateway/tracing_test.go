@@ -190,7 +190,7 @@ func TestTraceErrors(t *testing.T) {
 	if inf == nil || inf.StatusCode != "error" || inf.Attributes["error.type"] != string(exchange.ClassUpstream5xx) {
 		t.Errorf("inference span of a backend 500: %+v", inf)
 	}
-	if unknown == nil || unknown.Attributes["error.type"] != string(exchange.ClassNoBackend) {
+	if unknown == nil || unknown.Attributes["error.type"] != string(exchange.ClassUnknownModel) {
 		t.Errorf("server span of an unknown model: %+v", unknown)
 	}
 }

@@ -27,7 +27,8 @@ func TestDefaultsFromConfig(t *testing.T) {
 	d := config.Default().Alerts
 	got := Config{}.withDefaults()
 	want := Config{Period: d.Period, History: 7 * 24 * 60 * 60 * 1e9, Percentile: d.Percentile, Factor: d.Factor,
-		MinHistory: 12, Consecutive: d.Consecutive, Silence: d.Silence, Severity: d.Severity}
+		MinHistory: 12, Consecutive: d.Consecutive, Silence: d.Silence, Severity: d.Severity,
+		ColdStartErrorRate: d.ColdStart.ErrorRate, ColdStartLatencyFactor: d.ColdStart.LatencyFactor}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("zero Config with defaults (-want +got):\n%s", diff)
 	}

@@ -57,6 +57,12 @@ type Config struct {
 	// DashboardURL goes into the dashboard annotation and generatorURL.
 	// Empty: none.
 	DashboardURL string
+	// ColdStartErrorRate is the error-rate threshold while a series holds
+	// fewer than MinHistory periods.
+	ColdStartErrorRate float64
+	// ColdStartLatencyFactor times the median of the periods a latency
+	// series holds is its threshold while it holds fewer than MinHistory.
+	ColdStartLatencyFactor float64
 }
 
 func (c Config) withDefaults() Config {
@@ -85,6 +91,12 @@ func (c Config) withDefaults() Config {
 	if c.Severity == "" {
 		c.Severity = d.Severity
 	}
+	if c.ColdStartErrorRate <= 0 {
+		c.ColdStartErrorRate = d.ColdStart.ErrorRate
+	}
+	if c.ColdStartLatencyFactor <= 0 {
+		c.ColdStartLatencyFactor = d.ColdStart.LatencyFactor
+	}
 	return c
 }
 
@@ -105,7 +117,30 @@ type Value struct {
 	// quantile of a small window): a breach needs it above the threshold
 	// too, so that sampling noise alone does not breach.
 	Lower *float64
+	// Fixed, when set, is this value's own fixed threshold (an SLO burn
+	// rate), in force over Config.Fixed and any adaptive one.
+	Fixed *float64
+	// Verdict, when set, is the signal's own statistical verdict (drift,
+	// decay, divergent). Under a cold-start threshold (a floor, not learnt
+	// from this deployment) a breach needs it too: a deployment whose
+	// normal level sits above the floor must not alert, nor be kept from
+	// learning that level, for want of a history.
+	Verdict *bool
 }
+
+// ThresholdSource says which threshold is in force for a series.
+type ThresholdSource string
+
+// Threshold sources.
+const (
+	// Adaptive: Percentile × Factor of the series' history of
+	// non-breaching periods (at least its floor).
+	Adaptive ThresholdSource = "adaptive"
+	// ColdStart: the history is still shorter than MinHistory periods.
+	ColdStart ThresholdSource = "cold_start"
+	// Fixed: configured, or the rule's own (the perplexity band, an SLO).
+	Fixed ThresholdSource = "fixed"
+)
 
 // significance is the level at which a proportion's breach must be
 // significant (Value.N).
@@ -137,7 +172,9 @@ type Alert struct {
 	Labels    map[string]string `json:"labels"`
 	Since     time.Time         `json:"since"` // when State began
 	Value     stats.Num         `json:"value"`
-	Threshold stats.Num         `json:"threshold"` // null while the history is too short
+	Threshold stats.Num         `json:"threshold"` // null when no threshold applies yet
+	// ThresholdSource says where Threshold comes from.
+	ThresholdSource ThresholdSource `json:"threshold_source"`
 }
 
 // storeTimeout bounds each store call of Observe, so that a slow store
@@ -163,6 +200,7 @@ type Engine struct {
 	series map[string]*series
 
 	snapshot                          atomic.Pointer[[]Alert]
+	thresholds                        atomic.Pointer[[]Threshold]
 	sent, failed, dropped, storeFails atomic.Int64
 }
 
@@ -180,6 +218,7 @@ type series struct {
 	episode  bool      // the current episode notified: it needs a resolution
 	value    float64
 	thresh   float64
+	source   ThresholdSource
 }
 
 // Option configures an Engine.
@@ -327,17 +366,23 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		s.streak = 0 // a gap breaks consecutiveness
 	}
 	s.observed = p
-	s.value, s.thresh = v, e.threshold(s, p)
-	capacity := max(int(e.cfg.History/e.cfg.Period), 1)
-	s.hist.add(p, v, capacity)
-	e.save(ctx, s)
+	s.value = v
+	s.thresh, s.source = e.threshold(s, p, val)
+	breach := v > s.thresh && significant(v, val.N, s.thresh) && (val.Lower == nil || *val.Lower > s.thresh) &&
+		(s.source != ColdStart || val.Verdict == nil || *val.Verdict)
+	// Only periods inside the threshold join the history the threshold is
+	// computed from: an incident must not become its own P95 and resolve
+	// itself while it lasts (issue 13). They are still shown (Alert.Value).
+	if !breach {
+		s.hist.add(p, v, max(int(e.cfg.History/e.cfg.Period), 1))
+		e.save(ctx, s)
+	}
 
 	set := func(st State) {
 		if s.state != st {
 			s.state, s.since = st, now
 		}
 	}
-	breach := v > s.thresh && significant(v, val.N, s.thresh) && (val.Lower == nil || *val.Lower > s.thresh)
 	if !breach { // NaN threshold: never breaches
 		s.streak = 0
 		switch s.state {
@@ -396,32 +441,50 @@ func significant(v float64, n int64, thresh float64) bool {
 	return distuv.Binomial{N: float64(n), P: thresh}.Survival(k-1) < significance
 }
 
-// threshold is the series' threshold for period p, from the history of
-// the periods before p.
-func (e *Engine) threshold(s *series, p int64) float64 {
+// threshold is the series' threshold for period p and where it comes
+// from: fixed (the value's own, then configured, then the rule's); while
+// the history of the periods before p is shorter than MinHistory, the
+// rule's cold-start threshold; then the adaptive one. NaN: none applies
+// yet (a latency series with no history, a rule without a cold start).
+func (e *Engine) threshold(s *series, p int64, v Value) (float64, ThresholdSource) {
+	if v.Fixed != nil {
+		return *v.Fixed, Fixed
+	}
 	if t, ok := e.cfg.Fixed[s.rule]; ok {
-		return t
+		return t, Fixed
 	}
 	if t, ok := DefaultFixed[s.rule]; ok {
-		return t
+		return t, Fixed
 	}
 	past := s.hist.values
 	if s.hist.last >= p && len(past) > 0 { // another replica recorded p already
 		past = past[:len(past)-1]
 	}
-	if len(past) < e.cfg.MinHistory {
-		return math.NaN()
-	}
-	q := Percentile(past, e.cfg.Percentile)
-	t := q + math.Abs(q)*(e.cfg.Factor-1)
 	floor := e.cfg.Floor
 	if floor == nil {
 		floor = DefaultFloor
 	}
+	if len(past) < e.cfg.MinHistory {
+		switch s.rule {
+		case RuleErrorRate:
+			return e.cfg.ColdStartErrorRate, ColdStart
+		case RuleTTFT, RuleE2E:
+			if len(past) == 0 {
+				return math.NaN(), ColdStart
+			}
+			return e.cfg.ColdStartLatencyFactor * Percentile(past, 0.5), ColdStart
+		}
+		if f, ok := floor[s.rule]; ok {
+			return f, ColdStart
+		}
+		return math.NaN(), ColdStart
+	}
+	q := Percentile(past, e.cfg.Percentile)
+	t := q + math.Abs(q)*(e.cfg.Factor-1)
 	if f, ok := floor[s.rule]; ok {
 		t = max(t, f)
 	}
-	return t
+	return t, Adaptive
 }
 
 // load refreshes the series' history from the store: another replica may
@@ -511,17 +574,42 @@ func (e *Engine) notification(s *series, now time.Time, resolved bool) Notificat
 // publish makes the current alerts visible to Alerts.
 func (e *Engine) publish() {
 	out := []Alert{}
+	ths := []Threshold{}
 	for _, s := range e.series {
+		ths = append(ths, Threshold{Rule: s.rule, Labels: maps.Clone(s.labels), Value: stats.Num(s.value),
+			Threshold: stats.Num(s.thresh), Source: s.source})
 		if s.state == "" {
 			continue
 		}
 		out = append(out, Alert{Name: s.labels["alertname"], Rule: s.rule, State: s.state, Labels: maps.Clone(s.labels),
-			Since: s.since.UTC(), Value: stats.Num(s.value), Threshold: stats.Num(s.thresh)})
+			Since: s.since.UTC(), Value: stats.Num(s.value), Threshold: stats.Num(s.thresh), ThresholdSource: s.source})
 	}
 	slices.SortFunc(out, func(a, b Alert) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(fingerprint(a.Labels), fingerprint(b.Labels)))
 	})
 	e.snapshot.Store(&out)
+	slices.SortFunc(ths, func(a, b Threshold) int {
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(fingerprint(a.Labels), fingerprint(b.Labels)))
+	})
+	e.thresholds.Store(&ths)
+}
+
+// Threshold is the threshold in force for one series, and the series'
+// latest value, alerting or not.
+type Threshold struct {
+	Rule      string            `json:"rule"`
+	Labels    map[string]string `json:"labels"`
+	Value     stats.Num         `json:"value"`
+	Threshold stats.Num         `json:"threshold"` // null when none applies yet
+	Source    ThresholdSource   `json:"source"`
+}
+
+// Thresholds returns every series' threshold, by rule and labels.
+func (e *Engine) Thresholds() []Threshold {
+	if t := e.thresholds.Load(); t != nil {
+		return slices.Clone(*t)
+	}
+	return []Threshold{}
 }
 
 // Alerts returns the pending, firing, silenced and resolved alerts, by name

@@ -154,20 +154,35 @@ func TestNegativePercentileWidensUpwards(t *testing.T) {
 	}
 }
 
+// TestMinHistory: below MinHistory periods the cold-start threshold is in
+// force, from then on the adaptive one.
 func TestMinHistory(t *testing.T) {
 	for _, tc := range []struct {
-		past int
-		want State
-	}{{11, ""}, {12, Pending}} {
+		rule   string
+		past   []float64
+		thresh float64
+		source ThresholdSource
+	}{
+		{RuleE2E, repeat(100, 11), 300, ColdStart}, // 3 × the median
+		{RuleE2E, append(repeat(100, 10), 200), 300, ColdStart},
+		{RuleE2E, repeat(100, 12), 110, Adaptive}, // P95 × 1.1
+		{RuleErrorRate, repeat(0, 11), 0.05, ColdStart},
+		{RuleErrorRate, repeat(0, 12), 0.01, Adaptive}, // its floor
+		{RuleDrift, nil, 0.1, ColdStart},               // its floor
+		{RulePrecision, repeat(0.001, 3), 0.01, ColdStart},
+	} {
 		e, c := newTest(Config{}, nil)
-		feed(e, c, RuleE2E, append(repeat(100, tc.past), 1e6)...)
-		var got State
-		if a := e.Alerts(); len(a) == 1 {
-			got = a[0].State
+		feed(e, c, tc.rule, append(tc.past, 1e6)...)
+		a := e.Alerts()
+		if len(a) != 1 || a[0].State != Pending || math.Abs(float64(a[0].Threshold)-tc.thresh) > 1e-9 || a[0].ThresholdSource != tc.source {
+			t.Errorf("%s after %v: alerts %+v, want pending at %v (%s)", tc.rule, tc.past, a, tc.thresh, tc.source)
 		}
-		if got != tc.want {
-			t.Errorf("%d past periods: state %q, want %q", tc.past, got, tc.want)
-		}
+	}
+	// A latency series with no history has no threshold yet.
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleTTFT, 1e6)
+	if a := e.Alerts(); len(a) != 0 {
+		t.Errorf("first latency period: alerts %+v, want none", a)
 	}
 }
 
@@ -295,7 +310,9 @@ func TestFixedThresholds(t *testing.T) {
 	}{
 		{"fixed without history", Config{Fixed: map[string]float64{RuleErrorRate: 0.05}}, RuleErrorRate, []float64{0.06, 0.07, 0.08}, 1},
 		{"fixed below", Config{Fixed: map[string]float64{RuleErrorRate: 0.05}}, RuleErrorRate, []float64{0.05, 0.04, 0.01}, 0},
-		{"adaptive without history", Config{}, RuleErrorRate, []float64{0.06, 0.07, 0.08}, 0},
+		{"cold start without history", Config{}, RuleErrorRate, []float64{0.06, 0.07, 0.08}, 1},
+		{"cold start below", Config{}, RuleErrorRate, []float64{0.04, 0.03, 0.049}, 0},
+		{"cold start configured", Config{ColdStartErrorRate: 0.1}, RuleErrorRate, []float64{0.06, 0.07, 0.08}, 0},
 		{"perplexity band default 3σ", Config{}, RulePerplexity, []float64{3.1, 4, 5}, 1},
 		{"perplexity inside band", Config{}, RulePerplexity, []float64{2.9, 1, 2.99}, 0},
 		{"perplexity band overridden", Config{Fixed: map[string]float64{RulePerplexity: 6}}, RulePerplexity, []float64{3.1, 4, 5}, 0},
@@ -433,7 +450,7 @@ func TestHistorySharedAcrossEngines(t *testing.T) {
 	a, ca := newTest(Config{}, store)
 	b, cb := newTest(Config{}, store)
 	for i := range 30 {
-		v := map[string]Value{RuleE2E: {V: float64(i)}}
+		v := map[string]Value{RuleE2E: {V: float64(100 + i)}}
 		a.Observe(context.Background(), v)
 		b.Observe(context.Background(), v)
 		ca.t, cb.t = ca.t.Add(5*time.Minute), cb.t.Add(5*time.Minute)
@@ -470,15 +487,22 @@ func TestValues(t *testing.T) {
 		ErrorRate: &rate,
 		Labels:    lbl,
 	})
+	yes, no := true, false
 	want := map[string]Value{
-		RuleDrift:          {V: 0.2, Labels: lbl},
-		RuleConfidenceDrop: {V: 0.15, Labels: lbl},
+		RuleDrift:          {V: 0.2, Labels: lbl, Verdict: &no},
+		RuleConfidenceDrop: {V: 0.15, Labels: lbl, Verdict: &yes},
 		RulePerplexity:     {V: 5, Labels: lbl}, // the band distance
 		RuleTTFT:           {V: 140, Labels: lbl, Lower: &lower},
 		RuleErrorRate:      {V: 0.03, Labels: lbl}, // E2E NaN and precision absent: skipped
 	}
 	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+	// Latency P95s need no verdict, only enough responses.
+	if got := Values(Signals{Latency: &latency.Result{State: "unknown", Metrics: map[string]latency.Stat{
+		"ttft": {Quantiles: latency.Quantiles{P95: 140}, P95Lower: stats.Num(math.NaN()), Count: 20},
+		"e2e":  {Quantiles: latency.Quantiles{P95: 900}, Count: 19}}}}); len(got) != 1 || got[RuleTTFT].V != 140 {
+		t.Errorf("latency without a reference: %+v, want the TTFT P95 only", got)
 	}
 	if got := Values(Signals{Drift: &drift.Result{State: "unknown", Score: 9}}); len(got) != 0 {
 		t.Errorf("unknown state gave %v", got)
@@ -592,5 +616,82 @@ func TestLowerBound(t *testing.T) {
 	}
 	if st := state(350, 310); st != Firing {
 		t.Errorf("P95 350, lower bound 310, threshold 300: %q, want firing", st)
+	}
+}
+
+// TestLongIncident: a step that lasts two days of a seven-day history
+// keeps firing until the values come back, then resolves once. Breaching
+// periods stay out of the history, so the incident never becomes its own
+// P95 (issue 13: the threshold used to climb to the incident's level).
+func TestLongIncident(t *testing.T) {
+	const day = 24 * 12 // periods of 5 minutes
+	e, c := newTest(Config{}, nil)
+	r := rand.New(rand.NewPCG(5, 6))
+	ttft := func(scale float64) map[string]Value {
+		return map[string]Value{RuleTTFT: {V: scale * (100 + 5*r.NormFloat64())}}
+	}
+	for range 7 * day {
+		e.Observe(context.Background(), ttft(1))
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	var firingPeriods, resolutions int
+	var maxThresh float64
+	for i := range 2 * day {
+		for _, n := range e.Observe(context.Background(), ttft(2)) {
+			if n.Resolved() {
+				resolutions++
+			}
+		}
+		a := e.Alerts()
+		if i >= 2 && (len(a) != 1 || a[0].State != Firing) {
+			t.Fatalf("period %d of the incident: alerts %+v, want firing", i, a)
+		}
+		if len(a) == 1 {
+			maxThresh = max(maxThresh, float64(a[0].Threshold))
+			if a[0].State == Firing {
+				firingPeriods++
+			}
+		}
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	if resolutions != 0 || maxThresh > 130 {
+		t.Errorf("during the incident: %d resolutions, threshold up to %.1f; want none, and the normal phase's (≈ 120)", resolutions, maxThresh)
+	}
+	for range day {
+		for _, n := range e.Observe(context.Background(), ttft(1)) {
+			if n.Resolved() {
+				resolutions++
+			}
+		}
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	if a := e.Alerts(); resolutions != 1 || len(a) != 1 || a[0].State != Resolved {
+		t.Errorf("after the incident: %d resolutions, alerts %+v; want one, resolved", resolutions, a)
+	}
+	t.Logf("firing %d of %d incident periods; threshold at most %.1f ms", firingPeriods, 2*day, maxThresh)
+}
+
+// TestColdStartVerdict: under a cold-start floor a signal with a verdict
+// breaches only when its verdict says so, so that a deployment whose
+// normal drift score sits above the floor learns it instead of alerting.
+func TestColdStartVerdict(t *testing.T) {
+	yes, no := true, false
+	e, c := newTest(Config{}, nil)
+	for range 15 {
+		e.Observe(context.Background(), map[string]Value{RuleDrift: {V: 0.4, Verdict: &no}})
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	if a := e.Alerts(); len(a) != 0 {
+		t.Fatalf("a high but stable drift score without a drift verdict: %+v", a)
+	}
+	e, c = newTest(Config{}, nil)
+	var firing int
+	for range 3 {
+		f, _ := count([][]Notification{e.Observe(context.Background(), map[string]Value{RuleDrift: {V: 0.4, Verdict: &yes}})})
+		firing += f
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	if a := e.Alerts(); firing != 1 || len(a) != 1 || a[0].ThresholdSource != ColdStart {
+		t.Errorf("drift verdict on a new deployment: %d notifications, alerts %+v; want one firing on the cold-start floor", firing, a)
 	}
 }

@@ -246,7 +246,7 @@ func TestLeaseErrorDoesNotSend(t *testing.T) {
 func TestAlertJSON(t *testing.T) {
 	c := &clock{t: t0}
 	e := NewEngine(Config{}, nil, c.now, nil, quiet)
-	fire(e, c, nil) // adaptive, no history: nothing listed
+	e.Observe(context.Background(), map[string]Value{RuleTTFT: {V: 1e6}}) // no history, no cold start yet: nothing listed
 	if got := e.Alerts(); len(got) != 0 {
 		t.Fatalf("alerts %+v", got)
 	}
@@ -260,7 +260,7 @@ func TestAlertJSON(t *testing.T) {
 	json.Unmarshal(b, &got)
 	want := []map[string]any{{"name": "VigilErrorRate", "rule": "error_rate", "state": "pending",
 		"labels": map[string]any{"alertname": "VigilErrorRate", "rule": "error_rate", "severity": "warning", "signal": "errors"},
-		"since":  c.t.Format(time.RFC3339), "value": 0.5, "threshold": 0.1}}
+		"since":  c.t.Format(time.RFC3339), "value": 0.5, "threshold": 0.1, "threshold_source": "fixed"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}

@@ -39,6 +39,12 @@ const (
 	// against its reference: the mean per-token KL(reference ‖ backend) of
 	// the shadow comparisons in the window, one series per backend.
 	RulePrecision = "precision_divergence"
+	// RuleErrorBudget is the error budget's burn rate over a window pair
+	// of the SLO (alerts.slo): the smaller of the long and the short
+	// window's burn rates, so that it is above the pair's burn factor (its
+	// Value.Fixed threshold) when both are. One series per window pair,
+	// told apart by the label "window" (e.g. "1h/5m"); one period fires.
+	RuleErrorBudget = "error_budget_burn"
 )
 
 // MinQuantileValues is the fewest values a window needs for its P95 to be
@@ -56,7 +62,7 @@ var DefaultFixed = map[string]float64{RulePerplexity: 3}
 // (the design's "±3σ for 5 minutes"): one period with it fires. Three
 // periods would be too late, not only slow: a rolling baseline takes in
 // the minutes after a lasting step, widens and swallows it.
-var DefaultConsecutive = map[string]int{RulePerplexity: 1}
+var DefaultConsecutive = map[string]int{RulePerplexity: 1, RuleErrorBudget: 1}
 
 // DefaultFloor are the least adaptive thresholds of the rules whose
 // values hover around zero: the PSI "watch" level for drift, a 5 % fall of
@@ -81,6 +87,7 @@ var rules = map[string]ruleInfo{
 	RuleErrorRate:      {"VigilErrorRate", "errors", "Error rate above its threshold"},
 	RulePerplexity:     {"VigilOutputDrift", "output", "Perplexity outside its baseline band"},
 	RulePrecision:      {"VigilPrecisionDivergence", "precision", "Precision divergence above its threshold"},
+	RuleErrorBudget:    {"VigilErrorBudgetBurn", "errors", "Error budget burning faster than its SLO allows"},
 }
 
 // info returns the description of rule; an unknown rule name is its own
@@ -107,7 +114,8 @@ type Signals struct {
 
 // Values maps one evaluation to the period values of the rules. A signal
 // whose state is "unknown" (too little data) or whose value is not finite
-// gives no value.
+// gives no value; the latency P95s need no verdict, only enough responses
+// (MinQuantileValues), so that they alert from the first minutes.
 func Values(s Signals) map[string]Value {
 	out := map[string]Value{}
 	put := func(rule string, v float64) {
@@ -115,16 +123,24 @@ func Values(s Signals) map[string]Value {
 			out[rule] = Value{V: v, Labels: s.Labels}
 		}
 	}
+	verdict := func(rule string, b bool) {
+		if v, ok := out[rule]; ok {
+			v.Verdict = &b
+			out[rule] = v
+		}
+	}
 	if d := s.Drift; d != nil && d.State != drift.StateUnknown {
 		put(RuleDrift, d.Score)
+		verdict(RuleDrift, d.State == drift.StateDrift)
 	}
 	if c := s.Confidence; c != nil && c.State != confidence.StateUnknown {
 		put(RuleConfidenceDrop, float64(c.Drop))
+		verdict(RuleConfidenceDrop, c.State == confidence.StateDecay)
 	}
 	if o := s.Output; o != nil && o.State != confidence.StateUnknown {
 		put(RulePerplexity, float64(o.Distance))
 	}
-	if l := s.Latency; l != nil && l.State != latency.StateUnknown {
+	if l := s.Latency; l != nil {
 		for rule, metric := range map[string]string{RuleTTFT: "ttft", RuleE2E: "e2e"} {
 			st := l.Metrics[metric]
 			if st.Count < MinQuantileValues {

@@ -180,13 +180,12 @@ type refAlt struct {
 
 // refResponse is what the reference decoder extracts from a response.
 type refResponse struct {
-	pos          []refPos
-	id, model    string
-	finish       string
-	output       *int
-	prompt       *int
-	choices      int
-	alternatives int // cap on alternatives read per position
+	pos       []refPos
+	id, model string
+	finish    string
+	output    *int
+	prompt    *int
+	choices   int
 }
 
 type refChatTop struct {

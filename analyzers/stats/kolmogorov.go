@@ -291,12 +291,13 @@ func kolmognPomeranz(n int, x float64) float64 {
 	V1[0] = 1
 	v0s, v1s := 0, 0
 	expnt := 0
-	j1, j2 := pomeranzJ1J2(0, n, ll, ceilf, roundf)
+	j1, _ := pomeranzJ1J2(0, n, ll, ceilf, roundf)
 	for i := 1; i < 2*n+2; i++ {
 		k1 := j1
 		V0, V1 = V1, V0
 		v0s, v1s = v1s, v0s
 		clear(V1)
+		var j2 int
 		j1, j2 = pomeranzJ1J2(i, n, ll, ceilf, roundf)
 		pwrs := onem2gpower
 		switch {

@@ -123,12 +123,10 @@ func New(pool *upstream.Pool, o Options) *Balancer {
 		b.floor = DefaultFloor
 	}
 	w := o.Weights
-	for _, s := range []weighted{
+	b.scorers = append(b.scorers, []weighted{
 		{cpuScorer{}, w.CPU}, {memScorer{}, w.Mem}, {gpuScorer{}, w.GPU}, {gpuMemScorer{}, w.GPUMem},
 		{queueScorer{}, w.Queue}, {kvCacheScorer{}, w.KVCache}, {latencyScorer{}, w.Latency}, {errorScorer{}, w.Errors},
-	} {
-		b.scorers = append(b.scorers, s)
-	}
+	}...)
 	states := make([]State, len(pool.Backends()))
 	for i, be := range pool.Backends() {
 		states[i] = State{Weight: be.Weight, Scores: unknownScores()}

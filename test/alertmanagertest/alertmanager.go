@@ -12,19 +12,12 @@
 package alertmanagertest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,7 +31,6 @@ const EnvBin = "VIGIL_ALERTMANAGER_BIN"
 // are safe for concurrent use.
 type Alertmanager struct {
 	url string
-	out *logBuffer
 }
 
 // config routes every alert to a receiver without integrations: the
@@ -65,74 +57,37 @@ func Start(t testing.TB) *Alertmanager {
 }
 
 func start(t testing.TB, bin string) (*Alertmanager, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := proctest.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := ports[0]
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "alertmanager.yml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	a := &Alertmanager{url: "http://" + addr, out: &logBuffer{max: 64 << 10}}
-	cmd := exec.Command(bin,
-		"--config.file="+cfg,
-		"--storage.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--cluster.listen-address=", // no gossip port: a single instance
-		"--log.level=warn")
-	cmd.Stdout, cmd.Stderr = a.out, a.out
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
+	a := &Alertmanager{url: "http://" + addr}
+	err = proctest.Run(t, proctest.Service{
+		Name: "alertmanager",
+		Path: bin,
+		Args: []string{
+			"--config.file=" + cfg,
+			"--storage.path=" + filepath.Join(dir, "data"),
+			"--web.listen-address=" + addr,
+			"--cluster.listen-address=", // no gossip port: a single instance
+			"--log.level=warn",
+		},
+		Ready: func() bool { return proctest.HTTPOK(a.url + "/-/ready") },
 		// Alertmanager sometimes takes seconds to stop after it has
 		// received alerts; its state is a temporary directory, so a
 		// short grace is enough.
-		case <-time.After(time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	if err := a.waitReady(exited, 30*time.Second); err != nil {
-		stop()
-		return nil, fmt.Errorf("%w\nalertmanager output:\n%s", err, a.out)
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("alertmanager output:\n%s", a.out)
-		}
+		StopGrace: time.Second,
 	})
-	return a, nil
-}
-
-func (a *Alertmanager) waitReady(exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-exited:
-			return errors.New("alertmanager exited before it was ready")
-		default:
-		}
-		if code, _, err := a.get("/-/ready"); err == nil && code == http.StatusOK {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("alertmanager not ready after %v", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err != nil {
+		return nil, err
 	}
+	return a, nil
 }
 
 func (a *Alertmanager) get(path string) (int, []byte, error) {
@@ -167,27 +122,4 @@ func (a *Alertmanager) Alerts(t testing.TB) []map[string]any {
 		t.Fatalf("alertmanagertest: GET /api/v2/alerts: %v", err)
 	}
 	return out
-}
-
-// logBuffer keeps the last max bytes of the process's output.
-type logBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Write(p)
-	if over := l.buf.Len() - l.max; over > 0 {
-		l.buf.Next(over)
-	}
-	return len(p), nil
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -11,7 +11,6 @@
 package jaegertest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,13 +19,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +37,6 @@ const EnvBin = "VIGIL_JAEGER_BIN"
 type Jaeger struct {
 	otlp  string // host:port of the OTLP/gRPC receiver
 	query string // base URL of the HTTP query API
-	out   *logBuffer
 }
 
 // JaegerSpan is a span as Jaeger's query API returns it.
@@ -132,7 +127,7 @@ exporters:
 `
 
 func start(t testing.TB, bin string) (*Jaeger, error) {
-	ports, err := freePorts(3)
+	ports, err := proctest.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -141,84 +136,32 @@ func start(t testing.TB, bin string) (*Jaeger, error) {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, config, queryHTTP, queryGRPC, otlp), 0o644); err != nil {
 		return nil, err
 	}
-
-	j := &Jaeger{otlp: otlp, query: "http://" + queryHTTP, out: &logBuffer{max: 64 << 10}}
-	cmd := exec.Command(bin, "--config", "file:"+cfg)
-	cmd.Stdout, cmd.Stderr = j.out, j.out
-	cmd.Env = withoutOTEL(os.Environ())
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-
-	if err := j.waitReady(exited, 30*time.Second); err != nil {
-		stop()
-		return nil, fmt.Errorf("%w\njaeger output:\n%s", err, j.out)
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("jaeger output:\n%s", j.out)
-		}
+	j := &Jaeger{otlp: otlp, query: "http://" + queryHTTP}
+	err = proctest.Run(t, proctest.Service{
+		Name:  "jaeger",
+		Path:  bin,
+		Args:  []string{"--config", "file:" + cfg},
+		Env:   withoutOTEL(os.Environ()),
+		Ready: j.ready,
 	})
+	if err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 
-// waitReady polls the query API and the OTLP port until both answer.
-func (j *Jaeger) waitReady(exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-exited:
-			return errors.New("jaeger exited before it was ready")
-		default:
-		}
-		if j.ready() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("jaeger not ready after %v", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
+// ready reports whether the OTLP port and the query API both answer.
 func (j *Jaeger) ready() bool {
 	c, err := net.DialTimeout("tcp", j.otlp, time.Second)
 	if err != nil {
 		return false
 	}
 	c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, j.query+"/api/services", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return proctest.HTTPOK(j.query + "/api/services")
 }
 
 // OTLPEndpoint returns host:port of the OTLP/gRPC receiver (plaintext).
 func (j *Jaeger) OTLPEndpoint() string { return j.otlp }
-
-// QueryURL returns the base URL of the HTTP query API.
-func (j *Jaeger) QueryURL() string { return j.query }
 
 // settle is how long a found trace must keep its span count before Trace
 // returns it: exporters send a trace's spans in more than one batch.
@@ -404,27 +347,6 @@ func tagValue(t apiTag) any {
 	return raw
 }
 
-// freePorts returns n distinct free 127.0.0.1 host:port pairs. They are
-// free when returned, not reserved; Start retries if Jaeger loses a race.
-func freePorts(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
 // withoutOTEL drops OTEL_* variables: they are meant for Vigil and would
 // configure Jaeger's own telemetry.
 func withoutOTEL(env []string) []string {
@@ -435,27 +357,4 @@ func withoutOTEL(env []string) []string {
 		}
 	}
 	return out
-}
-
-// logBuffer keeps the first max bytes of Jaeger's output; safe for
-// concurrent use (exec copies stdout and stderr from two goroutines).
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
