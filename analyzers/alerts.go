@@ -133,7 +133,10 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		case ok:
 			v.Labels = withLabel(p.gatewayLabels, "model", model)
 		case backend == "":
-			v.Labels = p.gatewayLabels
+			// Not a configured model's: no model label, which would make
+			// it the series of the one model every backend serves.
+			v.Labels = maps.Clone(p.gatewayLabels)
+			delete(v.Labels, "model")
 		default:
 			v.Labels = p.labelsOf(backend)
 		}
@@ -162,6 +165,22 @@ func gatewayValues(s *Signals) map[string]alert.Value {
 
 // Alerts lists the alerts for /admin/alerts.
 func (p *Pipeline) Alerts(context.Context) ([]alert.Alert, error) { return p.alerts.Alerts(), nil }
+
+// Notifications lists the newest notifications the alert engine handed on
+// (at most 200, oldest first) and what became of each, for
+// /admin/notifications.
+func (p *Pipeline) Notifications(context.Context) ([]alert.Delivery, error) {
+	return p.alerts.Deliveries(), nil
+}
+
+// NotificationsJSON is Notifications as JSON.
+func (p *Pipeline) NotificationsJSON(ctx context.Context) ([]byte, error) {
+	ds, err := p.Notifications(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(ds)
+}
 
 // AlertsJSON is Alerts as JSON, for GET /admin/alerts.
 func (p *Pipeline) AlertsJSON(ctx context.Context) ([]byte, error) {

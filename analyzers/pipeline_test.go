@@ -123,3 +123,99 @@ func TestGatewayLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayAnsweredErrors: requests the gateway answered itself (no
+// healthy backend) count in the error rate of their model, without a
+// backend label; unknown models (a client's error) count as no failure
+// and go to the series without a model.
+func TestGatewayAnsweredErrors(t *testing.T) {
+	cfg := config.Default()
+	cfg.Alerts.Consecutive = 1
+	p, err := New(Options{Config: cfg.Analyzers, Alerts: cfg.Alerts, Backends: []config.Backend{{Name: "a", Models: []string{"m"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		p.OnResponse(&exchange.Request{Operation: "chat", Model: "m", Start: time.Now()},
+			&exchange.Response{Status: 503, ErrorClass: exchange.ClassNoBackend})
+		p.OnResponse(&exchange.Request{Operation: "chat", Model: "nope", Start: time.Now()},
+			&exchange.Response{Status: 404, ErrorClass: exchange.ClassUnknownModel})
+	}
+	p.ObserveAlerts(t.Context())
+	var got []alert.Alert
+	for _, a := range p.alerts.Alerts() {
+		if a.Rule == alert.RuleErrorRate {
+			got = append(got, a)
+		}
+	}
+	if len(got) != 1 || got[0].Labels["model"] != "m" || got[0].Labels["backend"] != "" || got[0].State != alert.Firing ||
+		float64(got[0].Value) != 1 || got[0].ThresholdSource != alert.ColdStart {
+		t.Errorf("error-rate alerts %+v, want one firing for model m at 1 on the cold-start threshold", got)
+	}
+}
+
+// TestErrorBudgetBurn: with an SLO, a window pair fires when both its
+// windows burn the budget faster than its factor, and only then.
+func TestErrorBudgetBurn(t *testing.T) {
+	cfg := config.Default()
+	cfg.Alerts.SLO = config.SLO{ErrorRate: 0.99, Windows: []config.BurnWindow{
+		{Long: time.Hour, Short: 5 * time.Minute, Burn: 10, Severity: "critical"},
+	}}
+	now := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	p, err := New(Options{Config: cfg.Analyzers, Alerts: cfg.Alerts, Now: func() time.Time { return now },
+		Backends: []config.Backend{{Name: "a", Models: []string{"m"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// send n requests, failed of them failing, in the minute before now.
+	send := func(n, failed int) {
+		for i := range n {
+			resp := &exchange.Response{Status: 200}
+			if i < failed {
+				resp.Status, resp.ErrorClass = 500, exchange.ClassUpstream5xx
+			}
+			p.OnResponse(&exchange.Request{Operation: "chat", Model: "m", Backend: "a", Start: now.Add(-30 * time.Second)}, resp)
+		}
+	}
+	burning := func() *alert.Alert {
+		p.ObserveAlerts(t.Context())
+		for _, a := range p.alerts.Alerts() {
+			if a.Rule == alert.RuleErrorBudget && a.State == alert.Firing {
+				return &a
+			}
+		}
+		return nil
+	}
+	// 55 quiet minutes, then a burst of 50 % errors: the short window burns
+	// at 50/500/0.01 = 10×, the hour at 50/5600/0.01 ≈ 0.9× — no page.
+	for range 55 {
+		send(100, 0)
+		now = now.Add(time.Minute)
+	}
+	send(100, 50)
+	if a := burning(); a != nil {
+		t.Fatalf("a burst that barely dents the hour's budget fired: %+v", a)
+	}
+	// Twenty minutes at 20 %: the short window burns at 20×, the hour at
+	// (50 + 400)/6000/0.01 = 7.5× — still no page.
+	for range 20 {
+		now = now.Add(time.Minute)
+		send(100, 20)
+	}
+	if a := burning(); a != nil {
+		t.Fatalf("an hour burning at 7.5× fired at 10×: %+v", a)
+	}
+	// Twenty more: the hour burns at 850/6000/0.01 ≈ 14×, the short
+	// window at 20×: page.
+	for range 20 {
+		now = now.Add(time.Minute)
+		send(100, 20)
+	}
+	a := burning()
+	if a == nil {
+		t.Fatalf("no error-budget alert with both windows above 10×: %+v", p.alerts.Alerts())
+	}
+	if a.Labels["window"] != "1h/5m" || a.Labels["severity"] != "critical" || a.ThresholdSource != alert.Fixed || float64(a.Threshold) != 10 {
+		t.Errorf("error-budget alert %+v, want window 1h/5m, severity critical, fixed threshold 10", a)
+	}
+}

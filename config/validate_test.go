@@ -180,6 +180,17 @@ func TestValidate(t *testing.T) {
 			`analyzers.consecutive: must be >= 1, got 0`},
 		{"alert fixed rule", func(c *config.Config) { c.Alerts.Fixed = map[string]float64{"latency": 1} },
 			`alerts.fixed.latency: unknown rule (known: drift_score, confidence_drop, latency_ttft_p95, latency_e2e_p95, error_rate, perplexity_band, precision_divergence, error_budget_burn)`},
+		{"cold start error rate", func(c *config.Config) { c.Alerts.ColdStart.ErrorRate = 1 },
+			`alerts.cold_start.error_rate: must be in (0, 1), got 1`},
+		{"cold start latency factor", func(c *config.Config) { c.Alerts.ColdStart.LatencyFactor = 0.5 },
+			`alerts.cold_start.latency_factor: must be > 1, got 0.5`},
+		{"slo objective", func(c *config.Config) { c.Alerts.SLO.ErrorRate = 99.9 },
+			`alerts.slo.error_rate: must be in (0, 1) (e.g. 0.999), or 0 for no error-budget alerts, got 99.9`},
+		{"slo windows", func(c *config.Config) {
+			c.Alerts.SLO.ErrorRate = 0.9
+			c.Alerts.SLO.Windows = []config.BurnWindow{{Long: time.Minute, Short: time.Hour, Burn: 14.4, Severity: "page"}}
+		}, "alerts.slo.windows[0].short: must be shorter than long (1m0s), got 1h0m0s\n" +
+			"alerts.slo.windows[0].burn: 14.4 × the budget (1 − 0.9) is 100 % errors or more: such a window can never fire"},
 		{"backend tier unknown", func(c *config.Config) {
 			c.Alerts.Tiers = map[string]string{"gold": "critical", "bronze": "info"}
 			c.Backends[1].Tier = "silver"

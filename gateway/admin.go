@@ -32,6 +32,12 @@ type AlertsSource interface {
 	AlertsJSON(ctx context.Context) ([]byte, error)
 }
 
+// NotificationsSource gives the newest alert notifications and what
+// became of each, for GET /admin/notifications, as a JSON array.
+type NotificationsSource interface {
+	NotificationsJSON(ctx context.Context) ([]byte, error)
+}
+
 // Baseliner pins the current window as the drift reference (POST /admin/baseline).
 type Baseliner interface {
 	PinBaseline(ctx context.Context) error
@@ -171,6 +177,14 @@ func (s *Server) getAlerts(c *gin.Context) {
 		return
 	}
 	s.writeSource(c, s.alerts.AlertsJSON)
+}
+
+func (s *Server) getNotifications(c *gin.Context) {
+	if s.notifications == nil {
+		c.Data(http.StatusOK, "application/json; charset=utf-8", []byte("[]"))
+		return
+	}
+	s.writeSource(c, s.notifications.NotificationsJSON)
 }
 
 func (s *Server) writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {

@@ -105,11 +105,13 @@ func TestAdminRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := startGateway(t, []config.Backend{backend("a", a, "m1")}, func(c *config.Config) { c.Admin.Token = "s3cret" },
-		func(o *Options) { o.Observer, o.Signals, o.Alerts, o.Baseline, o.Feedback = p, p, p, p, p })
+		func(o *Options) {
+			o.Observer, o.Signals, o.Alerts, o.Notifications, o.Baseline, o.Feedback = p, p, p, p, p, p
+		})
 	post(t, gw.URL+"/v1/embeddings", `{"model":"m1","input":"x"}`)
 	waitFor(t, "the prompt to reach the drift window", func() bool { return p.Evaluate().Window.Requests == 1 })
 
-	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts"} {
+	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts", "/admin/notifications"} {
 		if code, _ := get(t, gw.URL+path); code != 401 {
 			t.Errorf("%s without token: %d, want 401", path, code)
 		}
@@ -149,8 +151,10 @@ func TestAdminRoutes(t *testing.T) {
 	if got := string(all["precision"]); got != `{"state":"unknown"}` {
 		t.Errorf("/admin/signals precision = %s, want {\"state\":\"unknown\"}", got)
 	}
-	if code, body := get(t, gw.URL+"/admin/alerts", auth...); code != 200 || strings.TrimSpace(string(body)) != "[]" {
-		t.Errorf("/admin/alerts: %d %s", code, body)
+	for _, path := range []string{"/admin/alerts", "/admin/notifications"} {
+		if code, body := get(t, gw.URL+path, auth...); code != 200 || strings.TrimSpace(string(body)) != "[]" {
+			t.Errorf("%s: %d %s", path, code, body)
+		}
 	}
 	if code, _ := get(t, gw.URL+"/healthz"); code != 200 {
 		t.Errorf("/healthz: %d", code)

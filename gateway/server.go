@@ -45,12 +45,14 @@ type Options struct {
 	// Observer receives requests, SSE events and responses off the request
 	// path. Nil: nothing observes.
 	Observer Observer
-	// Signals, Alerts, Baseline and Feedback back the admin and feedback
-	// routes. Nil: built-in placeholders (see admin.go).
-	Signals  SignalsSource
-	Alerts   AlertsSource
-	Baseline Baseliner
-	Feedback FeedbackSink
+	// Signals, Alerts, Notifications, Baseline and Feedback back the admin
+	// and feedback routes. Nil: /admin/signals, /admin/baseline and
+	// /v1/feedback answer 501, the lists are empty.
+	Signals       SignalsSource
+	Alerts        AlertsSource
+	Notifications NotificationsSource
+	Baseline      Baseliner
+	Feedback      FeedbackSink
 	// Tracer makes the request's spans and Propagator carries the trace
 	// context in and out. Nil: spans with real ids that are never recorded,
 	// and W3C tracecontext + baggage.
@@ -96,10 +98,11 @@ type Server struct {
 	cache     *responseCache // nil when cache.enabled is false
 	shadow    *shadower      // nil when no backend is shadow-compared
 
-	signals  SignalsSource
-	alerts   AlertsSource
-	baseline Baseliner
-	feedback FeedbackSink
+	signals       SignalsSource
+	alerts        AlertsSource
+	notifications NotificationsSource
+	baseline      Baseliner
+	feedback      FeedbackSink
 }
 
 // New builds a gateway from opts.
@@ -116,7 +119,7 @@ func New(opts Options) (*Server, error) {
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
-		signals: opts.Signals, alerts: opts.Alerts, baseline: opts.Baseline, feedback: opts.Feedback,
+		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, baseline: opts.Baseline, feedback: opts.Feedback,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -234,6 +237,7 @@ func (s *Server) routes() *gin.Engine {
 	admin.GET("/backends", s.getBackends)
 	admin.GET("/signals", s.getSignals)
 	admin.GET("/alerts", s.getAlerts)
+	admin.GET("/notifications", s.getNotifications)
 	admin.POST("/baseline", s.postBaseline)
 	other := s.proxyRoute(exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {

@@ -201,6 +201,7 @@ type Engine struct {
 
 	snapshot                          atomic.Pointer[[]Alert]
 	thresholds                        atomic.Pointer[[]Threshold]
+	deliveries                        deliveryLog
 	sent, failed, dropped, storeFails atomic.Int64
 }
 
@@ -219,6 +220,16 @@ type series struct {
 	value    float64
 	thresh   float64
 	source   ThresholdSource
+	// held are the values of the current pending run, kept out of the
+	// history until the run is known: noise (it ends before firing) joins
+	// the history late, an incident (it fires) never does.
+	held []heldValue
+}
+
+// heldValue is a period value waiting for its run's outcome.
+type heldValue struct {
+	p int64
+	v float64
 }
 
 // Option configures an Engine.
@@ -315,13 +326,20 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 	e.publish()
 	// The lease is renewed every period, not only when there is news, so
 	// that the sender stays the same replica.
-	if e.notifier == nil || !e.leads(ctx) || len(out) == 0 {
+	if e.notifier == nil {
+		if len(out) > 0 {
+			e.deliveries.add(now, out, OutcomeNoReceiver, nil)
+		}
+		return nil
+	}
+	if !e.leads(ctx) || len(out) == 0 {
 		return nil
 	}
 	select {
 	case e.queue <- out:
 	default:
 		e.dropped.Add(int64(len(out)))
+		e.deliveries.add(now, out, OutcomeDropped, nil)
 		e.log.Warn("alert queue full: notifications dropped", "alerts", len(out))
 	}
 	return out
@@ -372,9 +390,20 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		(s.source != ColdStart || val.Verdict == nil || *val.Verdict)
 	// Only periods inside the threshold join the history the threshold is
 	// computed from: an incident must not become its own P95 and resolve
-	// itself while it lasts (issue 13). They are still shown (Alert.Value).
+	// itself while it lasts (issue 13). Breaching periods are still shown
+	// (Alert.Value). A pending run that ends without firing was noise: its
+	// values join the history then, or the history would lose its upper
+	// tail and its P95 sink below the series' own (seed 14 of the
+	// stationary week fired drift_score five times that way).
 	if !breach {
-		s.hist.add(p, v, max(int(e.cfg.History/e.cfg.Period), 1))
+		capacity := max(int(e.cfg.History/e.cfg.Period), 1)
+		if s.state == Pending {
+			for _, h := range s.held {
+				s.hist.add(h.p, h.v, capacity)
+			}
+		}
+		s.held = s.held[:0]
+		s.hist.add(p, v, capacity)
 		e.save(ctx, s)
 	}
 
@@ -403,8 +432,10 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 	s.streak++
 	if s.streak < e.consecutive(s.rule) {
 		set(Pending)
+		s.held = append(s.held, heldValue{p, v})
 		return Notification{}, false
 	}
+	s.held = s.held[:0] // an incident: never learnt
 	if !s.notified.IsZero() && now.Sub(s.notified) < e.cfg.Silence {
 		switch {
 		case !s.notified.Before(s.started):
@@ -656,8 +687,10 @@ func (e *Engine) send(ctx context.Context, b []Notification) {
 	defer cancel()
 	if err := e.notifier.Notify(ctx, b); err != nil {
 		e.failed.Add(int64(len(b)))
+		e.deliveries.add(e.now(), b, OutcomeFailed, err)
 		e.log.Warn("alert notification failed", "alerts", len(b), "err", err)
 		return
 	}
 	e.sent.Add(int64(len(b)))
+	e.deliveries.add(e.now(), b, OutcomeSent, nil)
 }

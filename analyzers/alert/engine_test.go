@@ -695,3 +695,18 @@ func TestColdStartVerdict(t *testing.T) {
 		t.Errorf("drift verdict on a new deployment: %d notifications, alerts %+v; want one firing on the cold-start floor", firing, a)
 	}
 }
+
+// TestPendingNoiseIsLearnt: a pending run that ends before firing was
+// noise and joins the history (late); a run that fires never does.
+func TestPendingNoiseIsLearnt(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleE2E, append(repeat(100, 12), 1000, 100)...)
+	s := e.seriesOf(RuleE2E, map[string]string{"backend": "a", "model": "m"})
+	if d := cmp.Diff(append(repeat(100, 12), 1000, 100), s.hist.values); d != "" {
+		t.Errorf("history after a one-period blip (-want +got):\n%s", d)
+	}
+	feed(e, c, RuleE2E, 5000, 5000, 5000, 5000, 100)
+	if d := cmp.Diff(append(repeat(100, 12), 1000, 100, 100), s.hist.values); d != "" {
+		t.Errorf("history after an incident that fired (-want +got):\n%s", d)
+	}
+}

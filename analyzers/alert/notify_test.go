@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -158,6 +159,31 @@ func TestRunDelivers(t *testing.T) {
 	<-done
 	if rec.count() != 1 || e.Stats().Sent != 1 {
 		t.Fatalf("delivered %d, stats %+v; want 1", rec.count(), e.Stats())
+	}
+	if d := e.Deliveries(); len(d) != 1 || d[0].Outcome != OutcomeSent || d[0].Name != "VigilErrorRate" || d[0].Resolved {
+		t.Errorf("deliveries %+v, want one firing VigilErrorRate sent", d)
+	}
+}
+
+// TestDeliveriesListed: what the engine hands on is listed with its
+// outcome, also without a receiver, and the list is bounded.
+func TestDeliveriesListed(t *testing.T) {
+	c := &clock{t: t0}
+	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, nil, quiet)
+	if d := e.Deliveries(); d == nil || len(d) != 0 {
+		t.Fatalf("deliveries before any: %#v, want an empty list", d)
+	}
+	fire(e, c, nil)
+	e.Observe(context.Background(), map[string]Value{RuleErrorRate: {V: 0}})
+	d := e.Deliveries()
+	if len(d) != 2 || d[0].Outcome != OutcomeNoReceiver || d[0].Resolved || !d[1].Resolved {
+		t.Fatalf("deliveries %+v, want a firing and a resolution, no receiver", d)
+	}
+	for i := range maxDeliveries {
+		fire(e, c, map[string]string{"backend": fmt.Sprint(i)})
+	}
+	if n := len(e.Deliveries()); n != maxDeliveries {
+		t.Errorf("%d deliveries kept, want %d", n, maxDeliveries)
 	}
 }
 

@@ -143,7 +143,7 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
 		Tracer: a.tracing.Tracer(), Propagator: a.tracing.Propagator(),
-		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Shadow: p,
+		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Notifications: p, Shadow: p,
 	}
 	if weights != nil {
 		gopts.WeightStore = weights
