@@ -117,7 +117,7 @@ func (p *Pipeline) labelsOf(backend string) map[string]string {
 // configured model, and one without a model for the others; precision one
 // per compared backend; the SLO one per window pair.
 func (p *Pipeline) ObserveAlerts(ctx context.Context) {
-	s := p.Evaluate()
+	s := p.peek()
 	var values []alert.Value
 	for rule, v := range gatewayValues(s) {
 		v.Rule, v.Labels = rule, p.gatewayLabels

@@ -42,7 +42,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.Flush(fctx)
 			return nil
 		case <-t.C:
-			p.Evaluate()
+			p.record(ctx, p.Evaluate())
 		case <-at.C:
 			p.ObserveAlerts(ctx)
 		}
@@ -57,19 +57,34 @@ func (p *Pipeline) Flush(ctx context.Context) {
 }
 
 // Evaluate runs one evaluation of every signal now, publishes it and
-// returns it.
-func (p *Pipeline) Evaluate() *Signals {
+// returns it. It counts towards the signals' alarm streaks
+// (analyzers.consecutive): Run calls it every analyzers.interval.
+func (p *Pipeline) Evaluate() *Signals { return p.evaluate(true) }
+
+// peek evaluates like Evaluate without counting towards the alarm streaks:
+// for reads between two evaluations (the admin API, alert periods).
+func (p *Pipeline) peek() *Signals { return p.evaluate(false) }
+
+func (p *Pipeline) evaluate(advance bool) *Signals {
 	now := p.now()
 	s := &Signals{Evaluated: now.UTC(), Thresholds: p.alerts.Thresholds()}
 	s.Window = Window{Start: now.UTC(), End: now.UTC()}
 	if p.drift != nil {
-		res := p.drift.Evaluate(now)
+		eval := p.drift.Peek
+		if advance {
+			eval = p.drift.Evaluate
+		}
+		res := eval(now)
 		s.Drift = &res
 		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
 		p.m.publishDrift(&res)
 	}
 	if p.conf != nil {
-		d, o := p.conf.Evaluate(now)
+		eval := p.conf.Peek
+		if advance {
+			eval = p.conf.Evaluate
+		}
+		d, o := eval(now)
 		if p.cfg.Confidence.Enabled {
 			rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
 			s.Confidence = &Confidence{Decay: d, Calibration: rep}
@@ -81,12 +96,20 @@ func (p *Pipeline) Evaluate() *Signals {
 		}
 	}
 	if p.lat != nil {
-		l := p.lat.Evaluate(now)
+		eval := p.lat.Peek
+		if advance {
+			eval = p.lat.Evaluate
+		}
+		l := eval(now)
 		s.Latency = &l
 		p.m.publishLatency(&l)
 	}
 	if p.prec != nil {
-		r := p.prec.Evaluate(now)
+		eval := p.prec.Peek
+		if advance {
+			eval = p.prec.Evaluate
+		}
+		r := eval(now)
 		s.Precision = &r
 		p.m.publishPrecision(&r)
 	}
@@ -179,12 +202,18 @@ type Window struct {
 	Requests int64     `json:"requests"`
 }
 
-// Signals returns the latest evaluation (evaluating now if none ran yet).
+// signalsMaxAge is how old an evaluation Signals may return: the admin
+// API reflects traffic within about a second, whatever
+// analyzers.interval is.
+const signalsMaxAge = time.Second
+
+// Signals returns the latest evaluation if it is under a second old, else
+// evaluates now (without counting towards the alarm streaks).
 func (p *Pipeline) Signals(context.Context) (*Signals, error) {
-	if s := p.last.Load(); s != nil {
+	if s := p.last.Load(); s != nil && p.now().Sub(s.Evaluated) < signalsMaxAge {
 		return s, nil
 	}
-	return p.Evaluate(), nil
+	return p.peek(), nil
 }
 
 // SignalsJSON is Signals as JSON, for GET /admin/signals.

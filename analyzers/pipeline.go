@@ -46,6 +46,10 @@ type Options struct {
 	// With Sharing, one replica at a time sends (a lease in the store).
 	Alerts   config.Alerts
 	Notifier alert.Notifier
+	// BackendStates, when set, tells the backends' state as the gateway
+	// sees it, for the history (cmd/vigil wires the gateway's). Nil:
+	// the history has no backends.
+	BackendStates func() []exchange.BackendState
 	// Backends are the gateway's backends: those with a reference are
 	// shadow-compared (signal 5), and per-backend alerts carry their name,
 	// their model (when they serve exactly one) and their tier's severity.
@@ -61,19 +65,22 @@ const maxOpen = 8192
 // by one goroutine (the gateway's dispatcher); Run, Evaluate, Signals,
 // PinBaseline and Feedback may be called concurrently with them.
 type Pipeline struct {
-	cfg         config.Analyzers
-	log         *slog.Logger
-	now         func() time.Time
-	drift       *drift.Monitor      // nil when disabled
-	conf        *confidence.Monitor // nil when both confidence and output are disabled
-	lat         *latency.Monitor    // nil when disabled
-	prec        *precision.Monitor  // nil when disabled or no backend has a reference
-	calib       *feedback           // nil when confidence is disabled
-	tracer      trace.Tracer        // nil: no postprocess spans
-	share       *sharer             // nil without Sharing
-	alerts      *alert.Engine
-	alertPeriod time.Duration
-	m           *metrics
+	cfg    config.Analyzers
+	log    *slog.Logger
+	now    func() time.Time
+	drift  *drift.Monitor      // nil when disabled
+	conf   *confidence.Monitor // nil when both confidence and output are disabled
+	lat    *latency.Monitor    // nil when disabled
+	prec   *precision.Monitor  // nil when disabled or no backend has a reference
+	calib  *feedback           // nil when confidence is disabled
+	tracer trace.Tracer        // nil: no postprocess spans
+	share  *sharer             // nil without Sharing
+	alerts *alert.Engine
+	hist   *history
+	// backendStates is Options.BackendStates.
+	backendStates func() []exchange.BackendState
+	alertPeriod   time.Duration
+	m             *metrics
 
 	// Requests and failures by backend (or by model, for requests the
 	// gateway answered itself), for the error rates and the SLO.
@@ -189,6 +196,11 @@ func New(o Options) (*Pipeline, error) {
 		p.share.calib = p.calib
 	}
 	p.alerts = p.newAlerts(o, reg)
+	p.hist = newHistory(c.Interval)
+	p.backendStates = o.BackendStates
+	if p.share != nil {
+		p.share.hist = p.hist
+	}
 	return p, nil
 }
 

@@ -61,7 +61,9 @@ type sharer struct {
 	pinned time.Time
 	onPin  func(time.Time)
 	// calib, when set, shares calibration: remembered responses and labels.
-	calib   *feedback
+	calib *feedback
+	// hist, when set, shares the history's new points.
+	hist    *history
 	failing bool
 	warned  atomic.Int64 // unix seconds of the last warning
 }
@@ -136,6 +138,9 @@ func (s *sharer) flush(ctx context.Context) {
 	s.importRemote(batches)
 	if failed == nil {
 		failed = s.syncBaseline(ctx)
+	}
+	if failed == nil && s.hist != nil {
+		failed = s.hist.share(ctx, s.cfg.Store, s.cfg.Replica, seq)
 	}
 	if failed == nil && s.calib != nil {
 		// The other replicas' labels change slowly: read them every tenth flush.

@@ -124,3 +124,20 @@ type Shadow struct {
 // ErrUnknownResponse is what feedback about a response id that is not (or
 // no longer) remembered fails with.
 var ErrUnknownResponse = errors.New("unknown response id")
+
+// BackendState is a backend as the gateway sees it at one moment: the
+// balancer's weight and load, health and the gateway's own observations.
+// The analyzers keep it in their history. Nil pointers are unknown.
+type BackendState struct {
+	Name     string  `json:"name"`
+	Healthy  bool    `json:"healthy"`
+	Weight   float64 `json:"weight"`
+	Inflight int64   `json:"inflight"`
+	// Load holds the fresh load signals in [0, 1] (cpu, mem, gpu,
+	// gpu_mem, queue, kv_cache).
+	Load map[string]float64 `json:"load"`
+	// ErrorRate is the EWMA of the share of failed attempts; TTFBMs the
+	// EWMA of the time to the first response byte.
+	ErrorRate *float64 `json:"error_rate"`
+	TTFBMs    *float64 `json:"ttfb_ms"`
+}

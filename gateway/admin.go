@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,12 @@ type AlertsSource interface {
 // became of each, for GET /admin/notifications, as a JSON array.
 type NotificationsSource interface {
 	NotificationsJSON(ctx context.Context) ([]byte, error)
+}
+
+// HistorySource gives the evaluations since since, at most one per step,
+// for GET /admin/history, as JSON.
+type HistorySource interface {
+	HistoryJSON(ctx context.Context, since time.Time, step time.Duration) ([]byte, error)
 }
 
 // Baseliner pins the current window as the drift reference (POST /admin/baseline).
@@ -132,18 +139,9 @@ func (s *Server) getBackends(c *gin.Context) {
 			Load: map[string]float64{}, LoadBlend: st.Load, WeightShared: st.Shared,
 			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
 		}
-		for _, sig := range []balance.Signal{balance.CPU, balance.Mem, balance.GPU, balance.GPUMem, balance.Queue, balance.KVCache} {
-			if v := st.Scores[sig]; !math.IsNaN(v) {
-				j.Load[sig.String()] = v
-			}
-		}
+		j.Load = loadOf(st)
 		j.Observed.Latency, j.Observed.Errors = known(st.Scores[balance.Latency]), known(st.Scores[balance.Errors])
-		if v, at := b.Latency(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
-			j.Observed.TTFBMs = known(v * 1000)
-		}
-		if v, at := b.ErrorRate(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
-			j.Observed.ErrorRate = known(v)
-		}
+		j.Observed.TTFBMs, j.Observed.ErrorRate = observed(b, now, staleAfter)
 		if !math.IsNaN(st.Waiting) || !math.IsNaN(st.Running) {
 			j.Requests = &requestsJSON{Waiting: zeroNaN(st.Waiting), Running: zeroNaN(st.Running)}
 		}
@@ -154,6 +152,74 @@ func (s *Server) getBackends(c *gin.Context) {
 		out = append(out, j)
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// loadOf is a backend's fresh load signals in [0, 1], by name.
+func loadOf(st *balance.State) map[string]float64 {
+	load := map[string]float64{}
+	for _, sig := range []balance.Signal{balance.CPU, balance.Mem, balance.GPU, balance.GPUMem, balance.Queue, balance.KVCache} {
+		if v := st.Scores[sig]; !math.IsNaN(v) {
+			load[sig.String()] = v
+		}
+	}
+	return load
+}
+
+// observed is what the gateway measured of b (the EWMAs of the time to
+// the first byte, in ms, and of the error rate), nil when unknown or
+// older than staleAfter.
+func observed(b *upstream.Backend, now time.Time, staleAfter time.Duration) (ttfbMs, errorRate *float64) {
+	if v, at := b.Latency(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
+		ms := v * 1000
+		ttfbMs = &ms
+	}
+	if v, at := b.ErrorRate(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
+		errorRate = &v
+	}
+	return ttfbMs, errorRate
+}
+
+// BackendStates returns the backends as the gateway sees them now, for the
+// analyzers' history. Safe for concurrent use.
+func (s *Server) BackendStates() []exchange.BackendState {
+	snap := s.balancer.Snapshot()
+	now := time.Now()
+	out := make([]exchange.BackendState, 0, len(s.pool.Backends()))
+	for i, b := range s.pool.Backends() {
+		st := &snap.Backends[i]
+		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(), Load: loadOf(st)}
+		bs.TTFBMs, bs.ErrorRate = observed(b, now, s.cfg.Balancer.StaleAfter)
+		out = append(out, bs)
+	}
+	return out
+}
+
+func (s *Server) getHistory(c *gin.Context) {
+	if s.history == nil {
+		writeError(c.Writer, notEnabled("signal history"))
+		return
+	}
+	now := time.Now()
+	since, step := now.Add(-time.Hour), time.Duration(0)
+	if v := c.Query("since"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			since = now.Add(-d)
+		} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			since = t
+		} else {
+			writeError(c.Writer, badRequest(`since: want an RFC 3339 time or a duration ago such as "15m", got `+strconv.Quote(v)))
+			return
+		}
+	}
+	if v := c.Query("step"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(c.Writer, badRequest(`step: want a duration such as "10s", got `+strconv.Quote(v)))
+			return
+		}
+		step = d
+	}
+	s.writeSource(c, func(ctx context.Context) ([]byte, error) { return s.history.HistoryJSON(ctx, since, step) })
 }
 
 func zeroNaN(v float64) float64 {

@@ -45,12 +45,13 @@ type Options struct {
 	// Observer receives requests, SSE events and responses off the request
 	// path. Nil: nothing observes.
 	Observer Observer
-	// Signals, Alerts, Notifications, Baseline and Feedback back the admin
+	// Signals, Alerts, Notifications, History, Baseline and Feedback back the admin
 	// and feedback routes. Nil: /admin/signals, /admin/baseline and
 	// /v1/feedback answer 501, the lists are empty.
 	Signals       SignalsSource
 	Alerts        AlertsSource
 	Notifications NotificationsSource
+	History       HistorySource
 	Baseline      Baseliner
 	Feedback      FeedbackSink
 	// Tracer makes the request's spans and Propagator carries the trace
@@ -101,6 +102,7 @@ type Server struct {
 	signals       SignalsSource
 	alerts        AlertsSource
 	notifications NotificationsSource
+	history       HistorySource
 	baseline      Baseliner
 	feedback      FeedbackSink
 }
@@ -119,7 +121,7 @@ func New(opts Options) (*Server, error) {
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
-		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, baseline: opts.Baseline, feedback: opts.Feedback,
+		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, baseline: opts.Baseline, feedback: opts.Feedback,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -238,6 +240,7 @@ func (s *Server) routes() *gin.Engine {
 	admin.GET("/signals", s.getSignals)
 	admin.GET("/alerts", s.getAlerts)
 	admin.GET("/notifications", s.getNotifications)
+	admin.GET("/history", s.getHistory)
 	admin.POST("/baseline", s.postBaseline)
 	other := s.proxyRoute(exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {

@@ -125,8 +125,11 @@ type Decay struct {
 
 // Output is the output-drift result.
 type Output struct {
-	State        string    `json:"state"`
-	Perplexity   stats.Num `json:"perplexity"` // latest complete minute's mean
+	State      string    `json:"state"`
+	Perplexity stats.Num `json:"perplexity"` // latest complete minute's mean
+	// Current is the mean perplexity of the minute in progress. Both are
+	// reported whether or not the baseline exists yet.
+	Current      stats.Num `json:"current_perplexity"`
 	BaselineMean stats.Num `json:"baseline_mean"`
 	BaselineStd  stats.Num `json:"baseline_std"`
 	// Minutes is how many consecutive complete minutes, newest first, lie
@@ -141,7 +144,15 @@ type Output struct {
 }
 
 // Evaluate computes both signals as of now.
-func (m *Monitor) Evaluate(now time.Time) (Decay, Output) {
+func (m *Monitor) Evaluate(now time.Time) (Decay, Output) { return m.evaluate(now, true) }
+
+// Peek is Evaluate without counting the evaluation: the alarm streak
+// (analyzers.consecutive evaluations in a row) neither grows nor resets,
+// so that reading the signals more often than analyzers.interval (the
+// admin API, evaluating on read) does not change when they alarm.
+func (m *Monitor) Peek(now time.Time) (Decay, Output) { return m.evaluate(now, false) }
+
+func (m *Monitor) evaluate(now time.Time, advance bool) (Decay, Output) {
 	m.mu.Lock()
 	view, _ := m.buckets.View()
 	cur, _, ref, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
@@ -181,14 +192,16 @@ func (m *Monitor) Evaluate(now time.Time) (Decay, Output) {
 	d.PValue, d.LowPValue = stats.Num(p), stats.Num(pLow)
 
 	m.mu.Lock()
-	if decayed {
-		m.streak++
-	} else {
-		m.streak = 0
+	if advance {
+		if decayed {
+			m.streak++
+		} else {
+			m.streak = 0
+		}
 	}
 	d.Streak = m.streak
 	m.mu.Unlock()
-	if d.Streak >= m.cfg.Consecutive {
+	if d.Streak >= m.cfg.Consecutive && d.State != StateUnknown {
 		d.State = StateDecay
 	}
 	return d, out
@@ -232,14 +245,9 @@ func (m *Monitor) output(now time.Time) Output {
 	if m.band != nil {
 		b = *m.band
 	}
-	o := Output{BaselineMean: stats.Num(b.mean), BaselineStd: stats.Num(b.std), BaselineMinutes: b.minutes, Perplexity: stats.Num(math.NaN())}
-	if b.minutes < m.cfg.Output.MinBaselineMinutes || math.IsNaN(b.std) {
-		o.State = StateUnknown
-		return o
-	}
-	o.State = StateOK
-	// Per-minute means of the complete minutes, newest first; a minute
-	// without responses ends the run.
+	o := Output{BaselineMean: stats.Num(b.mean), BaselineStd: stats.Num(b.std), BaselineMinutes: b.minutes,
+		Perplexity: stats.Num(math.NaN()), Current: stats.Num(math.NaN())}
+	// Per-minute means, the minute in progress included.
 	means := map[time.Time]float64{}
 	minutes, _ := m.minutes.View()
 	for t, mm := range minutes.All() {
@@ -248,6 +256,19 @@ func (m *Monitor) output(now time.Time) Output {
 		}
 	}
 	last := m.minutes.Start(now)
+	if v, ok := means[last]; ok {
+		o.Current = stats.Num(v)
+	}
+	if v, ok := means[last.Add(-time.Minute)]; ok {
+		o.Perplexity = stats.Num(v)
+	}
+	if b.minutes < m.cfg.Output.MinBaselineMinutes || math.IsNaN(b.std) {
+		o.State = StateUnknown
+		return o
+	}
+	o.State = StateOK
+	// The complete minutes, newest first, are tested; a minute without
+	// responses ends the run.
 	// A perfectly steady baseline would make any wobble an alarm: the band
 	// is at least ±0.1% of the mean wide.
 	std := max(b.std, 1e-3*b.mean)
@@ -255,9 +276,6 @@ func (m *Monitor) output(now time.Time) Output {
 	dist := math.Inf(1)
 	for i := 1; i <= m.cfg.Output.Minutes; i++ {
 		v, ok := means[last.Add(-time.Duration(i)*time.Minute)]
-		if i == 1 && ok {
-			o.Perplexity = stats.Num(v)
-		}
 		if !ok {
 			dist = 0
 			break

@@ -257,7 +257,15 @@ func (m *Monitor) Last() Result {
 
 // Evaluate compares the current window with the reference as of now,
 // records the result as Last and returns it.
-func (m *Monitor) Evaluate(now time.Time) Result {
+func (m *Monitor) Evaluate(now time.Time) Result { return m.evaluate(now, true) }
+
+// Peek is Evaluate without counting the evaluation: the alarm streak
+// (analyzers.consecutive evaluations in a row) neither grows nor resets,
+// so that reading the signals more often than analyzers.interval (the
+// admin API, evaluating on read) does not change when they alarm.
+func (m *Monitor) Peek(now time.Time) Result { return m.evaluate(now, false) }
+
+func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	m.mu.Lock()
 	cur, curStart := m.current(now)
 	ref, key := m.reference(curStart)
@@ -284,16 +292,20 @@ func (m *Monitor) Evaluate(now time.Time) Result {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if drifted {
-		m.streak++
-	} else {
-		m.streak = 0
+	if advance {
+		if drifted {
+			m.streak++
+		} else {
+			m.streak = 0
+		}
 	}
 	res.Streak = m.streak
-	if m.streak >= m.cfg.Consecutive {
+	if m.streak >= m.cfg.Consecutive && res.State != StateUnknown {
 		res.State = StateDrift
 	}
-	m.last = res
+	if advance {
+		m.last = res
+	}
 	return res
 }
 

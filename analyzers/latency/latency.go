@@ -238,7 +238,15 @@ type Result struct {
 
 // Evaluate computes the signal as of now and refreshes the anomaly limits
 // from the reference.
-func (m *Monitor) Evaluate(now time.Time) Result {
+func (m *Monitor) Evaluate(now time.Time) Result { return m.evaluate(now, true) }
+
+// Peek is Evaluate without counting the evaluation: the alarm streak
+// (analyzers.consecutive evaluations in a row) neither grows nor resets,
+// so that reading the signals more often than analyzers.interval (the
+// admin API, evaluating on read) does not change when they alarm.
+func (m *Monitor) Peek(now time.Time) Result { return m.evaluate(now, false) }
+
+func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	m.mu.Lock()
 	view, _ := m.buckets.View()
 	cur, _, ref, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
@@ -296,13 +304,15 @@ func (m *Monitor) Evaluate(now time.Time) Result {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if anomalous {
-		m.streak++
-	} else {
-		m.streak = 0
+	if advance {
+		if anomalous {
+			m.streak++
+		} else {
+			m.streak = 0
+		}
 	}
 	res.Streak = m.streak
-	if m.streak >= m.cfg.Consecutive {
+	if m.streak >= m.cfg.Consecutive && res.State != StateUnknown {
 		res.State = StateAnomalous
 	}
 	return res

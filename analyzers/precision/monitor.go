@@ -144,7 +144,15 @@ type Result struct {
 // evaluations in a row whose mean KL is above precision.max_kl or whose
 // top-1 agreement is below precision.min_top1_agreement, with at least
 // precision.min_tokens compared tokens.
-func (m *Monitor) Evaluate(now time.Time) Result {
+func (m *Monitor) Evaluate(now time.Time) Result { return m.evaluate(now, true) }
+
+// Peek is Evaluate without counting the evaluation: the alarm streak
+// (analyzers.consecutive evaluations in a row) neither grows nor resets,
+// so that reading the signals more often than analyzers.interval (the
+// admin API, evaluating on read) does not change when they alarm.
+func (m *Monitor) Peek(now time.Time) Result { return m.evaluate(now, false) }
+
+func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	pc := m.cfg.Precision
 	res := Result{State: StateUnknown, Pairs: []PairResult{}}
 	m.mu.Lock()
@@ -170,9 +178,11 @@ func (m *Monitor) Evaluate(now time.Time) Result {
 		}
 		if pr.Tokens >= int64(pc.MinTokens) {
 			pr.State = StateOK
-			if float64(pr.KL) > pc.MaxKL || float64(pr.Top1Agreement) < pc.MinTop1Agreement {
+			switch {
+			case !advance:
+			case float64(pr.KL) > pc.MaxKL || float64(pr.Top1Agreement) < pc.MinTop1Agreement:
 				m.streak[p]++
-			} else {
+			default:
 				m.streak[p] = 0
 			}
 			if m.streak[p] >= m.cfg.Consecutive {

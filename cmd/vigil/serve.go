@@ -20,6 +20,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway"
 	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/tracing"
@@ -136,6 +137,9 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 	if len(notifiers) > 0 {
 		ao.Notifier = notifiers
 	}
+	// The history records the backends as the gateway sees them; the
+	// gateway is built next, before anything runs.
+	ao.BackendStates = func() []exchange.BackendState { return a.gw.BackendStates() }
 	if a.pipeline, err = analyzers.New(ao); err != nil {
 		return nil, err
 	}
@@ -143,7 +147,7 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
 		Tracer: a.tracing.Tracer(), Propagator: a.tracing.Propagator(),
-		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Notifications: p, Shadow: p,
+		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Notifications: p, History: p, Shadow: p,
 	}
 	if weights != nil {
 		gopts.WeightStore = weights
