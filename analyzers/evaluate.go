@@ -65,26 +65,26 @@ func (p *Pipeline) Evaluate() *Signals { return p.evaluate(true) }
 // for reads between two evaluations (the admin API, alert periods).
 func (p *Pipeline) peek() *Signals { return p.evaluate(false) }
 
+// pick returns evaluate when advance, else peek.
+func pick[F any](advance bool, evaluate, peek F) F {
+	if advance {
+		return evaluate
+	}
+	return peek
+}
+
 func (p *Pipeline) evaluate(advance bool) *Signals {
 	now := p.now()
 	s := &Signals{Evaluated: now.UTC(), Thresholds: p.alerts.Thresholds()}
 	s.Window = Window{Start: now.UTC(), End: now.UTC()}
 	if p.drift != nil {
-		eval := p.drift.Peek
-		if advance {
-			eval = p.drift.Evaluate
-		}
-		res := eval(now)
+		res := pick(advance, p.drift.Evaluate, p.drift.Peek)(now)
 		s.Drift = &res
 		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
 		p.m.publishDrift(&res)
 	}
 	if p.conf != nil {
-		eval := p.conf.Peek
-		if advance {
-			eval = p.conf.Evaluate
-		}
-		d, o := eval(now)
+		d, o := pick(advance, p.conf.Evaluate, p.conf.Peek)(now)
 		if p.cfg.Confidence.Enabled {
 			rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
 			s.Confidence = &Confidence{Decay: d, Calibration: rep}
@@ -96,20 +96,12 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 		}
 	}
 	if p.lat != nil {
-		eval := p.lat.Peek
-		if advance {
-			eval = p.lat.Evaluate
-		}
-		l := eval(now)
+		l := pick(advance, p.lat.Evaluate, p.lat.Peek)(now)
 		s.Latency = &l
 		p.m.publishLatency(&l)
 	}
 	if p.prec != nil {
-		eval := p.prec.Peek
-		if advance {
-			eval = p.prec.Evaluate
-		}
-		r := eval(now)
+		r := pick(advance, p.prec.Evaluate, p.prec.Peek)(now)
 		s.Precision = &r
 		p.m.publishPrecision(&r)
 	}
