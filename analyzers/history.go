@@ -57,7 +57,7 @@ type ConfidencePoint struct {
 type OutputPoint struct {
 	State        string    `json:"state"`
 	Perplexity   stats.Num `json:"perplexity"`
-	Current      stats.Num `json:"current"`
+	Current      stats.Num `json:"current_perplexity"`
 	BaselineMean stats.Num `json:"baseline_mean"`
 	BaselineStd  stats.Num `json:"baseline_std"`
 }
@@ -367,9 +367,16 @@ func (p *Pipeline) record(_ context.Context, s *Signals) {
 		}
 	}
 	for _, t := range s.Thresholds {
-		if _, perBackend := t.Labels["backend"]; !perBackend && t.Labels["window"] == "" {
-			pt.Thresholds[t.Rule] = ThresholdPoint{Threshold: t.Threshold, Source: t.Source}
+		key := t.Rule // a gateway-wide series; the others name their label
+		switch {
+		case t.Labels["backend"] != "":
+			key += "{backend=" + t.Labels["backend"] + "}"
+		case t.Labels["window"] != "":
+			key += "{window=" + t.Labels["window"] + "}"
+		case t.Rule == alert.RuleErrorRate && t.Labels["model"] != "":
+			key += "{model=" + t.Labels["model"] + "}"
 		}
+		pt.Thresholds[key] = ThresholdPoint{Threshold: t.Threshold, Source: t.Source}
 	}
 	if p.backendStates != nil {
 		pt.Backends = p.backendStates()

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -187,7 +186,8 @@ func (s *Server) BackendStates() []exchange.BackendState {
 	out := make([]exchange.BackendState, 0, len(s.pool.Backends()))
 	for i, b := range s.pool.Backends() {
 		st := &snap.Backends[i]
-		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(), Load: loadOf(st)}
+		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(),
+			Load: loadOf(st), LoadBlend: st.Load}
 		bs.TTFBMs, bs.ErrorRate = observed(b, now, s.cfg.Balancer.StaleAfter)
 		out = append(out, bs)
 	}
@@ -388,11 +388,4 @@ func (s *Server) fetchModels(ctx context.Context, b *upstream.Backend) []json.Ra
 		}
 	}
 	return nil
-}
-
-//go:embed dashboard.html
-var dashboardHTML []byte
-
-func (s *Server) dashboard(c *gin.Context) {
-	c.Data(http.StatusOK, "text/html; charset=utf-8", dashboardHTML)
 }

@@ -235,6 +235,7 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
 	e.GET("/dashboard", s.dashboard)
+	e.GET("/dashboard/assets/*file", s.dashboardAsset)
 	admin := e.Group("/admin", s.adminAuth)
 	admin.GET("/backends", s.getBackends)
 	admin.GET("/signals", s.getSignals)
