@@ -1,0 +1,853 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// Scenario names of `vigil demo --scenario`.
+const (
+	scenarioIncident = "incident"
+	scenarioNone     = "none"
+)
+
+// timings are the compressed settings a scenario runs the gateway under,
+// so that a phase lasts about a minute and the signals react within it.
+// Everything else keeps config.Default().
+type timings struct {
+	bucket, interval, window, reference time.Duration
+	minRequests                         int
+	// outputMinutes and minBaselineMinutes are the perplexity band's,
+	// whose buckets are whole minutes whatever the scale.
+	outputMinutes, minBaselineMinutes int
+	alertPeriod, silence              time.Duration
+}
+
+// apply writes t into cfg.
+func (t timings) apply(cfg *config.Config) {
+	a := &cfg.Analyzers
+	a.Bucket, a.Interval, a.Window, a.Reference, a.MinRequests = t.bucket, t.interval, t.window, t.reference, t.minRequests
+	a.Output.Minutes, a.Output.MinBaselineMinutes = t.outputMinutes, t.minBaselineMinutes
+	cfg.Alerts.Period, cfg.Alerts.Silence = t.alertPeriod, t.silence
+}
+
+// String lists t as config keys.
+func (t timings) String() string {
+	return fmt.Sprintf("analyzers.bucket %s, interval %s, window %s, reference %s, min_requests %d, "+
+		"output.minutes %d, output.min_baseline_minutes %d; alerts.period %s, silence %s",
+		fmtDuration(t.bucket), fmtDuration(t.interval), fmtDuration(t.window), fmtDuration(t.reference), t.minRequests,
+		t.outputMinutes, t.minBaselineMinutes, fmtDuration(t.alertPeriod), fmtDuration(t.silence))
+}
+
+// signalKind is something a phase expects to move: one of the five signals,
+// or the passive ejection of a backend.
+type signalKind int
+
+// The signal kinds, in the order the summary lists them.
+const (
+	sigDrift signalKind = iota
+	sigDecay
+	sigOutput
+	sigLatency
+	sigPrecision
+	sigEjection
+	numSignals
+)
+
+// signalNames and alarmStates name each kind and the state that is its
+// alarm (as /admin/signals says it; "ejected" is the demo's word).
+var (
+	signalNames = [numSignals]string{"input drift", "confidence decay", "output drift", "latency variance", "precision divergence", "passive ejection"}
+	alarmStates = [numSignals]string{"drift", "decay", "drift", "anomalous", "divergent", "ejected"}
+)
+
+// expectation is what a phase's fault should move: a signal into its
+// alarm state and, when alerts is not empty, one of those alerts into
+// firing.
+type expectation struct {
+	signal signalKind
+	alerts []string
+}
+
+// A phase is one fault of a scenario: injected when the phase starts,
+// restored when it ends, and expected to be noticed within it.
+type phase struct {
+	label, name string // "(a)", "prompt mix shift"
+	// says is the phase's line: what is injected and what should move.
+	says     string
+	inject   func(*demo)
+	restore  func(*demo)
+	restored string // what restore did, in words
+	expect   []expectation
+	duration time.Duration
+	// report, when set, turns the counters taken around the phase into a
+	// note for the summary.
+	report func(phaseCounters) string
+}
+
+// phaseCounters are the counters taken around a phase: at the start of
+// the previous phase's second half, at this phase's start, at its middle
+// (or its first detection, whichever comes first) and at its end.
+type phaseCounters struct {
+	before, start, mid, end counters
+}
+
+// shareNote compares backend's share of the answered requests before the
+// phase (the previous phase's second half) with its share in this phase's
+// second half (after its first detection, when that came earlier).
+func (c phaseCounters) shareNote(backend string) string {
+	return fmt.Sprintf("%s served %s of the answered requests before, %s in the phase's second half",
+		backend, fmtShare(c.start.tally.sub(c.before.tally).share(backend)), fmtShare(c.end.tally.sub(c.mid.tally).share(backend)))
+}
+
+// A scenario is a scripted incident: warm-up on normal traffic until the
+// signals have a verdict, a baseline pinned automatically, one phase per
+// fault, and recovery. Its durations and timings come from a scale, so
+// that tests can tell a short version. It is read-only once made.
+type scenario struct {
+	timings timings
+	// minWarmup is the least warm-up; it lasts until every signal the
+	// phases expect has had a verdict for a while, at most maxWarmup.
+	minWarmup, maxWarmup time.Duration
+	phases               []phase
+	// recovery is the longest wait, after the last phase, for every
+	// signal to leave its alarm and every alert to resolve.
+	recovery time.Duration
+	// poll is how often the signals, alerts and receiver are read.
+	poll time.Duration
+	// untilDetected ends each phase as soon as its expectations are met
+	// (its alerts given grace to fire), not at its duration: tests use it.
+	untilDetected bool
+}
+
+// newIncident returns the incident scenario at scale (1: the demo's story,
+// 8 to 10 minutes; smaller is faster, for tests). short leaves out the
+// perplexity band, whose 1-minute buckets no scale compresses, so that the
+// warm-up need not wait for two complete baseline minutes.
+func newIncident(scale float64, short bool) *scenario {
+	dur := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * scale).Round(100 * time.Millisecond)
+	}
+	sc := &scenario{
+		timings: timings{
+			bucket: time.Second, interval: time.Second,
+			window:    max(10*time.Second, dur(30*time.Second)),
+			reference: max(time.Minute, dur(3*time.Minute)),
+			// 80 requests give the latency signal's test of anomalous
+			// shares its power when a third of the traffic turns slow.
+			minRequests: max(30, int(80*scale)),
+			// The band is the mean ± 3σ of the per-minute perplexity over
+			// the baseline's minutes, two at the least: a confidence drop
+			// breaches it with the first complete minute after it.
+			outputMinutes: 1, minBaselineMinutes: 2,
+			alertPeriod: max(time.Second, dur(2*time.Second)),
+			// One notification per incident, yet a story told again
+			// (--loop) alerts again.
+			silence: max(20*time.Second, dur(5*time.Minute)),
+		},
+		minWarmup: max(10*time.Second, dur(30*time.Second)),
+		// The perplexity band needs two complete minutes before the
+		// minute in progress and the one it tests: up to three minutes,
+		// and one more when it alarms on normal traffic.
+		maxWarmup: 3*time.Minute + 50*time.Second,
+		// The perplexity band clears with the first complete minute of
+		// normal output, up to two minutes after the last fault (whose
+		// changed backend mix moves the perplexity too).
+		recovery: max(20*time.Second, dur(130*time.Second)),
+		poll:     500 * time.Millisecond,
+	}
+	confidence := []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}}
+	if short {
+		// No minute-long band to wait for, in the warm-up or after.
+		sc.maxWarmup = max(sc.minWarmup, time.Minute)
+		sc.recovery = max(20*time.Second, 2*sc.timings.window)
+	} else {
+		confidence = append(confidence, expectation{sigOutput, []string{"VigilOutputDrift"}})
+	}
+	sc.phases = []phase{
+		{
+			label: "(a)", name: "prompt mix shift",
+			says:     "prompts turn long, Russian and Chinese, with code blocks and a system prompt",
+			inject:   func(d *demo) { d.traffic.setMix(shiftedMix) },
+			restore:  func(d *demo) { d.traffic.setMix(normalMix) },
+			restored: "prompts back to the normal mix",
+			expect:   []expectation{{sigDrift, []string{"VigilInputDrift"}}},
+			duration: dur(45 * time.Second),
+		},
+		{
+			label: "(b)", name: "confidence drop to 0.4",
+			says:     "every simulator's confidence 0.85/0.75 → 0.4",
+			inject:   turnKnobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, "sim-a", "sim-b", "sim-a-int8"),
+			restore:  restoreKnobs("sim-a", "sim-b", "sim-a-int8"),
+			restored: "confidence back to 0.85/0.75",
+			expect:   confidence,
+			// The band's alarm needs a complete minute after the drop.
+			duration: dur(75 * time.Second),
+		},
+		{
+			label: "(c)", name: "sim-b TTFT ×10",
+			says:     "sim-b's time to first token ×10 (90 ms → 900 ms)",
+			inject:   turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-b"),
+			restore:  restoreKnobs("sim-b"),
+			restored: "sim-b's TTFT back to 90 ms",
+			expect:   []expectation{{sigLatency, []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
+			duration: dur(45 * time.Second),
+			report:   func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
+		},
+		{
+			label: "(d)", name: "sim-a-int8 noise → 1.0",
+			says:     "sim-a-int8's logprob noise 0.05 → 1.0 (a badly quantized replica)",
+			inject:   turnKnobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
+			restore:  restoreKnobs("sim-a-int8"),
+			restored: "sim-a-int8's noise back to 0.05",
+			expect:   []expectation{{sigPrecision, []string{"VigilPrecisionDivergence"}}},
+			duration: dur(45 * time.Second),
+		},
+		{
+			label: "(e)", name: "sim-b HTTP 500 always",
+			says:    "sim-b answers every request with HTTP 500",
+			inject:  turnKnobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
+			restore: restoreKnobs("sim-b"),
+			// No alert is expected: the gateway retries each failed attempt
+			// on another backend, so clients see no error, and the error
+			// rate counts only failures clients saw.
+			restored: "sim-b answers again",
+			expect:   []expectation{{sigEjection, nil}},
+			duration: dur(30 * time.Second),
+			report: func(c phaseCounters) string {
+				s, e := c.start, c.end
+				return fmt.Sprintf("sim-b answered %d requests with HTTP 500; retries on other backends: %.0f; ejections of sim-b: %.0f; "+
+					"errors seen by clients: %d of %d requests; %s",
+					e.sims["sim-b"].Errors-s.sims["sim-b"].Errors,
+					e.metric("vigil_retries_total", "")-s.metric("vigil_retries_total", ""),
+					e.metric("vigil_backend_ejections_total", `backend="sim-b"`)-s.metric("vigil_backend_ejections_total", `backend="sim-b"`),
+					e.tally.Failed-s.tally.Failed, e.tally.Sent-s.tally.Sent, c.shareNote("sim-b"))
+			},
+		},
+	}
+	return sc
+}
+
+// shiftedMix is what the prompt-mix phase sends: long Russian and Chinese
+// prompts with code blocks under a system prompt, where the normal mix has
+// short English questions. Every drift feature but the sampling parameters
+// moves: length, tokens, message count, script shares, system prompt and
+// code fence.
+var shiftedMix = &promptMix{
+	system: "Ты — опытный ревьюер кода на Go. 你是一名资深的 Go 代码审查员。Отвечай на языке вопроса.",
+	prompts: []string{
+		"Почему этот обработчик иногда зависает под нагрузкой? Объясни подробно и предложи исправление.\n```go\n" + strings.Repeat("func handle(w http.ResponseWriter, r *http.Request) {\n\tmu.Lock()\n\tdefer mu.Unlock()\n\tresp, err := http.Get(upstream + r.URL.Path)\n\tif err != nil {\n\t\thttp.Error(w, err.Error(), 502)\n\t\treturn\n\t}\n\tio.Copy(w, resp.Body)\n}\n", 4) + "```",
+		"请逐行解释下面的代码为什么会泄漏 goroutine，并给出修复后的版本。\n```go\n" + strings.Repeat("for _, job := range jobs {\n\tgo func() {\n\t\tresults <- process(job)\n\t}()\n}\nselect {\ncase r := <-results:\n\treturn r\ncase <-time.After(time.Second):\n\treturn nil\n}\n", 4) + "```",
+		"Сравни эти две реализации кэша по скорости и по памяти; какая лучше подходит для миллиона ключей?\n```go\n" + strings.Repeat("type Cache struct {\n\tmu sync.RWMutex\n\tm  map[string][]byte\n}\n\nfunc (c *Cache) Get(k string) ([]byte, bool) {\n\tc.mu.RLock()\n\tdefer c.mu.RUnlock()\n\tv, ok := c.m[k]\n\treturn v, ok\n}\n", 4) + "```",
+		"这个 SQL 查询在生产环境中很慢。请分析执行计划并建议索引。\n```sql\n" + strings.Repeat("SELECT o.id, o.created_at, c.name, SUM(i.price * i.qty)\nFROM orders o JOIN customers c ON c.id = o.customer_id\nJOIN items i ON i.order_id = o.id\nWHERE o.created_at > now() - interval '30 days'\nGROUP BY o.id, c.name ORDER BY 4 DESC;\n", 4) + "```",
+	},
+}
+
+// turnKnobs returns an inject function that changes the knobs of the named
+// simulators with f.
+func turnKnobs(f func(*sim.Knobs), names ...string) func(*demo) {
+	return func(d *demo) {
+		for _, n := range names {
+			s := d.sim(n)
+			k := s.srv.Knobs()
+			f(&k)
+			s.srv.SetKnobs(k)
+		}
+	}
+}
+
+// restoreKnobs returns a restore function that gives the named simulators
+// their normal knobs back.
+func restoreKnobs(names ...string) func(*demo) {
+	return func(d *demo) {
+		for _, n := range names {
+			s := d.sim(n)
+			s.srv.SetKnobs(s.base)
+		}
+	}
+}
+
+// restoreAll gives every simulator its normal knobs and the traffic its
+// normal mix.
+func restoreAll(d *demo) {
+	for _, s := range d.sims {
+		s.srv.SetKnobs(s.base)
+	}
+	d.traffic.setMix(normalMix)
+}
+
+// storyResult is what one telling of a scenario saw.
+type storyResult struct {
+	n          int // the telling's number, from 1
+	start, end time.Time
+	warmup     time.Duration
+	unknown    []string // signals still without a verdict when the warm-up ended
+	pinErr     error    // why the baseline could not be pinned; nil: pinned
+	phases     []phaseResult
+	recovery   recoveryResult
+	deliveries []alert.Delivery // Vigil's notification log at the end
+	receipts   []receipt        // what the receiver got during the telling
+	// interrupted: the telling ended early (its context did); the last
+	// phase may be cut short and recovery missing.
+	interrupted bool
+}
+
+// phaseResult is what one phase saw, its times measured from its start.
+type phaseResult struct {
+	phase      *phase
+	start, end time.Time
+	// seen is when each signal first reached its alarm state in the
+	// phase; negative: it did not.
+	seen   [numSignals]time.Duration
+	alerts []firedAlert // alerts that began firing (or were silenced) in the phase
+	note   string       // the phase's report
+	cut    bool         // ended early by the telling's context
+	// carried are the signals already in their alarm state when the phase
+	// began (a previous fault's, or a lasting one).
+	carried []signalKind
+}
+
+// firedAlert is an alert seen firing, or silenced, during a phase.
+type firedAlert struct {
+	name     string
+	labels   map[string]string
+	at       time.Time
+	after    time.Duration // from the phase's start
+	silenced bool          // it would have fired but was notified less than alerts.silence ago
+}
+
+// recoveryResult is what the recovery saw: how long until no signal was in
+// its alarm state and no alert active (negative: not within the wait),
+// and the resolutions that reached the receiver.
+type recoveryResult struct {
+	start    time.Time
+	settled  time.Duration
+	resolved []string // alerts whose resolution the receiver got during the telling
+}
+
+// story is one telling of a scenario against a demo. It is used by one
+// goroutine, which does all the printing, so lines never interleave.
+type story struct {
+	sc  *scenario
+	d   *demo
+	out io.Writer
+	t0  time.Time
+
+	last     reading
+	alerts   map[string]alert.State // by alert name and backend, as of the last poll
+	receipts int                    // receipts printed so far
+	notified map[string]bool        // by alert name and labels: the last receipt was a firing one
+	failures int                    // failed deliveries printed so far
+}
+
+// tell tells the scenario once (telling number n) against d, printing to
+// out one line per phase and one per change it sees, and returns what it
+// saw. It restores every fault before returning; when ctx ends first, it
+// returns what it saw so far (interrupted) and ctx's error.
+func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*storyResult, error) {
+	if d.traffic == nil || d.recv == nil {
+		return nil, fmt.Errorf("scenario: the demo needs traffic and its alert receiver")
+	}
+	defer restoreAll(d)
+	s := &story{sc: sc, d: d, out: out, t0: time.Now(), alerts: map[string]alert.State{}, notified: map[string]bool{}, receipts: len(d.recv.all())}
+	res := &storyResult{n: n, start: s.t0}
+	s.last = d.read(ctx)
+	if n == 1 {
+		fmt.Fprintf(out, "\nScenario %q, compressed timings: %s; %.1f req/s.\n", scenarioIncident, sc.timings, d.rps)
+		fmt.Fprintf(out, "Alerts go to the built-in receiver %s", d.recv.URL())
+		if u := d.cfg.Alerts.AlertmanagerURL; u != "" {
+			fmt.Fprintf(out, " and to Alertmanager %s", u)
+		}
+		fmt.Fprintf(out, "; Vigil lists its deliveries at %s/admin/notifications.\n\n", d.base)
+	} else {
+		fmt.Fprintf(out, "\nScenario %q, telling %d.\n\n", scenarioIncident, n)
+	}
+	// finish completes res, also when ctx ended the telling early.
+	finish := func(err error) (*storyResult, error) {
+		res.end, res.interrupted = time.Now(), err != nil
+		res.deliveries, _ = d.app.pipeline.Notifications(context.WithoutCancel(ctx))
+		res.receipts = d.recv.since(res.start)
+		return res, err
+	}
+	if err := s.warmup(ctx, res); err != nil {
+		return finish(err)
+	}
+	res.pinErr = d.app.pipeline.PinBaseline(ctx)
+	if res.pinErr != nil {
+		s.printf("baseline NOT pinned (%v): the signals keep their rolling reference", res.pinErr)
+	} else {
+		s.printf("baseline pinned: the signals now compare against the last normal window")
+	}
+	before := d.counters(ctx)
+	for i := range sc.phases {
+		pr, mid, err := s.phase(ctx, &sc.phases[i], before)
+		res.phases = append(res.phases, pr)
+		if err != nil {
+			return finish(err)
+		}
+		before = mid
+	}
+	return finish(s.recover(ctx, res))
+}
+
+// printf prints one line of the story, stamped with the time since its start.
+func (s *story) printf(format string, args ...any) {
+	el := time.Since(s.t0)
+	fmt.Fprintf(s.out, "[%02d:%02d] %s\n", int(el.Minutes()), int(el.Seconds())%60, fmt.Sprintf(format, args...))
+}
+
+// needed are the signals the phases expect to move that have a verdict to
+// wait for (ejection has none).
+func (sc *scenario) needed() []signalKind {
+	var ks []signalKind
+	for _, p := range sc.phases {
+		for _, e := range p.expect {
+			if e.signal != sigEjection && !slices.Contains(ks, e.signal) {
+				ks = append(ks, e.signal)
+			}
+		}
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// warmup lets normal traffic flow until every needed signal has a verdict
+// (latency variance for a while: its anomaly limits are set once its
+// reference is full, and the window to be pinned must have been checked
+// against them) and none is in its alarm state, and at least minWarmup.
+func (s *story) warmup(ctx context.Context, res *storyResult) error {
+	need := s.sc.needed()
+	names := make([]string, len(need))
+	for i, k := range need {
+		names[i] = signalNames[k]
+	}
+	why := ""
+	if slices.Contains(need, sigOutput) {
+		why = " (the perplexity band needs two complete minutes: 2–3 min)"
+	}
+	s.printf("warm-up: normal traffic until %s have a verdict, none an alarm%s", strings.Join(names, ", "), why)
+	settle := time.Duration(1.5*float64(s.sc.timings.minRequests)/s.d.rps*float64(time.Second)) + 2*time.Second
+	start := time.Now()
+	known := map[signalKind]time.Time{}
+	t := time.NewTicker(s.sc.poll)
+	defer t.Stop()
+	for {
+		rd := s.observe(ctx, nil)
+		now := time.Now()
+		ready := now.Sub(start) >= s.sc.minWarmup
+		var unknown []string
+		for _, k := range need {
+			if rd.state[k] == "unknown" || rd.state[k] == "" {
+				delete(known, k)
+				unknown = append(unknown, signalNames[k])
+				ready = false
+				continue
+			}
+			if _, ok := known[k]; !ok {
+				known[k] = now
+			}
+			if rd.state[k] == alarmStates[k] {
+				// A false alarm on normal traffic (a perplexity band of two
+				// minutes is narrow: its σ has one degree of freedom) would
+				// be pinned with the baseline: wait for more data.
+				ready = false
+			}
+			// The latency limits are set once its reference is full; the
+			// pinned window must have been checked against them.
+			ready = ready && (k != sigLatency || now.Sub(known[k]) >= settle)
+		}
+		if ready {
+			break
+		}
+		if now.Sub(start) >= s.sc.maxWarmup {
+			s.printf("  still without a verdict after %s: %s; going on", fmtDuration(now.Sub(start).Round(time.Second)), strings.Join(unknown, ", "))
+			res.unknown = unknown
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	res.warmup = time.Since(start)
+	return nil
+}
+
+// phase injects p's fault, watches until p's duration passes (or, with
+// untilDetected, its expectations are met), restores the fault and
+// returns what it saw and the counters at its middle.
+func (s *story) phase(ctx context.Context, p *phase, before counters) (phaseResult, counters, error) {
+	exp := make([]string, 0, len(p.expect))
+	for _, e := range p.expect {
+		x := signalNames[e.signal]
+		if len(e.alerts) > 0 {
+			x += " (alert " + strings.Join(e.alerts, " or ") + ")"
+		}
+		exp = append(exp, x)
+	}
+	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
+	s.printf("%s %s: %s → expect %s", p.label, p.name, p.says, strings.Join(exp, ", then "))
+	res := phaseResult{phase: p, start: time.Now()}
+	for k := range res.seen {
+		res.seen[k] = -1
+		if s.last.state[k] == alarmStates[k] {
+			res.carried = append(res.carried, signalKind(k))
+		}
+	}
+	p.inject(s.d) // on an early return, tell's restoreAll restores it
+	var haveMid bool
+	var doneAt time.Time // when every expected signal was seen
+	t := time.NewTicker(s.sc.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			res.end, res.cut = time.Now(), true
+			return res, pc.mid, ctx.Err()
+		case <-t.C:
+		}
+		s.observe(ctx, &res)
+		el := time.Since(res.start)
+		if !haveMid && (el >= p.duration/2 || res.met(false)) {
+			pc.mid, haveMid = s.d.counters(ctx), true
+		}
+		if el >= p.duration {
+			break
+		}
+		if s.sc.untilDetected && res.met(false) {
+			if doneAt.IsZero() {
+				doneAt = time.Now()
+			}
+			// Alerts fire alerts.consecutive periods after their breach.
+			grace := time.Duration(s.d.cfg.Alerts.Consecutive+2) * s.d.cfg.Alerts.Period
+			if res.met(true) || time.Since(doneAt) >= grace {
+				break
+			}
+		}
+	}
+	p.restore(s.d)
+	res.end = time.Now()
+	pc.end = s.d.counters(ctx)
+	if !haveMid {
+		pc.mid = pc.end
+	}
+	if p.report != nil {
+		res.note = p.report(pc)
+	}
+	s.printf("  restored: %s", p.restored)
+	return res, pc.mid, nil
+}
+
+// met reports whether every expected signal reached its alarm in the
+// phase and, with alerts, whether each expectation's alert fired too.
+func (r *phaseResult) met(alerts bool) bool {
+	for _, e := range r.phase.expect {
+		if r.seen[e.signal] < 0 {
+			return false
+		}
+		if alerts && len(e.alerts) > 0 && r.firstAlert(e.alerts) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// firstAlert returns the first of names to have fired (or been silenced)
+// in the phase; nil when none did.
+func (r *phaseResult) firstAlert(names []string) *firedAlert {
+	for i := range r.alerts {
+		if slices.Contains(names, r.alerts[i].name) {
+			return &r.alerts[i]
+		}
+	}
+	return nil
+}
+
+// recover waits, faults removed, until no signal is in its alarm state and
+// no alert is active, at most the scenario's recovery.
+func (s *story) recover(ctx context.Context, res *storyResult) error {
+	restoreAll(s.d)
+	s.printf("recovery: every fault removed, normal traffic → expect every signal back to ok and every alert resolved")
+	rec := recoveryResult{start: time.Now(), settled: -1}
+	t := time.NewTicker(s.sc.poll)
+	defer t.Stop()
+	var active []string
+	for time.Since(rec.start) < s.sc.recovery {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if active = s.active(s.observe(ctx, nil)); len(active) == 0 {
+			rec.settled = time.Since(rec.start)
+			s.printf("  all clear: every signal out of its alarm, no alert active")
+			break
+		}
+	}
+	if rec.settled < 0 {
+		s.printf("  not all clear after %s: %s", fmtDuration(s.sc.recovery), strings.Join(active, ", "))
+	}
+	for _, r := range s.d.recv.since(res.start) {
+		if r.resolved {
+			rec.resolved = append(rec.resolved, r.name)
+		}
+	}
+	res.recovery = rec
+	return nil
+}
+
+// active names the signals in their alarm state and the alerts pending,
+// firing or silenced as of rd and the last poll.
+func (s *story) active(rd reading) []string {
+	var out []string
+	for k := range numSignals {
+		if rd.state[k] == alarmStates[k] {
+			out = append(out, signalNames[k]+" ("+rd.state[k]+")")
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(s.alerts)) {
+		if st := s.alerts[key]; st != alert.Resolved {
+			out = append(out, "alert "+key+" ("+string(st)+")")
+		}
+	}
+	return out
+}
+
+// observe reads the signals, the alerts and the receiver once, prints what
+// changed since the last reading and, when res is not nil, records in it
+// the alarms and alerts first seen in its phase.
+func (s *story) observe(ctx context.Context, res *phaseResult) reading {
+	rd := s.d.read(ctx)
+	now := time.Now()
+	shown := s.last.state[sigEjection]
+	for k := range numSignals {
+		st, was := rd.state[k], s.last.state[k]
+		if res != nil && k == sigOutput && st == alarmStates[k] && res.seen[k] < 0 && rd.evaluated.Truncate(time.Minute).After(res.start) {
+			// The band judges complete minutes; once the evaluation is a
+			// minute boundary past the injection, the minute judged held
+			// the fault, whatever the state was before (a band of two or three
+			// baseline minutes can alarm on normal traffic too).
+			res.seen[k] = now.Sub(res.start)
+			s.printf("  %s: %s on the first complete minute with the fault, %.1f s after the injection", signalNames[k], st, res.seen[k].Seconds())
+			continue
+		}
+		if st == was {
+			continue
+		}
+		if k == sigEjection && res != nil && res.seen[k] >= 0 {
+			// A passing health probe re-admits an ejected backend at once
+			// and its next failures eject it again: print the first
+			// ejection of the phase, its report counts them all.
+			continue
+		}
+		if k == sigEjection {
+			shown = st
+		}
+		line := fmt.Sprintf("  %s: %s", signalNames[k], st)
+		if k == sigEjection && st == alarmStates[k] {
+			line += " (" + strings.Join(rd.ejected, ", ") + ")"
+		}
+		if res != nil && st == alarmStates[k] && res.seen[k] < 0 && k != sigOutput {
+			res.seen[k] = now.Sub(res.start)
+			line += fmt.Sprintf(", %.1f s after the injection", res.seen[k].Seconds())
+		}
+		s.printf("%s", line)
+	}
+	s.last = rd
+	s.last.state[sigEjection] = shown
+	// Alerts() lists the series with a state; one that went back to
+	// inactive without firing (pending noise) leaves the list.
+	as, _ := s.d.app.pipeline.Alerts(ctx)
+	states := make(map[string]alert.State, len(as))
+	for _, a := range as {
+		key := a.Name + labelNote(a.Labels)
+		if states[key] = a.State; a.State != alert.Firing && a.State != alert.Silenced {
+			continue
+		}
+		if prev := s.alerts[key]; prev == alert.Firing || prev == alert.Silenced {
+			continue
+		}
+		if a.State == alert.Silenced {
+			s.printf("  alert %s silenced: notified less than %s ago", key, fmtDuration(s.d.cfg.Alerts.Silence))
+		}
+		if res != nil {
+			res.alerts = append(res.alerts, firedAlert{name: a.Name, labels: a.Labels, at: now, after: now.Sub(res.start), silenced: a.State == alert.Silenced})
+		}
+	}
+	s.alerts = states
+	got := s.d.recv.all()
+	for _, r := range got[min(s.receipts, len(got)):] {
+		key := r.name + alertKey(r.labels)
+		state := "firing"
+		switch {
+		case r.resolved:
+			state = "resolved"
+		case s.notified[key]:
+			state = "firing (re-sent: still active " + fmtDuration(s.d.cfg.Alerts.Silence) + " after the last notification)"
+		}
+		s.notified[key] = !r.resolved
+		s.printf("  receiver got %s%s %s", r.name, labelNote(r.labels), state)
+	}
+	s.receipts = len(got)
+	ds, _ := s.d.app.pipeline.Notifications(ctx)
+	failed := 0
+	for _, dl := range ds {
+		if dl.Outcome != alert.OutcomeSent && dl.Outcome != alert.OutcomeNoReceiver && !dl.Time.Before(s.t0) {
+			failed++
+			if failed > s.failures {
+				s.printf("  ! delivery of %s %s: %s", dl.Name, dl.Outcome, dl.Error)
+			}
+		}
+	}
+	s.failures = max(s.failures, failed)
+	return rd
+}
+
+// alertKey identifies an alert's label set.
+func alertKey(l map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		fmt.Fprintf(&b, ",%s=%s", k, l[k])
+	}
+	return b.String()
+}
+
+// labelNote names the backend an alert is about, if any.
+func labelNote(l map[string]string) string {
+	if b := l["backend"]; b != "" {
+		return " [" + b + "]"
+	}
+	return ""
+}
+
+// reading is one look at every signal kind's state: "unknown", "ok" or
+// its alarm state.
+type reading struct {
+	state     [numSignals]string
+	ejected   []string  // the backends ejected now
+	evaluated time.Time // when the signals were evaluated
+}
+
+// read looks at the latest evaluation of the signals (made by the
+// pipeline's own loop every analyzers.interval: evaluating here would
+// count evaluations twice towards analyzers.consecutive) and at the
+// backends' passive health.
+func (d *demo) read(ctx context.Context) reading {
+	var rd reading
+	for k := range rd.state {
+		rd.state[k] = "unknown"
+	}
+	if s, err := d.app.pipeline.Signals(ctx); err == nil && s != nil {
+		rd.evaluated = s.Evaluated
+		if s.Drift != nil {
+			rd.state[sigDrift] = s.Drift.State
+		}
+		if s.Confidence != nil {
+			rd.state[sigDecay] = s.Confidence.State
+		}
+		if s.Output != nil {
+			rd.state[sigOutput] = s.Output.State
+		}
+		if s.Latency != nil {
+			rd.state[sigLatency] = s.Latency.State
+		}
+		if s.Precision != nil {
+			rd.state[sigPrecision] = s.Precision.State
+		}
+	}
+	rd.state[sigEjection] = "ok"
+	for _, b := range d.app.gw.Pool().Backends() {
+		if !b.EjectedUntil().IsZero() {
+			rd.ejected = append(rd.ejected, b.Name)
+			rd.state[sigEjection] = alarmStates[sigEjection]
+		}
+	}
+	return rd
+}
+
+// counters are the demo's counts at one time: its traffic, each
+// simulator's, and the gateway's retry and ejection counters.
+type counters struct {
+	tally   trafficTally
+	sims    map[string]sim.Stats
+	metrics map[string]float64 // by series, e.g. vigil_retries_total{reason="status_5xx"}
+}
+
+// counters takes the demo's counters now; the gateway's are read from
+// its /metrics (missing when that fails).
+func (d *demo) counters(ctx context.Context) counters {
+	c := counters{tally: d.traffic.Tally(), sims: map[string]sim.Stats{}, metrics: map[string]float64{}}
+	for _, s := range d.sims {
+		c.sims[s.name] = s.srv.Stats()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/metrics", nil)
+	if err != nil {
+		return c
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return c
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "vigil_retries_total") && !strings.HasPrefix(line, "vigil_backend_ejections_total") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil && i > 0 {
+			c.metrics[line[:i]] = v
+		}
+	}
+	return c
+}
+
+// metric sums the series of the named metric whose labels contain label.
+func (c counters) metric(name, label string) float64 {
+	var sum float64
+	for series, v := range c.metrics {
+		if (series == name || strings.HasPrefix(series, name+"{")) && strings.Contains(series, label) {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// fmtDuration writes d briefly: "1s", "30s", "3m", "2m31s", "1.5s".
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	default:
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+	}
+}
+
+// fmtShare writes a share as a whole percentage; "n/a" when there were
+// too few requests to tell.
+func fmtShare(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a (too few requests)"
+	}
+	return fmt.Sprintf("%.0f%%", 100*v)
+}
