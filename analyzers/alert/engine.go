@@ -687,10 +687,11 @@ func (e *Engine) send(ctx context.Context, b []Notification) {
 	defer cancel()
 	if err := e.notifier.Notify(ctx, b); err != nil {
 		e.failed.Add(int64(len(b)))
-		e.deliveries.add(e.now(), b, OutcomeFailed, err)
+		e.deliveries.add(time.Now(), b, OutcomeFailed, err)
 		e.log.Warn("alert notification failed", "alerts", len(b), "err", err)
 		return
 	}
 	e.sent.Add(int64(len(b)))
-	e.deliveries.add(e.now(), b, OutcomeSent, nil)
+	// The wall clock: e.now belongs to the goroutine that observes.
+	e.deliveries.add(time.Now(), b, OutcomeSent, nil)
 }
