@@ -566,6 +566,11 @@ func (r *phaseResult) met(alerts bool) bool {
 	return true
 }
 
+// expects reports whether the phase expects k to move.
+func (r *phaseResult) expects(k signalKind) bool {
+	return slices.ContainsFunc(r.phase.expect, func(e expectation) bool { return e.signal == k })
+}
+
 // firstAlert returns the first of names to have fired (or been silenced)
 // in the phase; nil when none did.
 func (r *phaseResult) firstAlert(names []string) *firedAlert {
@@ -636,7 +641,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 	shown := s.last.state[sigEjection]
 	for k := range numSignals {
 		st, was := rd.state[k], s.last.state[k]
-		if res != nil && k == sigOutput && st == alarmStates[k] && res.seen[k] < 0 && rd.evaluated.Truncate(time.Minute).After(res.start) {
+		if res != nil && k == sigOutput && res.expects(k) && st == alarmStates[k] && res.seen[k] < 0 && rd.evaluated.Truncate(time.Minute).After(res.start) {
 			// The band judges complete minutes; once the evaluation is a
 			// minute boundary past the injection, the minute judged held
 			// the fault, whatever the state was before (a band of two or three
@@ -661,7 +666,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		if k == sigEjection && st == alarmStates[k] {
 			line += " (" + strings.Join(rd.ejected, ", ") + ")"
 		}
-		if res != nil && st == alarmStates[k] && res.seen[k] < 0 && k != sigOutput {
+		if res != nil && st == alarmStates[k] && res.seen[k] < 0 && (k != sigOutput || !res.expects(k)) {
 			res.seen[k] = now.Sub(res.start)
 			line += fmt.Sprintf(", %.1f s after the injection", res.seen[k].Seconds())
 		}

@@ -141,7 +141,7 @@ func (pr *phaseResult) also() string {
 		parts = append(parts, "already in alarm when it began: "+strings.Join(names, ", "))
 	}
 	for k := range numSignals {
-		if pr.seen[k] < 0 || slices.ContainsFunc(pr.phase.expect, func(e expectation) bool { return e.signal == k }) {
+		if pr.seen[k] < 0 || pr.expects(k) {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s: %s after %.1f s", signalNames[k], alarmStates[k], pr.seen[k].Seconds()))
