@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,18 +14,11 @@ import (
 	"github.com/vigil-gw/vigil/config"
 )
 
+// get GETs url with the given request headers (name, value, ...) and
+// returns the status and the body.
 func get(t *testing.T, url string, header ...string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := getResp(t, url, header...)
 	return resp.StatusCode, b
 }
 
