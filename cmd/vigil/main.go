@@ -5,7 +5,7 @@
 //	vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] ...
 //	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
 //	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
-//	vigil demo    [--listen ADDR] [--duration DUR]
+//	vigil demo    [--scenario incident|none] [--loop] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
 //	vigil check   --config FILE
 //	vigil version
 package main
@@ -31,7 +31,7 @@ Usage:
   vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
   vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--error-rate F] ...
   vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
-  vigil demo    [--listen ADDR] [--duration DUR]
+  vigil demo    [--scenario incident|none] [--loop] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
   vigil check   --config FILE
   vigil version
 
