@@ -37,7 +37,7 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 		st := e.Stats()
 		firing := 0
 		for _, al := range e.Alerts() {
-			if al.State == "firing" {
+			if al.State == alert.Firing {
 				firing++
 			}
 		}

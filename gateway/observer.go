@@ -10,10 +10,10 @@ import (
 // An Observer receives every request, SSE event and response end that passes
 // through the gateway. A request that no backend was chosen for (the
 // gateway answered it: a bad request, no healthy backend, a cache hit)
-// gets OnResponse only, with an empty Request.Backend. Its methods are called from one dispatcher goroutine,
-// in order per request, never from the request path; a slow Observer costs
-// dropped events, counted in vigil_observer_dropped_events_total, never
-// client latency.
+// gets OnResponse only, with an empty Request.Backend. Its methods are
+// called from one dispatcher goroutine, in order per request, never from
+// the request path; a slow Observer costs dropped events, counted in
+// vigil_observer_dropped_events_total, never client latency.
 type Observer interface {
 	OnRequest(r *exchange.Request)
 	// OnEvent receives the payload of one SSE data line; data is valid only
