@@ -84,6 +84,10 @@ type Request struct {
 	// Body is the request body as the client sent it (upstream too, unless
 	// Injected). Observers must not modify it.
 	Body []byte
+	// Tenant is the caller as the usage accounting names it: the value of
+	// the usage.tenant_header header, bounded (gateway.tenantLabels) and
+	// never a raw credential; empty when the header is absent.
+	Tenant string
 	// Injected says that the gateway asked the backend for token logprobs
 	// the client did not ask for (analyzers.confidence.inject). Body is then
 	// the client's body; upstream it carried "logprobs" (and for chat
@@ -100,12 +104,41 @@ type Response struct {
 	TTFT             time.Duration // zero when no body byte arrived
 	PromptTokens     int
 	CompletionTokens int
-	Events           int        // SSE data events seen
-	ErrorClass       ErrorClass // ClassNone on success
+	// UsageSource says where the token counts came from.
+	UsageSource UsageSource
+	Events      int        // SSE data events seen
+	ErrorClass  ErrorClass // ClassNone on success
 	// Body is a copy of a non-streaming response body, at most
 	// analyzers.max_capture_bytes; Truncated says whether it was cut.
 	Body      []byte
 	Truncated bool
+	// Gaps are the times between consecutive content chunks of the same
+	// choice of a stream, measured as they arrived at the gateway; zero
+	// Count when fewer than two content chunks arrived.
+	Gaps Gaps
+}
+
+// UsageSource is where a response's token counts came from.
+type UsageSource string
+
+// The usage sources.
+const (
+	// UsageNone: no token count is known (an error, an embedding, a body
+	// too large to read).
+	UsageNone UsageSource = "none"
+	// UsageReported: the backend's own usage (OpenAI "usage", TGI
+	// "details"), asked for by the client or by the gateway.
+	UsageReported UsageSource = "reported"
+	// UsageCounted: completion tokens counted from the stream's content
+	// chunks (one per chunk and choice) because the backend reported none,
+	// e.g. a stream cut short; prompt tokens are then unknown (zero).
+	UsageCounted UsageSource = "counted"
+)
+
+// Gaps summarizes the inter-chunk gaps of one streamed response.
+type Gaps struct {
+	Count         int // gaps measured
+	P50, P95, Max time.Duration
 }
 
 // Shadow is one shadow comparison for signal 5: the same greedy request,
