@@ -135,8 +135,9 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rn.end()
-	// An embedding is one forward pass: the time to a first token.
-	if !rn.wait(0) {
+	// An embedding is one forward pass: the time to a first token, and it
+	// generates no token to stall before.
+	if !rn.pause(rn.k.TTFT) {
 		return
 	}
 	resp := embeddingResponse{ID: id, Object: "list", Created: created, Model: s.model,

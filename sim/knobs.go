@@ -22,9 +22,20 @@ type Knobs struct {
 	TTFT time.Duration
 	// ITL is the inter-token latency: the delay before every token after
 	// the first. Zero means none. A non-streaming response of n tokens is
-	// sent when its last token is generated, after TTFT + (n-1)·ITL, the
-	// moment the stream of the same request would end.
+	// sent when its last token is generated, after TTFT + (n-1)·ITL (plus
+	// Stall, when it falls within), the moment the stream of the same
+	// request would end.
 	ITL time.Duration
+	// Stall is a pause in the middle of a stream, as a backend that
+	// preempts a sequence or swaps its KV cache: once per request, the
+	// token that follows the first StallAfter tokens of each choice waits
+	// Stall on top of its ITL (on top of TTFT when StallAfter is 0). A
+	// request whose choices end within StallAfter tokens does not stall.
+	// Zero means none.
+	Stall time.Duration
+	// StallAfter is the number of tokens of each choice generated before
+	// the stall. It matters only with a non-zero Stall.
+	StallAfter int
 	// ErrorRate is the share of requests answered with HTTP 500, in [0, 1].
 	ErrorRate float64
 	// MaxModelLen is the context length in tokens: prompt plus completion
@@ -94,6 +105,12 @@ func (k Knobs) Validate() error {
 	if k.ITL < 0 {
 		bad("itl", "must not be negative, got %s", k.ITL)
 	}
+	if k.Stall < 0 {
+		bad("stall", "must not be negative, got %s", k.Stall)
+	}
+	if k.StallAfter < 0 {
+		bad("stall_after", "must not be negative, got %d", k.StallAfter)
+	}
 	if !(k.ErrorRate >= 0 && k.ErrorRate <= 1) {
 		bad("error_rate", "must be in [0, 1], got %v", k.ErrorRate)
 	}
@@ -128,6 +145,8 @@ func (k Knobs) normalized() Knobs {
 	d := DefaultKnobs()
 	k.TTFT = max(k.TTFT, 0)
 	k.ITL = max(k.ITL, 0)
+	k.Stall = max(k.Stall, 0)
+	k.StallAfter = max(k.StallAfter, 0)
 	k.ErrorRate = clampFinite(k.ErrorRate, 0, 1, 0)
 	k.MaxModelLen = max(k.MaxModelLen, 0)
 	if k.Confidence == 0 {
@@ -158,6 +177,8 @@ func clampFinite(v, lo, hi, ifNaN float64) float64 {
 type knobsJSON struct {
 	TTFT         string  `json:"ttft"`
 	ITL          string  `json:"itl"`
+	Stall        string  `json:"stall"`
+	StallAfter   int     `json:"stall_after"`
 	ErrorRate    float64 `json:"error_rate"`
 	MaxModelLen  int     `json:"max_model_len"`
 	Confidence   float64 `json:"confidence"`
@@ -172,6 +193,8 @@ type knobsJSON struct {
 type knobsPatch struct {
 	TTFT         json.RawMessage `json:"ttft"`
 	ITL          json.RawMessage `json:"itl"`
+	Stall        json.RawMessage `json:"stall"`
+	StallAfter   *int            `json:"stall_after"`
 	ErrorRate    *float64        `json:"error_rate"`
 	MaxModelLen  *int            `json:"max_model_len"`
 	Confidence   *float64        `json:"confidence"`
@@ -188,6 +211,8 @@ func (k Knobs) MarshalJSON() ([]byte, error) {
 	return json.Marshal(knobsJSON{
 		TTFT:         k.TTFT.String(),
 		ITL:          k.ITL.String(),
+		Stall:        k.Stall.String(),
+		StallAfter:   k.StallAfter,
 		ErrorRate:    k.ErrorRate,
 		MaxModelLen:  k.MaxModelLen,
 		Confidence:   k.Confidence,
@@ -221,7 +246,14 @@ func (k *Knobs) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	k.TTFT, k.ITL = ttft, itl
+	stall, err := parseDuration("stall", p.Stall, k.Stall)
+	if err != nil {
+		return err
+	}
+	k.TTFT, k.ITL, k.Stall = ttft, itl, stall
+	if p.StallAfter != nil {
+		k.StallAfter = *p.StallAfter
+	}
 	if p.ErrorRate != nil {
 		k.ErrorRate = *p.ErrorRate
 	}

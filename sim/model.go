@@ -79,12 +79,12 @@ func requestRNG(seed int64, body []byte) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(seed), h.Sum64()))
 }
 
-// hashRequest writes body to h without the top-level members "logprobs"
-// and "top_logprobs". A real engine's tokens do not depend on whether
-// logprobs are returned; Vigil's logprob injection (issue 4) relies on the
-// simulator behaving alike: a request and the same request with those
-// members appended get the same ids, hence the same bytes once logprobs are
-// nulled.
+// hashRequest writes body to h without the top-level members "logprobs",
+// "top_logprobs" and "stream_options". A real engine's tokens do not
+// depend on whether logprobs or usage are returned; Vigil's logprob and
+// usage injection (issues 4 and 14) rely on the simulator behaving alike:
+// a request and the same request with those members appended get the same
+// ids, hence the same bytes once what they add is removed.
 //
 // A removed member takes with it the comma before it and the whitespace
 // between that comma and its key (the first member: the comma after it and
@@ -95,7 +95,7 @@ func requestRNG(seed int64, body []byte) *rand.Rand {
 // compared as raw bytes (an escaped key is another key here). Bodies that
 // are not a JSON object, or that do not parse, are hashed whole.
 func hashRequest(h hash.Hash64, body []byte) {
-	if !bytes.Contains(body, []byte("logprobs")) {
+	if !bytes.Contains(body, []byte("logprobs")) && !bytes.Contains(body, []byte("stream_options")) {
 		h.Write(body) // the usual case, and the hash of every body before issue 4
 		return
 	}
@@ -127,7 +127,7 @@ func hashRequest(h hash.Hash64, body []byte) {
 		}
 		next := skipSpace(body, valEnd)
 		key := body[keyStart+1 : keyEnd-1]
-		if string(key) == "logprobs" || string(key) == "top_logprobs" {
+		if string(key) == "logprobs" || string(key) == "top_logprobs" || string(key) == "stream_options" {
 			switch {
 			case comma >= 0:
 				drop(comma, valEnd)

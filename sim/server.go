@@ -227,6 +227,11 @@ type run struct {
 	k         Knobs
 	kv        int64
 	cancelled bool
+	// due is when the last token was due: tokens are paced against a
+	// schedule (start + TTFT + i·ITL), as an engine's steps are, so a
+	// late wake-up makes the next gap shorter instead of delaying every
+	// later token.
+	due time.Time
 }
 
 // begin waits for a sequence slot. It returns nil when the client went away
@@ -238,7 +243,7 @@ func (s *Server) begin(ctx context.Context, k Knobs, promptTokens int) *run {
 	}
 	s.running.Add(1)
 	s.promptTokens.Add(int64(promptTokens))
-	r := &run{s: s, ctx: ctx, k: k}
+	r := &run{s: s, ctx: ctx, k: k, due: time.Now()}
 	r.hold(int64(promptTokens))
 	return r
 }
@@ -249,14 +254,26 @@ func (r *run) hold(n int64) {
 	r.s.kvTokens.Add(n)
 }
 
-// wait sleeps until token i of the response is due: TTFT before the first,
-// ITL before each later one. It returns false, having counted the
-// cancellation, if the client went away.
+// wait sleeps until token i of each choice is due: TTFT before the first,
+// ITL before each later one, and Stall more before token StallAfter. It
+// returns false, having counted the cancellation, if the client went away.
 func (r *run) wait(i int) bool {
 	d := r.k.ITL
 	if i == 0 {
 		d = r.k.TTFT
 	}
+	// Choices advance in step, so token i of every choice follows the
+	// first i of each: one stall per request.
+	if i == r.k.StallAfter {
+		d += r.k.Stall
+	}
+	r.due = r.due.Add(d)
+	return r.pause(time.Until(r.due))
+}
+
+// pause sleeps d. It returns false, having counted the cancellation, if the
+// client went away.
+func (r *run) pause(d time.Duration) bool {
 	if err := sleep(r.ctx, d); err != nil {
 		r.cancel()
 		return false

@@ -141,7 +141,7 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 func TestKnobsAPI(t *testing.T) {
 	s, ts := newTestServer(t, DefaultKnobs())
 	status, body := get(t, ts.URL+"/sim/knobs")
-	want := `{"ttft":"0s","itl":"0s","error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0}`
+	want := `{"ttft":"0s","itl":"0s","stall":"0s","stall_after":0,"error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0}`
 	if status != http.StatusOK || string(body) != want {
 		t.Errorf("GET /sim/knobs: %d %s", status, body)
 	}
@@ -172,6 +172,9 @@ func TestKnobsAPI(t *testing.T) {
 		{`{"noise":"x"}`, "noise: expected a number, got JSON string"},
 		{`{"temperature":1}`, "temperature: unknown knob"},
 		{`[]`, "knobs: expected a JSON object"},
+		{`{"stall":"-2s","stall_after":-1}`, "stall: must not be negative, got -2s\nstall_after: must not be negative, got -1"},
+		{`{"stall":"soon"}`, `stall: want a Go duration such as "50ms" or a number of milliseconds, got "soon"`},
+		{`{"stall_after":"3"}`, "stall_after: expected an integer, got JSON string"},
 		{`{"extra_waiting":-1,"kv_cache_usage":2}`, "extra_waiting: must not be negative, got -1\nkv_cache_usage: must be in [0, 1] (0 means measured), got 2"},
 	}
 	for _, tt := range tests {
@@ -191,7 +194,8 @@ func TestKnobsAPI(t *testing.T) {
 }
 
 func TestKnobsJSONRoundTrip(t *testing.T) {
-	k := Knobs{TTFT: 80 * time.Millisecond, ITL: 15 * time.Millisecond, ErrorRate: 0.05, MaxModelLen: 8192,
+	k := Knobs{TTFT: 80 * time.Millisecond, ITL: 15 * time.Millisecond, Stall: 1500 * time.Millisecond, StallAfter: 12,
+		ErrorRate: 0.05, MaxModelLen: 8192,
 		Confidence: 0.7, Noise: 0.1, OutputTokens: 64, MaxNumSeqs: 16, ExtraWaiting: 3, KVCacheUsage: 0.25}
 	b, err := k.MarshalJSON()
 	if err != nil {
@@ -214,7 +218,7 @@ func TestNewAndSetKnobsDefaults(t *testing.T) {
 	if diff := cmp.Diff(DefaultKnobs(), s.Knobs()); diff != "" {
 		t.Errorf("zero Options (-want +got):\n%s", diff)
 	}
-	s.SetKnobs(Knobs{ErrorRate: 7, Confidence: -1, TTFT: -time.Second, Noise: math.NaN()})
+	s.SetKnobs(Knobs{ErrorRate: 7, Confidence: -1, TTFT: -time.Second, Noise: math.NaN(), Stall: -time.Second, StallAfter: -3})
 	want := DefaultKnobs()
 	want.ErrorRate, want.Confidence = 1, 1e-6
 	if diff := cmp.Diff(want, s.Knobs()); diff != "" {

@@ -2,8 +2,7 @@
 // backend simulator and a demo that runs both.
 //
 //	vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
-//	vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] ...
-//	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
+//	vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--stall DUR --stall-after N] ...
 //	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
 //	vigil demo    [--scenario incident|none] [--loop] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
 //	vigil check   --config FILE
@@ -29,7 +28,7 @@ const usage = `Vigil: an observability gateway for LLM inference.
 
 Usage:
   vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
-  vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--error-rate F] ...
+  vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--stall DUR --stall-after N] [--error-rate F] ...
   vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
   vigil demo    [--scenario incident|none] [--loop] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
   vigil check   --config FILE

@@ -24,6 +24,8 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 	created := fs.Int64("created", 0, "fixed `unix` time for the created field (0: now)")
 	ttft := fs.Duration("ttft", d.TTFT, "time to first token")
 	itl := fs.Duration("itl", d.ITL, "inter-token latency")
+	stall := fs.Duration("stall", d.Stall, "extra delay, once per request, before the token after --stall-after tokens of each choice (0: none)")
+	stallAfter := fs.Int("stall-after", d.StallAfter, "tokens of each choice generated before the --stall pause")
 	errRate := fs.Float64("error-rate", d.ErrorRate, "share of requests answered with HTTP 500")
 	maxLen := fs.Int("max-model-len", d.MaxModelLen, "context length in tokens; longer requests get vLLM's 400 (0: no limit)")
 	conf := fs.Float64("confidence", d.Confidence, "mean probability of the chosen token, in (0,1]")
@@ -32,8 +34,8 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 	seqs := fs.Int("max-num-seqs", d.MaxNumSeqs, "sequences served at once; more wait in a queue")
 	return func() sim.Options {
 		return sim.Options{Model: *model, Seed: *seed, Created: *created, Knobs: sim.Knobs{
-			TTFT: *ttft, ITL: *itl, ErrorRate: *errRate, MaxModelLen: *maxLen, Confidence: *conf,
-			Noise: *noise, OutputTokens: *outTok, MaxNumSeqs: *seqs,
+			TTFT: *ttft, ITL: *itl, Stall: *stall, StallAfter: *stallAfter, ErrorRate: *errRate,
+			MaxModelLen: *maxLen, Confidence: *conf, Noise: *noise, OutputTokens: *outTok, MaxNumSeqs: *seqs,
 		}}
 	}
 }
