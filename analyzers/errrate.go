@@ -16,6 +16,7 @@ import (
 type errorRates struct {
 	mu            sync.Mutex
 	total, failed *window.Shared[window.Counts, *window.Counts]
+	ttl           time.Duration // of the shared snapshots: the span, and ten minutes more
 }
 
 // modelKeyPrefix starts the key of the requests of a model that no backend
@@ -31,8 +32,16 @@ func newErrorRates(bucket, span time.Duration) *errorRates {
 	return &errorRates{
 		total:  window.NewShared[window.Counts](bucket, n, nil),
 		failed: window.NewShared[window.Counts](bucket, n, nil),
+		ttl:    time.Duration(n)*bucket + 10*time.Minute,
 	}
 }
+
+var _ sharePolicy = (*errorRates)(nil)
+
+// sharing keeps the snapshots as long as the longest burn-rate window
+// reads them (the sharer's default ttl is shorter than 6 h), read every
+// flush.
+func (e *errorRates) sharing(string) (ttl time.Duration, readEvery int) { return e.ttl, 1 }
 
 // add counts one response of key that ended at t.
 func (e *errorRates) add(t time.Time, key string, failed bool) {

@@ -105,6 +105,7 @@ func (p *Pipeline) OnEvent(r *exchange.Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	t := r.Start.Add(resp.Latency)
+	p.usage.add(t, r, resp)
 	if r.Backend == "" { // the gateway answered: only the error rates see it
 		key := ""
 		if p.models[r.Model] {
@@ -181,23 +182,32 @@ func (p *Pipeline) postprocessSpan(r *exchange.Request, attrs []attribute.KeyVal
 	sp.End()
 }
 
-// sample derives a response's timings.
+// sample derives a response's timings. The gap metrics come from the
+// gaps the gateway measured between content chunks (resp.Gaps) and are
+// NaN without them: a non-streaming response, or a stream of fewer than two
+// content chunks. They are not estimated as (total − TTFT)/(tokens − 1),
+// which spreads one long stall over every token (issue 14).
 func sample(r *exchange.Request, resp *exchange.Response, s *logprob.Summary) latency.Sample {
 	nan := math.NaN()
-	smp := latency.Sample{Values: [latency.NumMetrics]float64{nan, nan, nan, nan}, MeanLogprob: nan}
+	var smp latency.Sample
+	for i := range smp.Values {
+		smp.Values[i] = nan
+	}
+	smp.MeanLogprob = nan
 	total := resp.Latency.Seconds()
 	smp.Values[latency.E2E] = total
-	tokens := max(resp.CompletionTokens, s.OutputTokens)
 	gen := total
 	if r.Stream && resp.TTFT > 0 {
 		ttft := resp.TTFT.Seconds()
 		smp.Values[latency.TTFT] = ttft
 		gen = total - ttft
-		if tokens > 1 {
-			smp.Values[latency.ITL] = gen / float64(tokens-1)
-		}
 	}
-	if tokens > 0 && gen > 0 {
+	if g := resp.Gaps; g.Count > 0 {
+		smp.Values[latency.ITL] = g.P50.Seconds()
+		smp.Values[latency.ITLP95] = g.P95.Seconds()
+		smp.Values[latency.Stall] = g.Max.Seconds()
+	}
+	if tokens := max(resp.CompletionTokens, s.OutputTokens); tokens > 0 && gen > 0 {
 		smp.Values[latency.TPS] = float64(tokens) / gen
 	}
 	if s.Tokens > 0 {

@@ -63,7 +63,7 @@ const maxOpen = 8192
 
 // A Pipeline is the analyzers behind one gateway. Its On* methods are called
 // by one goroutine (the gateway's dispatcher); Run, Evaluate, Signals,
-// PinBaseline and Feedback may be called concurrently with them.
+// PinBaseline, Feedback and Usage may be called concurrently with them.
 type Pipeline struct {
 	cfg    config.Analyzers
 	log    *slog.Logger
@@ -87,6 +87,7 @@ type Pipeline struct {
 	errs   *errorRates
 	slo    config.SLO
 	models map[string]bool // the configured models: bounded error-rate keys
+	usage  *usage          // token usage by tenant, model and backend
 	// backendLabels are the alert labels of each backend's series;
 	// gatewayLabels those of the gateway-wide ones.
 	backendLabels map[string]map[string]string
@@ -144,6 +145,7 @@ func New(o Options) (*Pipeline, error) {
 			p.models[m] = true
 		}
 	}
+	p.usage = newUsage(p.models, o.Backends)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
 	if c.Precision.Enabled {
@@ -177,7 +179,8 @@ func New(o Options) (*Pipeline, error) {
 			cfg.Interval = time.Second
 		}
 		p.share = &sharer{cfg: cfg, log: p.log, now: p.now, m: newShareMetrics(reg), dropped: map[string]int64{},
-			// Long enough for the reference span and the perplexity baseline.
+			// Long enough for the reference span and the perplexity baseline;
+			// the usage series set their own (sharePolicy).
 			ttl: c.Window + c.Reference + 10*time.Minute}
 		if p.drift != nil {
 			p.share.monitors = append(p.share.monitors, p.drift)
@@ -191,7 +194,7 @@ func New(o Options) (*Pipeline, error) {
 		if p.prec != nil {
 			p.share.monitors = append(p.share.monitors, p.prec)
 		}
-		p.share.monitors = append(p.share.monitors, p.errs)
+		p.share.monitors = append(p.share.monitors, p.errs, p.usage)
 		p.share.onPin = func(at time.Time) { p.pinAt(at) }
 		p.share.calib = p.calib
 	}

@@ -73,6 +73,17 @@ type sharedMonitor interface {
 	Shared(f func(name string, s window.Sharer))
 }
 
+// sharePolicy is implemented by a monitor whose series differ from the
+// sharer's defaults: they span longer than its ttl, or change too slowly
+// to be worth reading every flush.
+type sharePolicy interface {
+	// sharing returns how long the series' snapshots live in the store
+	// (never less than the sharer's ttl) and every how many flushes the other
+	// replicas' snapshots are read (zero or one: every flush; the first
+	// flush, and the one after a failed flush, read always).
+	sharing(name string) (ttl time.Duration, readEvery int)
+}
+
 type shareMetrics struct {
 	dropped  prometheus.Counter
 	up       prometheus.Gauge
@@ -115,6 +126,8 @@ func (s *sharer) Run(ctx context.Context) error {
 type batch struct {
 	enc      []window.Encoded
 	from, to int64
+	ttl      time.Duration
+	read     bool // read the other replicas' snapshots this time
 	put      bool
 	remote   []state.ReplicaBucket
 }
@@ -182,25 +195,35 @@ func (s *sharer) export(full bool) map[string]*batch {
 				s.log.Error("encoding a window", "series", name, "err", err)
 			}
 			from, to := sh.Numbers()
-			batches[name] = &batch{enc: enc, from: from, to: to}
+			b := &batch{enc: enc, from: from, to: to, ttl: s.ttl, read: true}
+			if p, ok := m.(sharePolicy); ok {
+				ttl, every := p.sharing(name)
+				b.ttl = max(b.ttl, ttl)
+				b.read = every <= 1 || s.failing || (s.n-1)%every == 0
+			}
+			batches[name] = b
 		})
 	}
 	return batches
 }
 
 // exchange writes each batch to the store and reads the replicas'
-// buckets of its span, holding no monitor lock. It stops at the first
-// failure: the batches not written are exported again next time.
+// buckets of its span (when the batch says so), holding no monitor lock.
+// It stops at the first failure: the batches not written are exported
+// again next time.
 func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*batch) error {
 	for name, b := range batches {
 		bs := make([]state.Bucket, len(b.enc))
 		for i, e := range b.enc {
 			bs[i] = state.Bucket{Start: e.Start, Payload: e.Payload}
 		}
-		if err := s.cfg.Store.PutBuckets(ctx, name, s.cfg.Replica, seq, bs, s.ttl); err != nil {
+		if err := s.cfg.Store.PutBuckets(ctx, name, s.cfg.Replica, seq, bs, b.ttl); err != nil {
 			return err
 		}
 		b.put = true
+		if !b.read {
+			continue
+		}
 		rb, err := s.cfg.Store.Buckets(ctx, name, b.from, b.to)
 		if err != nil {
 			return err

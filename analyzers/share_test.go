@@ -153,3 +153,13 @@ func TestSharedErrorRate(t *testing.T) {
 		t.Errorf("a's error-rate alerts: %+v, want one at 0.2 (16 failures in 80 requests) for backend x", got)
 	}
 }
+
+// TestErrorRatesOutliveTheirSpan: the error rates' snapshots live in the
+// store as long as the longest burn-rate window reads them, so that a
+// replica that went away still counts in a 6 h burn rate.
+func TestErrorRatesOutliveTheirSpan(t *testing.T) {
+	e := newErrorRates(10*time.Second, 6*time.Hour)
+	if ttl, every := e.sharing("errors/total"); ttl < 6*time.Hour || every != 1 {
+		t.Errorf("sharing = %v, %d; want at least 6h, read every flush", ttl, every)
+	}
+}

@@ -183,6 +183,11 @@ func (w *weekTraffic) send() {
 		resp.Latency = ttft + time.Duration(q.maxTokens-1)*itl
 		if q.stream {
 			resp.TTFT = ttft
+			// The gaps the gateway would measure, drawn from nothing
+			// more so that the week's random sequence stays the same.
+			if q.maxTokens > 1 {
+				resp.Gaps = exchange.Gaps{Count: q.maxTokens - 1, P50: itl, P95: itl * 13 / 10, Max: 2 * itl}
+			}
 		}
 	}
 	r := &exchange.Request{Route: "/v1/chat/completions", Operation: "chat", Model: "m", Backend: "fp16",

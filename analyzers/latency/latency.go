@@ -1,9 +1,10 @@
 // Package latency turns per-response timings into signal 3, latency
 // variance: windows of end-to-end latency, time to first token, inter-token
-// latency and tokens per second with their mean, σ and P50/P95/P99; an
-// anomaly whenever a response is beyond the reference's mean + k·σ; the
-// signal is "anomalous" when the current window's anomalous share rises
-// clearly above the reference's.
+// latency (a stream's median and P95 gap between content chunks), its
+// longest stall and tokens per second, each with its mean, σ and
+// P50/P95/P99; an anomaly whenever a response is beyond the reference's
+// mean + k·σ; the signal is "anomalous" when the current window's
+// anomalous share rises clearly above the reference's.
 package latency
 
 import (
@@ -26,23 +27,37 @@ const (
 	StateAnomalous = "anomalous"
 )
 
-// Metrics measured per response.
+// Metrics measured per response. The gap metrics (ITL, ITLP95, Stall) are
+// read from the times between consecutive content chunks of the same
+// choice of a stream, as they reached the gateway (exchange.Gaps, issue
+// 14), not derived from the total: a stream that pauses once for seconds
+// and otherwise runs at pace shows in Stall, where an average would hide
+// it.
 const (
-	E2E  = iota // request received to last byte, seconds
-	TTFT        // to the first byte of a stream, seconds
-	ITL         // mean time between tokens of a stream, seconds
-	TPS         // output tokens per second of generation
+	E2E    = iota // request received to last byte, seconds
+	TTFT          // to the first byte of a stream, seconds
+	ITL           // a stream's median gap between content chunks, seconds
+	ITLP95        // a stream's 95th-percentile gap, seconds
+	Stall         // a stream's longest gap, seconds
+	TPS           // output tokens per second of generation
 	NumMetrics
 )
 
 // Names are the metric names used in labels and JSON.
-var Names = [NumMetrics]string{"e2e", "ttft", "itl", "tokens_per_second"}
+var Names = [NumMetrics]string{
+	E2E: "e2e", TTFT: "ttft", ITL: "itl", ITLP95: "itl_p95", Stall: "stall", TPS: "tokens_per_second",
+}
 
 // lowerIsWorse marks metrics whose anomalies are low values.
 var lowerIsWorse = [NumMetrics]bool{TPS: true}
 
+// scale converts a metric's value to its unit in Result: milliseconds for
+// times, tokens per second as it is.
+var scale = [NumMetrics]float64{E2E: 1000, TTFT: 1000, ITL: 1000, ITLP95: 1000, Stall: 1000, TPS: 1}
+
 // Sample is one response's timings; NaN where a metric does not apply
-// (TTFT and ITL of a non-streaming response, ITL of a one-token stream).
+// (TTFT and the gaps of a non-streaming response, the gaps of a stream
+// with fewer than two content chunks).
 type Sample struct {
 	Values [NumMetrics]float64
 	// MeanLogprob is the response's mean token logprob, NaN when unknown,
@@ -224,7 +239,9 @@ type Result struct {
 	State     string          `json:"state"`
 	TTFT      Quantiles       `json:"ttft_ms"`
 	E2E       Quantiles       `json:"e2e_ms"`
-	ITL       Quantiles       `json:"itl_ms"`
+	ITL       Quantiles       `json:"itl_ms"`     // of the responses' median gaps
+	ITLP95    Quantiles       `json:"itl_p95_ms"` // of the responses' P95 gaps
+	Stall     Quantiles       `json:"stall_ms"`   // of the responses' longest gaps
 	TPS       Quantiles       `json:"tokens_per_second"`
 	Metrics   map[string]Stat `json:"metrics"`
 	Anomalies int64           `json:"anomalies"` // anomalous values in the current window, all metrics
@@ -271,7 +288,6 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	m.mu.Unlock()
 
 	res.Responses = count(cur)
-	scale := [NumMetrics]float64{1000, 1000, 1000, 1}
 	anomalous := false
 	for i := range NumMetrics {
 		num := func(v float64) stats.Num { return stats.Num(v * scale[i]) }
@@ -293,7 +309,8 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 		anomalous = anomalous || st.Anomalous
 		res.Metrics[Names[i]] = st
 	}
-	res.E2E, res.TTFT, res.ITL, res.TPS = res.Metrics["e2e"].Quantiles, res.Metrics["ttft"].Quantiles, res.Metrics["itl"].Quantiles, res.Metrics["tokens_per_second"].Quantiles
+	q := func(i int) Quantiles { return res.Metrics[Names[i]].Quantiles }
+	res.E2E, res.TTFT, res.ITL, res.ITLP95, res.Stall, res.TPS = q(E2E), q(TTFT), q(ITL), q(ITLP95), q(Stall), q(TPS)
 	res.Correlation = stats.Num(cur.co.r())
 	switch {
 	case res.Responses < min || !haveRef:

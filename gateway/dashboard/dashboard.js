@@ -197,14 +197,14 @@
     return { big: num(c.confidence), reason };
   }
 
-  const LAT_NAMES = { ttft: "TTFT", e2e: "E2E", itl: "ITL", tokens_per_second: "tokens/s" };
+  const LAT_NAMES = { ttft: "TTFT", e2e: "E2E", itl: "ITL", stall: "Stall", tokens_per_second: "tokens/s" };
   function latencyTile(l, thresholds) {
     if (notEnabled(l)) return { big: DASH, reason: "not enabled" };
     const m = l.metrics || {};
     const p95 = k => m[k] && m[k].p95;
     const fmtK = (k, v) => k === "tokens_per_second" ? num(v) + " tokens/s" : ms(v);
     let key = "ttft";
-    for (const k of ["ttft", "e2e", "itl", "tokens_per_second"]) if (m[k] && m[k].anomalous) { key = k; break; }
+    for (const k of ["ttft", "e2e", "itl", "stall", "tokens_per_second"]) if (m[k] && m[k].anomalous) { key = k; break; }
     if (!isNum(p95(key))) key = isNum(p95("e2e")) ? "e2e" : key;
     if (!isNum(p95(key))) return { big: DASH, reason: "waiting for data (" + count(l.responses) + " responses)" };
     let reason = LAT_NAMES[key] + " P95 " + fmtK(key, p95(key));

@@ -1,0 +1,563 @@
+package analyzers
+
+import (
+	"cmp"
+	"context"
+	"encoding"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
+)
+
+// Usage is the token usage of the last hour and of the last day, every
+// replica's, as GET /admin/usage shows it.
+type Usage struct {
+	Hour UsageWindow `json:"hour"`
+	Day  UsageWindow `json:"day"`
+}
+
+// UsageWindow is the usage of the responses that ended in [Since, Until]:
+// its totals and one row per tenant, model and backend, by total tokens
+// (prompt plus completion) descending, then by tenant, model and backend.
+// Since is the start of the oldest bucket counted, so a window covers a
+// little more than its name says (up to a minute for the hour, an hour for
+// the day), never less.
+type UsageWindow struct {
+	Since  time.Time   `json:"since"`
+	Until  time.Time   `json:"until"`
+	Totals UsageCounts `json:"totals"`
+	Rows   []UsageRow  `json:"rows"`
+}
+
+// UsageCounts counts responses that a backend answered (failures
+// included) and their tokens. CountedRequests are those whose completion
+// tokens the gateway counted from the stream (exchange.UsageCounted): their
+// prompt tokens are unknown and not in PromptTokens.
+type UsageCounts struct {
+	Requests         int64 `json:"requests"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	CountedRequests  int64 `json:"counted_requests"`
+}
+
+func (c UsageCounts) plus(o UsageCounts) UsageCounts {
+	return UsageCounts{c.Requests + o.Requests, c.PromptTokens + o.PromptTokens,
+		c.CompletionTokens + o.CompletionTokens, c.CountedRequests + o.CountedRequests}
+}
+
+// UsageRow is the usage of one tenant of one model on one backend. Tenant
+// is "" for requests without a tenant; "other" in any of the three labels
+// stands for the values beyond the bounds (see Pipeline.Usage).
+type UsageRow struct {
+	Tenant  string `json:"tenant"`
+	Model   string `json:"model"`
+	Backend string `json:"backend"`
+	UsageCounts
+}
+
+// The usage ledger's bounds, which hold whatever the traffic.
+const (
+	// maxUsageKeys bounds the (tenant, model, backend) keys of one bucket;
+	// the usage of the keys beyond is counted under "other" for all three.
+	maxUsageKeys = 4096
+	// maxUsageModels bounds the models named without being configured,
+	// when some backend serves every model: the first ones seen.
+	maxUsageModels = 64
+	// maxUsageLabel bounds a label's length; longer ones are "other".
+	maxUsageLabel = 256
+	usageOther    = "other"
+)
+
+// The usage series: minute buckets for the last hour, hour buckets for the
+// last day, each with room for the bucket in progress and one more.
+const (
+	usageMinuteSeries = "usage/minute"
+	usageHourSeries   = "usage/hour"
+	usageMinuteSpan   = 62
+	usageHourSpan     = 26
+	// usageReadEvery: the other replicas' usage is read every this many
+	// flushes (10 s at the default interval), not every flush: 88 buckets
+	// a second would be most of the flush's reads, for a view that
+	// nobody needs to the second.
+	usageReadEvery = 10
+)
+
+// usage is the usage ledger: what each (tenant, model, backend) used, in
+// minute and hour buckets shared with the other replicas. It is safe for
+// concurrent use.
+type usage struct {
+	mu sync.Mutex
+	// models are the configured models, always named; when open (some
+	// backend serves every model), seen names the first maxUsageModels
+	// others too.
+	models map[string]bool
+	open   bool
+	seen   map[string]bool
+
+	minute, hour *window.Shared[ledger, *ledger]
+}
+
+func newUsage(models map[string]bool, backends []config.Backend) *usage {
+	u := &usage{models: models, seen: map[string]bool{},
+		minute: window.NewShared[ledger](time.Minute, usageMinuteSpan, nil),
+		hour:   window.NewShared[ledger](time.Hour, usageHourSpan, nil)}
+	u.open = len(backends) == 0
+	for _, b := range backends {
+		if len(b.Models) == 0 {
+			u.open = true
+		}
+	}
+	return u
+}
+
+// add counts one response that ended at t; those the gateway answered
+// itself (no backend) are not usage.
+func (u *usage) add(t time.Time, r *exchange.Request, resp *exchange.Response) {
+	if r.Backend == "" {
+		return
+	}
+	c := UsageCounts{Requests: 1, PromptTokens: int64(max(resp.PromptTokens, 0)),
+		CompletionTokens: int64(max(resp.CompletionTokens, 0))}
+	if resp.UsageSource == exchange.UsageCounted {
+		c.CountedRequests = 1
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	k := usageKey{label(r.Tenant), u.model(r.Model), label(r.Backend)}
+	if b := u.minute.Bucket(t); b != nil {
+		b.add(k, c)
+	}
+	if b := u.hour.Bucket(t); b != nil {
+		b.add(k, c)
+	}
+}
+
+// label bounds a label's length.
+func label(s string) string {
+	if len(s) > maxUsageLabel {
+		return usageOther
+	}
+	return s
+}
+
+// model bounds the model names like the error-rate keys: a configured
+// model keeps its name, another is "other", unless some backend serves
+// every model: then the first maxUsageModels others seen keep theirs too.
+// The first seen, not a hash rule, because only this replica names them;
+// the ledger's key bound is what keeps the merged picture bounded.
+// Callers hold u.mu.
+func (u *usage) model(m string) string {
+	switch {
+	case len(m) > maxUsageLabel:
+		return usageOther
+	case u.models[m] || u.seen[m]:
+		return m
+	case u.open && len(u.seen) < maxUsageModels:
+		m = strings.Clone(m) // it may share a large request body's memory
+		u.seen[m] = true
+		return m
+	}
+	return usageOther
+}
+
+// Shared hands the series to the replica flusher, under the lock.
+func (u *usage) Shared(f func(name string, s window.Sharer)) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f(usageMinuteSeries, u.minute)
+	f(usageHourSeries, u.hour)
+}
+
+var _ sharePolicy = (*usage)(nil)
+
+// sharing keeps a series' snapshots in the store as long as the series
+// spans, and ten minutes more, so that a replica that went away still
+// counts in the day's usage; the other replicas' snapshots are read every
+// usageReadEvery flushes.
+func (u *usage) sharing(name string) (ttl time.Duration, readEvery int) {
+	if name == usageHourSeries {
+		return usageHourSpan*time.Hour + 10*time.Minute, usageReadEvery
+	}
+	return usageMinuteSpan*time.Minute + 10*time.Minute, usageReadEvery
+}
+
+// report returns the usage of the last hour and day before now.
+func (u *usage) report(now time.Time) (Usage, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	h, err := usageWindow(u.minute, now, time.Hour)
+	if err != nil {
+		return Usage{}, err
+	}
+	d, err := usageWindow(u.hour, now, 24*time.Hour)
+	if err != nil {
+		return Usage{}, err
+	}
+	return Usage{Hour: h, Day: d}, nil
+}
+
+// usageWindow merges the buckets of s, local and imported, that overlap
+// [now-span, now].
+func usageWindow(s *window.Shared[ledger, *ledger], now time.Time, span time.Duration) (UsageWindow, error) {
+	v, err := s.View()
+	if err != nil {
+		return UsageWindow{}, err
+	}
+	from := v.Start(now.Add(-span))
+	l, err := v.Range(from, v.Start(now).Add(v.Width()))
+	if err != nil {
+		return UsageWindow{}, err
+	}
+	w := UsageWindow{Since: from, Until: now.UTC(), Rows: l.rows()}
+	for _, r := range w.Rows {
+		w.Totals = w.Totals.plus(r.UsageCounts)
+	}
+	return w, nil
+}
+
+// Usage returns the token usage of the last hour and of the last day by
+// tenant, model and backend, merged over every replica: this one's and
+// what it last read of the others' (every usageReadEvery flushes).
+// Responses the gateway answered itself are not counted. Labels are
+// bounded whatever the traffic: tenants by the gateway (64, then
+// "other"); models like the error-rate keys (configured ones by name,
+// others "other", or the first 64 seen when some backend serves every
+// model); and at most 4096 keys per bucket, beyond which usage is counted
+// under "other" for all three labels (the keys kept are the same on every
+// replica: see ledger).
+func (p *Pipeline) Usage(context.Context) (Usage, error) {
+	return p.usage.report(p.now())
+}
+
+// UsageJSON is Usage as JSON, for GET /admin/usage.
+func (p *Pipeline) UsageJSON(ctx context.Context) ([]byte, error) {
+	u, err := p.Usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(u)
+}
+
+// usageKey is what the ledger counts by.
+type usageKey struct{ tenant, model, backend string }
+
+func (k usageKey) compare(o usageKey) int {
+	return cmp.Or(strings.Compare(k.tenant, o.tenant), strings.Compare(k.model, o.model), strings.Compare(k.backend, o.backend))
+}
+
+// hash is 64-bit FNV-1a over the labels, each followed by 0xff (a byte
+// that UTF-8 never holds), fixed so that every replica ranks keys alike.
+func (k usageKey) hash() uint64 {
+	h := uint64(14695981039346656037)
+	for _, s := range [3]string{k.tenant, k.model, k.backend} {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
+		h ^= 0xff
+		h *= 1099511628211
+	}
+	return h
+}
+
+type ledgerEntry struct {
+	hash uint64
+	c    UsageCounts
+}
+
+// ledger is one bucket of the usage: counts by key, a window summary.
+//
+// It keeps at most maxUsageKeys keys, by the rule of window.Counts: the
+// keys with the smallest (hash, key); a new key with a smaller one evicts
+// the kept key with the largest, whose counts move to other. The kept keys
+// and every count are then a function of what was added, whatever the
+// order of adds and merges, so that replicas merging the same snapshots
+// in any order agree, and a merged bucket is bounded like a local one.
+//
+// The zero value is empty. A ledger is not safe for concurrent use.
+type ledger struct {
+	m     map[usageKey]ledgerEntry
+	other UsageCounts
+	// worst is the kept key with the largest (hash, key), valid while m
+	// is full.
+	worst     usageKey
+	worstHash uint64
+}
+
+var (
+	_ encoding.BinaryMarshaler   = (*ledger)(nil)
+	_ encoding.BinaryUnmarshaler = (*ledger)(nil)
+	_                            = window.NewShared[ledger, *ledger]
+)
+
+func keyLess(ha uint64, a usageKey, hb uint64, b usageKey) bool {
+	if ha != hb {
+		return ha < hb
+	}
+	return a.compare(b) < 0
+}
+
+// add counts c under k. It allocates only for a key it starts keeping.
+func (l *ledger) add(k usageKey, c UsageCounts) {
+	if e, ok := l.m[k]; ok {
+		e.c = e.c.plus(c)
+		l.m[k] = e
+		return
+	}
+	if l.m == nil {
+		l.m = map[usageKey]ledgerEntry{}
+	}
+	h := k.hash()
+	if len(l.m) < maxUsageKeys {
+		l.m[k.clone()] = ledgerEntry{h, c}
+		if len(l.m) == maxUsageKeys {
+			l.findWorst()
+		}
+		return
+	}
+	if !keyLess(h, k, l.worstHash, l.worst) {
+		l.other = l.other.plus(c)
+		return
+	}
+	l.other = l.other.plus(l.m[l.worst].c)
+	delete(l.m, l.worst)
+	l.m[k.clone()] = ledgerEntry{h, c}
+	l.findWorst()
+}
+
+func (k usageKey) clone() usageKey {
+	return usageKey{strings.Clone(k.tenant), strings.Clone(k.model), strings.Clone(k.backend)}
+}
+
+func (l *ledger) findWorst() {
+	first := true
+	for k, e := range l.m {
+		if first || keyLess(l.worstHash, l.worst, e.hash, k) {
+			l.worst, l.worstHash, first = k, e.hash, false
+		}
+	}
+}
+
+// Merge adds o's counts to l. It never fails.
+func (l *ledger) Merge(o *ledger) error {
+	if o == l {
+		c := &ledger{m: make(map[usageKey]ledgerEntry, len(l.m)), other: l.other}
+		for k, e := range l.m {
+			c.m[k] = e
+		}
+		o = c
+	}
+	for k, e := range o.m {
+		l.add(k, e.c)
+	}
+	l.other = l.other.plus(o.other)
+	return nil
+}
+
+// Reset empties l, keeping its map storage.
+func (l *ledger) Reset() {
+	clear(l.m)
+	l.other = UsageCounts{}
+	l.worst, l.worstHash = usageKey{}, 0
+}
+
+// rows returns l's keys and, when any usage went beyond the bound, an
+// "other" row for it, by total tokens descending then by key.
+func (l *ledger) rows() []UsageRow {
+	out := make([]UsageRow, 0, len(l.m)+1)
+	other := usageKey{usageOther, usageOther, usageOther}
+	for k, e := range l.m {
+		c := e.c
+		if k == other {
+			c = c.plus(l.other)
+		}
+		out = append(out, UsageRow{k.tenant, k.model, k.backend, c})
+	}
+	if _, ok := l.m[other]; !ok && l.other.Requests > 0 {
+		out = append(out, UsageRow{usageOther, usageOther, usageOther, l.other})
+	}
+	slices.SortFunc(out, func(a, b UsageRow) int {
+		ta, tb := a.PromptTokens+a.CompletionTokens, b.PromptTokens+b.CompletionTokens
+		return cmp.Or(cmp.Compare(tb, ta), usageKey{a.Tenant, a.Model, a.Backend}.compare(usageKey{b.Tenant, b.Model, b.Backend}))
+	})
+	return out
+}
+
+// tagLedger is the ledger encoding's version byte: type 0xa, outside the
+// window package's types, version 1.
+const tagLedger byte = 0xa1
+
+// MarshalBinary encodes l: the version byte; the other counts; the number
+// of keys; then each key in increasing (tenant, model, backend) order, as
+// three uvarint-length-prefixed labels and its counts. Counts are four
+// uvarints: requests, prompt, completion and counted requests.
+func (l *ledger) MarshalBinary() ([]byte, error) {
+	keys := make([]usageKey, 0, len(l.m))
+	size := 1 + 5*binary.MaxVarintLen64
+	for k := range l.m {
+		keys = append(keys, k)
+		size += len(k.tenant) + len(k.model) + len(k.backend) + 7*binary.MaxVarintLen64
+	}
+	slices.SortFunc(keys, usageKey.compare)
+	b := make([]byte, 0, size)
+	b = append(b, tagLedger)
+	b = appendUsageCounts(b, l.other)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		for _, s := range [3]string{k.tenant, k.model, k.backend} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		b = appendUsageCounts(b, l.m[k].c)
+	}
+	return b, nil
+}
+
+func appendUsageCounts(b []byte, c UsageCounts) []byte {
+	for _, v := range [4]int64{c.Requests, c.PromptTokens, c.CompletionTokens, c.CountedRequests} {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return b
+}
+
+// UnmarshalBinary replaces l with the ledger encoded in data. It fails
+// with an error wrapping window.ErrCorrupt (window.ErrVersion for a newer
+// format) on input that MarshalBinary cannot have written, leaving l
+// unchanged, and allocates in proportion to len(data) at most.
+func (l *ledger) UnmarshalBinary(data []byte) error {
+	d := ledgerDecoder{b: data}
+	d.header()
+	v := ledger{other: d.counts()}
+	n := d.uvarint()
+	switch {
+	case d.err != nil:
+		return d.err
+	case n > maxUsageKeys:
+		return d.fail("%d keys, at most %d", n, maxUsageKeys)
+	case 7*n > uint64(len(d.b)): // each key takes at least seven bytes
+		return d.fail("truncated")
+	case v.other.Requests > 0 && n < maxUsageKeys:
+		// Usage goes to other only once the keys are full, and they stay full.
+		return d.fail("other counted with %d < %d keys", n, maxUsageKeys)
+	case v.other.Requests == 0 && v.other != UsageCounts{}:
+		return d.fail("other counts without requests")
+	case v.other.CountedRequests > v.other.Requests:
+		return d.fail("other: more counted requests than requests")
+	}
+	v.m = make(map[usageKey]ledgerEntry, n)
+	total := v.other
+	var prev usageKey
+	for i := range int(n) {
+		k := usageKey{d.label(), d.label(), d.label()}
+		c := d.counts()
+		switch {
+		case d.err != nil:
+			return d.err
+		case i > 0 && k.compare(prev) <= 0:
+			return d.fail("key %q not after %q", k, prev)
+		case c.Requests == 0:
+			return d.fail("key %q has no requests", k)
+		case c.CountedRequests > c.Requests:
+			return d.fail("key %q: more counted requests than requests", k)
+		}
+		// Totals must fit too, for what merges them.
+		if total.Requests > math.MaxInt64-c.Requests || total.PromptTokens > math.MaxInt64-c.PromptTokens ||
+			total.CompletionTokens > math.MaxInt64-c.CompletionTokens {
+			return d.fail("counts overflow int64")
+		}
+		total = total.plus(c)
+		v.m[k] = ledgerEntry{k.hash(), c}
+		prev = k
+	}
+	if len(d.b) != 0 {
+		return d.fail("%d trailing bytes", len(d.b))
+	}
+	if len(v.m) == maxUsageKeys {
+		v.findWorst()
+	}
+	*l = v
+	return nil
+}
+
+// ledgerDecoder reads a ledger front to back; the first failure sticks,
+// and later reads return zero values.
+type ledgerDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *ledgerDecoder) fail(format string, args ...any) error {
+	if d.err == nil {
+		d.err = fmt.Errorf("usage ledger: %s: %w", fmt.Sprintf(format, args...), window.ErrCorrupt)
+	}
+	d.b = nil
+	return d.err
+}
+
+func (d *ledgerDecoder) header() {
+	switch {
+	case len(d.b) == 0:
+		d.fail("empty")
+	case d.b[0]>>4 != tagLedger>>4:
+		d.fail("version byte %#02x is not a usage ledger", d.b[0])
+	case d.b[0] != tagLedger:
+		d.err = fmt.Errorf("usage ledger: version byte %#02x: %w", d.b[0], window.ErrVersion)
+		d.b = nil
+	default:
+		d.b = d.b[1:]
+	}
+}
+
+func (d *ledgerDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated or overlong varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a uvarint that must fit an int64.
+func (d *ledgerDecoder) count() int64 {
+	v := d.uvarint()
+	if v > math.MaxInt64 {
+		d.fail("count %d overflows int64", v)
+		return 0
+	}
+	return int64(v)
+}
+
+func (d *ledgerDecoder) counts() UsageCounts {
+	return UsageCounts{d.count(), d.count(), d.count(), d.count()}
+}
+
+// label reads a length-prefixed label of at most maxUsageLabel bytes.
+func (d *ledgerDecoder) label() string {
+	n := d.uvarint()
+	switch {
+	case d.err != nil:
+		return ""
+	case n > maxUsageLabel:
+		d.fail("label of %d bytes, at most %d", n, maxUsageLabel)
+		return ""
+	case n > uint64(len(d.b)):
+		d.fail("truncated")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
