@@ -62,6 +62,7 @@ type Config struct {
 	Health    Health    `yaml:"health"`
 	Retries   Retries   `yaml:"retries"`
 	Cache     Cache     `yaml:"cache"`
+	Usage     Usage     `yaml:"usage"`
 	Log       Log       `yaml:"log"`
 }
 
@@ -493,6 +494,22 @@ type Cache struct {
 	LockTTL time.Duration `yaml:"lock_ttl"`
 }
 
+// Usage configures token accounting.
+type Usage struct {
+	// Inject asks backends for a stream's token usage
+	// (stream_options.include_usage) when an OpenAI chat or completions
+	// client streams without asking, and removes what that adds from the
+	// client's stream, so that every stream is accounted with the
+	// backend's own figures. False: such streams are counted from their
+	// content chunks.
+	Inject bool `yaml:"inject"`
+	// TenantHeader names the request header whose value is the caller's
+	// tenant in usage metrics and GET /admin/usage. Credential headers
+	// (Authorization, Api-Key, X-Api-Key) are reduced to a short hash.
+	// Empty: no tenant.
+	TenantHeader string `yaml:"tenant_header"`
+}
+
 // Log configures logging.
 type Log struct {
 	// Level is debug, info, warn or error.
@@ -547,6 +564,7 @@ func Default() Config {
 		},
 		Retries: Retries{Attempts: 3},
 		Cache:   Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
+		Usage:   Usage{Inject: true, TenantHeader: "X-Tenant"},
 		Log:     Log{Level: "info", Access: true},
 	}
 }

@@ -53,6 +53,7 @@ func TestDefault(t *testing.T) {
 			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
 		},
 		Retries: config.Retries{Attempts: 3},
+		Usage:   config.Usage{Inject: true, TenantHeader: "X-Tenant"},
 		Log:     config.Log{Level: "info", Access: true},
 	}
 	got := config.Default()
@@ -129,6 +130,7 @@ log: {level: debug, access: false}
 				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
 				Retrieval: config.Default().Retrieval,
 				Cache:     config.Default().Cache,
+				Usage:     config.Default().Usage,
 				Analyzers: func() config.Analyzers {
 					a := config.Default().Analyzers
 					a.QueueSize, a.MaxCaptureBytes = 128, 0

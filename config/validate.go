@@ -40,6 +40,7 @@ func (c *Config) Validate() error {
 	l.nest("health", c.Health.Validate())
 	l.nest("retries", c.Retries.Validate())
 	l.nest("cache", c.Cache.Validate())
+	l.nest("usage", c.Usage.Validate())
 	l.nest("log", c.Log.Validate())
 	for i, b := range c.Backends {
 		if _, ok := c.Alerts.Tiers[b.Tier]; b.Tier != "" && !ok {
@@ -394,6 +395,18 @@ func (a *Admin) Validate() error {
 	l.add("token", checkToken(a.Token))
 	return l.err()
 }
+
+// Validate checks u.
+func (u *Usage) Validate() error {
+	var l errList
+	if u.TenantHeader != "" && !headerNameRE.MatchString(u.TenantHeader) {
+		l.add("tenant_header", fmt.Errorf("must be an HTTP header name (letters, digits, '-' and the like), got %q", u.TenantHeader))
+	}
+	return l.err()
+}
+
+// headerNameRE matches an HTTP header name (RFC 9110 token).
+var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 // Validate checks lim.
 func (lim *Limits) Validate() error {

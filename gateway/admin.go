@@ -44,6 +44,12 @@ type HistorySource interface {
 	HistoryJSON(ctx context.Context, since time.Time, step time.Duration) ([]byte, error)
 }
 
+// UsageSource gives token usage by tenant, model and backend over the
+// last hour and day for GET /admin/usage, as a JSON object.
+type UsageSource interface {
+	UsageJSON(ctx context.Context) ([]byte, error)
+}
+
 // Baseliner pins the current window as the drift reference (POST /admin/baseline).
 type Baseliner interface {
 	PinBaseline(ctx context.Context) error
@@ -251,6 +257,14 @@ func (s *Server) getNotifications(c *gin.Context) {
 		return
 	}
 	s.writeSource(c, s.notifications.NotificationsJSON)
+}
+
+func (s *Server) getUsage(c *gin.Context) {
+	if s.usage == nil {
+		writeError(c.Writer, notEnabled("usage accounting"))
+		return
+	}
+	s.writeSource(c, s.usage.UsageJSON)
 }
 
 func (s *Server) writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {

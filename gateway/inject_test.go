@@ -126,6 +126,17 @@ var injectCases = []struct {
 	{"tgi generate_stream", "/generate_stream", `{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":8}}`, ""},
 }
 
+// withUsageAsked returns the upstream body of an OpenAI stream whose
+// client did not ask for usage: body with stream_options appended
+// (usage.inject, on by default).
+func withUsageAsked(path, body string) string {
+	if !strings.HasPrefix(path, "/v1/") || !strings.Contains(body, `"stream":true`) || strings.Contains(body, "stream_options") {
+		return body
+	}
+	end := strings.LastIndexByte(body, '}')
+	return body[:end] + `,"stream_options":{"include_usage":true}` + body[end:]
+}
+
 // TestInjectByteIdentical: with sample_ratio 1, every eligible request
 // reaches the backend with logprobs appended, the analyzers see the
 // logprobs, and the client gets the body bytes the same request gets
@@ -163,6 +174,7 @@ func TestInjectByteIdentical(t *testing.T) {
 				end := strings.LastIndexByte(wantUp, '}')
 				wantUp = wantUp[:end] + tt.appended + wantUp[end:]
 			}
+			wantUp = withUsageAsked(tt.path, wantUp)
 			if up := sp.last(); up != wantUp {
 				t.Errorf("backend got\n %s\nwant\n %s", up, wantUp)
 			}
@@ -207,8 +219,8 @@ func TestInjectOff(t *testing.T) {
 			if g, w := gotHdr.Get("Content-Length"), wantHdr.Get("Content-Length"); g != w {
 				t.Errorf("Content-Length %q, want %q", g, w)
 			}
-			if up := sp.last(); up != tt.body {
-				t.Errorf("backend got %s, want the client's %s", up, tt.body)
+			if up, want := sp.last(), withUsageAsked(tt.path, tt.body); up != want {
+				t.Errorf("backend got %s, want %s", up, want)
 			}
 			if req, _, _ := obs.lastDone(t, i+1); req.Injected {
 				t.Error("request marked Injected")

@@ -25,12 +25,19 @@ type metrics struct {
 	ttft     *prometheus.HistogramVec
 	tpot     *prometheus.HistogramVec
 	tokens   *prometheus.HistogramVec
-	dropped  prometheus.Counter
+	// usage counts tokens by tenant and where the count came from.
+	usage *prometheus.CounterVec
+	// maxGap is each stream's longest gap between content chunks.
+	maxGap  *prometheus.HistogramVec
+	dropped prometheus.Counter
 	// injections counts requests sent upstream with logprobs the client
 	// did not ask for (inject.go).
 	injections prometheus.Counter
-	cacheHits  prometheus.Counter
-	cacheMiss  prometheus.Counter
+	// usageInjections counts streams sent upstream asking for usage their
+	// client did not ask for (usage.inject).
+	usageInjections prometheus.Counter
+	cacheHits       prometheus.Counter
+	cacheMiss       prometheus.Counter
 	// retries counts attempts retried on another backend, by reason.
 	retries *prometheus.CounterVec
 	// ejections counts passive ejections by backend.
@@ -69,6 +76,15 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 			Help:    "Tokens per request as the backend reported them, by token type (input, output).",
 			Buckets: []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864},
 		}, []string{"gen_ai_token_type", "gen_ai_request_model", "backend"}),
+		usage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_tokens_total",
+			Help: "Tokens by tenant (usage.tenant_header, bounded), model, backend, token type (input, output) and where the count came from (reported by the backend, counted from the stream's content chunks).",
+		}, []string{"tenant", "gen_ai_request_model", "backend", "gen_ai_token_type", "usage_source"}),
+		maxGap: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "vigil_stream_max_gap_seconds",
+			Help:    "The longest gap between consecutive content chunks of a stream's choice (a stall), per stream with at least two content chunks.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, genAI),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_observer_dropped_events_total",
 			Help: "Events not handed to the analyzers because their queue was full.",
@@ -76,6 +92,10 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 		injections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_logprob_injections_total",
 			Help: "Requests sent to a backend with token logprobs their client did not ask for (analyzers.confidence.inject); the client's response has them removed.",
+		}),
+		usageInjections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_usage_injections_total",
+			Help: "Streams sent to a backend asking for token usage their client did not ask for (usage.inject); the client's stream has it removed.",
 		}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_cache_hits_total",
@@ -105,7 +125,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
 	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current dynamic balancing weight: base × (1 − load), at least 1% of base.", []string{"backend"}, nil)
 	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors, and the blend); absent when unknown or stale.", []string{"backend", "signal"}, nil)
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.dropped, m.injections, m.cacheHits, m.cacheMiss,
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.usage, m.maxGap, m.dropped, m.injections, m.usageInjections, m.cacheHits, m.cacheMiss,
 		m.retries, m.ejections, m.scrapeErrors,
 		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load}, collect: func(ch chan<- prometheus.Metric) {
 			snap := bal.Snapshot()
@@ -146,11 +166,17 @@ func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 			m.tpot.WithLabelValues(op, model, backend).Observe((x.latency - ttft).Seconds() / float64(x.completionTokens-1))
 		}
 	}
+	if x.gaps.Count > 0 {
+		m.maxGap.WithLabelValues(op, model, backend).Observe(x.gaps.Max.Seconds())
+	}
+	src := string(x.usageSource)
 	if x.promptTokens > 0 {
 		m.tokens.WithLabelValues("input", model, backend).Observe(float64(x.promptTokens))
+		m.usage.WithLabelValues(x.req.Tenant, model, backend, "input", src).Add(float64(x.promptTokens))
 	}
 	if x.completionTokens > 0 {
 		m.tokens.WithLabelValues("output", model, backend).Observe(float64(x.completionTokens))
+		m.usage.WithLabelValues(x.req.Tenant, model, backend, "output", src).Add(float64(x.completionTokens))
 	}
 }
 

@@ -36,6 +36,9 @@ type requestFields struct {
 	// (inject.go); decoding them here spares a second parse.
 	Logprobs    jsonKind `json:"logprobs"`
 	TopLogprobs jsonKind `json:"top_logprobs"`
+	// StreamOptions decides whether usage may be injected
+	// (usageinject.go). Absent, it is nil: no copy for most requests.
+	StreamOptions json.RawMessage `json:"stream_options"`
 	// Sampling parameters, for the inference span (OpenAI names, then TGI's).
 	MaxTokens           *float64 `json:"max_tokens"`
 	MaxCompletionTokens *float64 `json:"max_completion_tokens"`

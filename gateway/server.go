@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"strings"
@@ -45,13 +46,15 @@ type Options struct {
 	// Observer receives requests, SSE events and responses off the request
 	// path. Nil: nothing observes.
 	Observer Observer
-	// Signals, Alerts, Notifications, History, Baseline and Feedback back the admin
-	// and feedback routes. Nil: /admin/signals, /admin/baseline and
-	// /v1/feedback answer 501, the lists are empty.
+	// Signals, Alerts, Notifications, History, Usage, Baseline and Feedback
+	// back the admin and feedback routes. Nil: /admin/signals,
+	// /admin/history, /admin/usage, /admin/baseline and /v1/feedback answer
+	// 501, the lists are empty.
 	Signals       SignalsSource
 	Alerts        AlertsSource
 	Notifications NotificationsSource
 	History       HistorySource
+	Usage         UsageSource
 	Baseline      Baseliner
 	Feedback      FeedbackSink
 	// Tracer makes the request's spans and Propagator carries the trace
@@ -92,6 +95,7 @@ type Server struct {
 	metrics  *metrics
 	engine   *gin.Engine
 	inject   injector
+	tenants  *tenants
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
@@ -103,6 +107,7 @@ type Server struct {
 	alerts        AlertsSource
 	notifications NotificationsSource
 	history       HistorySource
+	usage         UsageSource
 	baseline      Baseliner
 	feedback      FeedbackSink
 }
@@ -121,7 +126,7 @@ func New(opts Options) (*Server, error) {
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
-		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, baseline: opts.Baseline, feedback: opts.Feedback,
+		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, usage: opts.Usage, baseline: opts.Baseline, feedback: opts.Feedback,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -143,6 +148,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg, pool, bal, known)
 	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
+	s.tenants = newTenants(cfg.Usage.TenantHeader)
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, s.metrics.dropped.Inc)
 	}
@@ -242,6 +248,7 @@ func (s *Server) routes() *gin.Engine {
 	admin.GET("/alerts", s.getAlerts)
 	admin.GET("/notifications", s.getNotifications)
 	admin.GET("/history", s.getHistory)
+	admin.GET("/usage", s.getUsage)
 	admin.POST("/baseline", s.postBaseline)
 	other := s.proxyRoute(exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {
@@ -304,10 +311,16 @@ type call struct {
 	events           int
 	promptTokens     int
 	completionTokens int
-	captured         []byte
-	truncated        bool
-	readErr          error
-	apiErr           *apiError
+	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
+	usageInjected    bool // the gateway asked for the stream's usage (usage.inject)
+	chunks           chunkCounter
+	// Set by finish: where the token counts came from, the stream's gaps.
+	usageSource exchange.UsageSource
+	gaps        exchange.Gaps
+	captured    []byte
+	truncated   bool
+	readErr     error
+	apiErr      *apiError
 	// Shadow comparison (shadow.go): the body sent upstream and the
 	// client's Authorization, kept (not copied) while a backend is
 	// shadow-compared; finish decides whether this request is.
@@ -336,7 +349,7 @@ func (s *Server) proxyRoute(op exchange.Operation, kinds ...string) gin.HandlerF
 }
 
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, op exchange.Operation, kinds []string) {
-	req := &exchange.Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r)}
+	req := &exchange.Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r), Tenant: s.tenants.of(r)}
 	x := &call{req: req, disp: s.disp}
 	ctx, server := s.startServer(r, route)
 	x.server = server
@@ -382,6 +395,12 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		body = s.inject.rewrite(op, body)
 		req.Injected = true
 		s.metrics.injections.Inc()
+	}
+	if f != nil && s.cfg.Usage.Inject {
+		if b, ok := injectUsage(op, f, body); ok {
+			body, x.usageInjected = b, true
+			s.metrics.usageInjections.Inc()
+		}
 	}
 	if s.shadow != nil {
 		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
@@ -530,9 +549,9 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	// The backend's spans continue under the inference span.
 	s.prop.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 	pr.Out.Header.Set("X-Request-Id", x.req.ID)
-	if x.req.Injected {
-		// The stripper reads plain bodies only: ask for one, or the
-		// injected logprobs would reach the client compressed.
+	if x.req.Injected || x.usageInjected {
+		// The strippers read plain bodies only: ask for one, or what was
+		// injected would reach the client compressed.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 }
@@ -561,6 +580,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	tp := newTap(resp.Body, x, isSSE, s.captureBytes())
 	if isSSE {
 		tp.tgi = x.req.Operation == exchange.OpGenerate
+		tp.count = x.req.Operation.Generates()
 	}
 	if isSSE && s.cfg.Tracing.CaptureContent && x.infer != nil && x.infer.IsRecording() {
 		tp.keepStream = s.cfg.Tracing.MaxContentBytes
@@ -580,6 +600,10 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 			h.Del("Content-Length")
 			resp.ContentLength = -1
 		}
+	}
+	// The usage that usage.inject asked for leaves last.
+	if x.usageInjected && resp.StatusCode == http.StatusOK && isSSE {
+		resp.Body = newUsageStripper(resp.Body)
 	}
 	return nil
 }
@@ -631,6 +655,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 	now := time.Now()
 	x.latency = now.Sub(x.req.Start)
 	status, class := x.outcome(ctx, p != nil)
+	x.settleUsage()
 	s.observeBackend(ctx, x, now)
 	s.metrics.observe(x, status, class)
 	s.endSpans(x, status, class)
@@ -643,8 +668,8 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		// too, without OnRequest, for the error rates.
 		resp := &exchange.Response{
 			Status: status, Latency: x.latency, PromptTokens: x.promptTokens,
-			CompletionTokens: x.completionTokens, Events: x.events, ErrorClass: class,
-			Body: x.captured, Truncated: x.truncated,
+			CompletionTokens: x.completionTokens, UsageSource: x.usageSource, Events: x.events,
+			ErrorClass: class, Body: x.captured, Truncated: x.truncated, Gaps: x.gaps,
 		}
 		if !x.firstByte.IsZero() {
 			resp.TTFT = x.firstByte.Sub(x.req.Start)
@@ -685,6 +710,24 @@ func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorCl
 	return x.status, exchange.ClassNone
 }
 
+// settleUsage decides where the token counts come from: the backend's
+// usage when it reported any, else the content chunks counted in a
+// stream (prompt tokens unknown), else none. It also summarizes the
+// stream's gaps and releases their buffer.
+func (x *call) settleUsage() {
+	switch {
+	case x.usageReported:
+		x.usageSource = exchange.UsageReported
+	case x.chunks.tokens > 0:
+		x.completionTokens = x.chunks.tokens
+		x.usageSource = exchange.UsageCounted
+	default:
+		x.usageSource = exchange.UsageNone
+	}
+	g := &x.gaps
+	g.Count, g.P50, g.P95, g.Max = x.chunks.summary()
+}
+
 // isPromptTooLong recognises vLLM's and TGI's context-length errors.
 func isPromptTooLong(body []byte) bool {
 	return bytes.Contains(body, []byte("maximum context length")) ||
@@ -693,9 +736,13 @@ func isPromptTooLong(body []byte) bool {
 }
 
 func (s *Server) logAccess(ctx context.Context, x *call, status int, class exchange.ErrorClass) {
-	var ttft float64
+	var ttft, tps float64
 	if !x.firstByte.IsZero() {
-		ttft = ms(x.firstByte.Sub(x.req.Start))
+		d := x.firstByte.Sub(x.req.Start)
+		ttft = ms(d)
+		if gen := x.latency - d; x.req.Stream && x.completionTokens > 0 && gen > 0 {
+			tps = float64(x.completionTokens) / gen.Seconds()
+		}
 	}
 	s.access.LogAttrs(ctx, slog.LevelInfo, "request",
 		slog.String("request_id", x.req.ID),
@@ -709,6 +756,12 @@ func (s *Server) logAccess(ctx context.Context, x *call, status int, class excha
 		slog.Float64("ttft_ms", ttft),
 		slog.Int("prompt_tokens", x.promptTokens),
 		slog.Int("completion_tokens", x.completionTokens),
+		slog.String("usage_source", string(x.usageSource)),
+		slog.String("tenant", x.req.Tenant),
+		slog.Float64("itl_p50_ms", ms(x.gaps.P50)),
+		slog.Float64("itl_p95_ms", ms(x.gaps.P95)),
+		slog.Float64("max_gap_ms", ms(x.gaps.Max)),
+		slog.Float64("tokens_per_second", math.Round(tps*10)/10),
 		slog.String("error_class", string(class)),
 		slog.Int("attempts", x.attempts),
 	)

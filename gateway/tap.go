@@ -30,7 +30,9 @@ type tap struct {
 	tgi        bool // error events in TGI's shape
 	split      sse.Splitter
 	captureMax int
-	keepStream int // bytes of SSE payloads to keep for content capture; 0: none
+	keepStream int           // bytes of SSE payloads to keep for content capture; 0: none
+	count      bool          // count content chunks and time their gaps (chunks.go)
+	at         time.Duration // when the bytes being split arrived, since the request started
 	onData     func([]byte)
 
 	tail    [4]byte // the last bytes passed through, for the error event's framing
@@ -57,8 +59,10 @@ func (t *tap) Read(p []byte) (int, error) {
 	n, err := t.body.Read(p)
 	if n > 0 {
 		x := t.x
+		now := time.Now()
+		t.at = now.Sub(x.req.Start)
 		if x.firstByte.IsZero() {
-			x.firstByte = time.Now()
+			x.firstByte = now
 			if x.infer != nil {
 				x.infer.AddEvent(firstTokenEvent)
 			}
@@ -166,6 +170,11 @@ func (t *tap) data(payload []byte) {
 	if x.events == 1 {
 		x.meta(payload) // id and model: one small decode per stream
 	}
+	if t.count {
+		if mask, extra := contentChoices(payload); mask != 0 || extra != 0 {
+			x.chunks.add(mask, extra, t.at)
+		}
+	}
 	if r := finishReason(payload); r != "" {
 		x.finish = r
 	}
@@ -272,8 +281,10 @@ func (x *call) setUsage(u usageBody) {
 	switch {
 	case u.Usage != nil:
 		x.promptTokens, x.completionTokens = u.Usage.PromptTokens, u.Usage.CompletionTokens
+		x.usageReported = true
 	case u.Details != nil:
 		x.completionTokens = u.Details.GeneratedTokens
+		x.usageReported = true
 	}
 }
 

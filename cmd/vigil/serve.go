@@ -147,7 +147,7 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 	gopts := gateway.Options{
 		Config: cfg, Log: log, AccessLog: access, Registry: reg,
 		Tracer: a.tracing.Tracer(), Propagator: a.tracing.Propagator(),
-		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Notifications: p, History: p, Shadow: p,
+		Observer: p, Signals: p, Baseline: p, Feedback: p, Alerts: p, Notifications: p, History: p, Usage: p, Shadow: p,
 	}
 	if weights != nil {
 		gopts.WeightStore = weights
