@@ -64,6 +64,8 @@ func TestValidate(t *testing.T) {
 		mutate func(*config.Config)
 		want   string
 	}{
+		{"tenant header with a space", func(c *config.Config) { c.Usage.TenantHeader = "X Tenant" },
+			`usage.tenant_header: must be an HTTP header name (letters, digits, '-' and the like), got "X Tenant"`},
 		{"listen without port", func(c *config.Config) { c.Listen = "8080" },
 			`listen: must be host:port, got "8080"`},
 		{"listen port out of range", func(c *config.Config) { c.Listen = ":99999" },

@@ -233,6 +233,20 @@ func TestUsageInjectOff(t *testing.T) {
 	}
 }
 
+// TestUsageCountedTGI: a TGI stream without details is counted, one
+// token per event.
+func TestUsageCountedTGI(t *testing.T) {
+	_, url := startSim(t, "tgi-model", nil)
+	gw := startGateway(t, []config.Backend{tgiBackend("tgi", url)}, nil)
+	if code, _, b := post(t, gw.URL+"/generate_stream", `{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":7}}`); code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, b)
+	}
+	line := lastAccess(t, gw, 1)
+	if line["completion_tokens"] != float64(7) || line["usage_source"] != "counted" {
+		t.Errorf("access log: %v %v; want counted, 7", line["usage_source"], line["completion_tokens"])
+	}
+}
+
 // TestStreamGaps: the gaps between content chunks are the simulator's
 // inter-token latency, within 20 %, and a 2 s stall mid-stream shows as
 // the stream's longest gap, in the access log and vigil_stream_max_gap_seconds.
