@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # keeping Go's default flags; test/run sets the same.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build test bench lint demo clean
+.PHONY: build test bench bench-proxy lint demo clean
 
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/vigil ./cmd/vigil
@@ -16,6 +16,12 @@ test:
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...
+
+# Vigil against nginx in front of a zero-latency backend (issue 15): installs
+# nginx, wrk and redis-server when missing, writes test/bench/out/. Quick:
+# BENCH_ROUNDS=1 BENCH_DURATION=3s make bench-proxy. See test/bench/README.md.
+bench-proxy:
+	./test/bench/run
 
 # staticcheck is a tool of the test/tools module, built once into a cache
 # outside the repo by test/toolbin (as test/run does).

@@ -1,0 +1,166 @@
+// Command proxybench measures Vigil side by side with nginx as reverse
+// proxies in front of a zero-latency OpenAI-compatible mock backend (issue
+// 15): maximum throughput (wrk, closed loop), added latency at fixed rates
+// (vegeta, open loop), streaming time to first token and chunk gaps, CPU
+// time per request and resident memory, for four targets: the backend
+// directly, nginx, Vigil with its analyzers, tracing and access log off
+// ("vigil-min") and Vigil with everything on ("vigil-full"). Targets are
+// measured interleaved in rounds and summarized by medians over rounds; the
+// results go to results.md, results.json and results.png, with CPU and heap
+// profiles of vigil-full when it serves /debug/pprof.
+//
+// test/bench/run installs what it needs, builds Vigil and runs it; see
+// test/bench/README.md. Flags default to the BENCH_* environment variables.
+//
+//	proxybench -vigil BIN -jaeger BIN [-out DIR] [-rounds N] [-duration D] ...
+//	proxybench mock -listen ADDR [-chunks N] [-gap D]
+//	proxybench report DIR      rewrite DIR/results.md and .png from DIR/results.json
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is what a run is asked to do; set once from flags.
+type config struct {
+	vigil, jaeger, nginx, wrk, redis string // binaries
+	out                              string
+	rounds                           int
+	duration                         time.Duration // of each wrk and fixed-rate run
+	warmup                           time.Duration // wrk per target before the first round
+	rates                            []int
+	streams, chunks                  int
+	gap                              time.Duration
+	wrkThreads, wrkConns             int
+	profile                          bool
+	keepWork                         bool
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "mock" {
+		if err := runMock(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench mock:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "report" {
+		if err := rewrite(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench report:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	c, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "proxybench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "proxybench: interrupted; every process it started is stopped")
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "proxybench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("proxybench", flag.ContinueOnError)
+	var c config
+	var rates string
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	envInt := func(name string, def int) int {
+		n, err := strconv.Atoi(env(name, strconv.Itoa(def)))
+		if err != nil {
+			return def
+		}
+		return n
+	}
+	envDur := func(name string, def time.Duration) time.Duration {
+		d, err := time.ParseDuration(env(name, def.String()))
+		if err != nil {
+			return def
+		}
+		return d
+	}
+	fs.StringVar(&c.vigil, "vigil", env("BENCH_VIGIL", "bin/vigil"), "vigil `binary`")
+	fs.StringVar(&c.jaeger, "jaeger", env("VIGIL_JAEGER_BIN", ""), "Jaeger `binary` (test/toolbin jaeger)")
+	fs.StringVar(&c.nginx, "nginx", env("BENCH_NGINX", "nginx"), "nginx `binary`")
+	fs.StringVar(&c.wrk, "wrk", env("BENCH_WRK", "wrk"), "wrk `binary`")
+	fs.StringVar(&c.redis, "redis-server", env("BENCH_REDIS_SERVER", "redis-server"), "redis-server `binary`")
+	fs.StringVar(&c.out, "out", env("BENCH_OUT", "test/bench/out"), "output `directory`")
+	fs.IntVar(&c.rounds, "rounds", envInt("BENCH_ROUNDS", 3), "rounds; every target is measured once per round ($BENCH_ROUNDS)")
+	fs.DurationVar(&c.duration, "duration", envDur("BENCH_DURATION", 10*time.Second), "length of each wrk and fixed-rate run ($BENCH_DURATION)")
+	fs.DurationVar(&c.warmup, "warmup", envDur("BENCH_WARMUP", 2*time.Second), "wrk warm-up of each target before the first round ($BENCH_WARMUP)")
+	fs.StringVar(&rates, "rates", env("BENCH_RATES", "500,1000"), "fixed rates, requests/s, comma-separated; CPU per request is taken at the highest ($BENCH_RATES)")
+	fs.IntVar(&c.streams, "streams", envInt("BENCH_STREAMS", 200), "streamed requests per target and round, one after another ($BENCH_STREAMS)")
+	fs.IntVar(&c.chunks, "chunks", envInt("BENCH_CHUNKS", 32), "content chunks per stream ($BENCH_CHUNKS)")
+	fs.DurationVar(&c.gap, "gap", envDur("BENCH_GAP", time.Millisecond), "the backend's pause between a stream's chunks ($BENCH_GAP)")
+	fs.IntVar(&c.wrkThreads, "wrk-threads", envInt("BENCH_WRK_THREADS", 2), "wrk threads ($BENCH_WRK_THREADS)")
+	fs.IntVar(&c.wrkConns, "wrk-connections", envInt("BENCH_WRK_CONNECTIONS", 64), "wrk connections ($BENCH_WRK_CONNECTIONS)")
+	fs.BoolVar(&c.profile, "profile", env("BENCH_PROFILE", "1") != "0", "take CPU and heap profiles of vigil-full after the rounds ($BENCH_PROFILE=0: no)")
+	fs.BoolVar(&c.keepWork, "keep", env("BENCH_KEEP", "0") == "1", "keep the work directory (configs, logs, access log) ($BENCH_KEEP=1)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	for s := range strings.SplitSeq(rates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("-rates: bad rate %q", s)
+		}
+		c.rates = append(c.rates, n)
+	}
+	var errs []error
+	if c.rounds < 1 {
+		errs = append(errs, errors.New("-rounds must be at least 1"))
+	}
+	if c.duration < time.Second {
+		errs = append(errs, errors.New("-duration must be at least 1s"))
+	}
+	if c.streams < 1 || c.chunks < 2 {
+		errs = append(errs, errors.New("-streams must be at least 1 and -chunks at least 2"))
+	}
+	if c.jaeger == "" {
+		errs = append(errs, errors.New("-jaeger (or $VIGIL_JAEGER_BIN) is required: test/toolbin jaeger builds it"))
+	}
+	for _, bin := range []*string{&c.vigil, &c.jaeger, &c.nginx, &c.wrk, &c.redis} {
+		if *bin == "" {
+			continue
+		}
+		p, err := exec.LookPath(*bin)
+		if err == nil {
+			p, err = filepath.Abs(p)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		*bin = p
+	}
+	return c, errors.Join(errs...)
+}
+
+// phase prints a progress line.
+func phase(format string, args ...any) {
+	fmt.Printf("== "+format+"\n", args...)
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// plot draws results.png: four bar charts, max throughput of every
+// target, then for the proxies the added p99 at each fixed rate, CPU per
+// request and the streaming added TTFT.
+func (r *results) plot(path string) error {
+	proxies := []string{nginx, vigilMin, vigilFull}
+	values := func(names []string, f func(targetSummary) float64) plotter.Values {
+		var v plotter.Values
+		for _, n := range names {
+			v = append(v, f(r.target(n)))
+		}
+		return v
+	}
+	bars := func(title, ylabel string, names []string, series []plotter.Values, legend []string) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.Y.Label.Text = ylabel
+		w := vg.Points(60 / float64(len(series)))
+		for i, s := range series {
+			b, err := plotter.NewBarChart(s, w)
+			if err != nil {
+				return nil, err
+			}
+			b.Color = plotutil.Color(i)
+			b.LineStyle.Width = 0
+			b.Offset = w * vg.Length(float64(i)-float64(len(series)-1)/2)
+			p.Add(b)
+			if legend != nil {
+				p.Legend.Add(legend[i], b)
+			}
+		}
+		p.Legend.Top, p.Legend.Left = true, true
+		p.NominalX(names...)
+		p.Y.Tick.Marker = plainTicks{}
+		p.Y.Max += (p.Y.Max - p.Y.Min) * 0.15 // room for the legend
+		p.Add(plotter.NewGrid())
+		return p, nil
+	}
+
+	rps, err := bars("max throughput (wrk, closed loop)", "req/s", targetNames,
+		[]plotter.Values{values(targetNames, func(t targetSummary) float64 { return t.MaxRPS })}, nil)
+	if err != nil {
+		return err
+	}
+	var p99 []plotter.Values
+	var legend []string
+	for i, rate := range r.Settings.Rates {
+		p99 = append(p99, values(proxies, func(t targetSummary) float64 { return t.Rates[i].AddedP99Ms }))
+		legend = append(legend, fmt.Sprintf("%d req/s", rate))
+	}
+	lat, err := bars("added p99 latency vs direct", "ms", proxies, p99, legend)
+	if err != nil {
+		return err
+	}
+	top := r.Settings.Rates[len(r.Settings.Rates)-1]
+	cpu, err := bars(fmt.Sprintf("CPU per request at %d req/s", top), "µs", proxies,
+		[]plotter.Values{values(proxies, func(t targetSummary) float64 { return t.CPUUsPerReq })}, nil)
+	if err != nil {
+		return err
+	}
+	ttft, err := bars("stream: added TTFT p50 vs direct", "ms", proxies,
+		[]plotter.Values{values(proxies, func(t targetSummary) float64 { return t.StreamAddedTTFTMs })}, nil)
+	if err != nil {
+		return err
+	}
+	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, 20*vg.Centimeter), vgimg.UseDPI(110))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter,
+		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
+	plots := [][]*plot.Plot{{rps, lat}, {cpu, ttft}}
+	canvases := plot.Align(plots, tiles, dc)
+	for j := range plots {
+		for i := range plots[j] {
+			plots[j][i].Draw(canvases[j][i])
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// plainTicks are plot.DefaultTicks labelled without trailing zeros
+// (25000, not 25000.00).
+type plainTicks struct{}
+
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
+}
