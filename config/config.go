@@ -436,9 +436,15 @@ var AlertRules = []string{
 
 // Admin configures the admin API.
 type Admin struct {
-	// Token, when set, is required as a bearer token on /admin routes.
-	// Empty: the admin API is open.
+	// Token, when set, is required as a bearer token on /admin routes
+	// and on /debug/pprof. Empty: the admin API is open.
 	Token string `yaml:"token"`
+	// Pprof serves the Go runtime's profiles (net/http/pprof) on
+	// GET /debug/pprof/*, behind Token like the admin routes. False (the
+	// default): those paths answer 404. A CPU profile or an execution
+	// trace costs the process while it runs; turn this on where the
+	// admin token or the network keeps strangers out.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Limits bounds what clients and backends may cost.

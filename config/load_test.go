@@ -160,6 +160,11 @@ log: {level: debug, access: false}
 			}),
 		},
 		{
+			name: "admin pprof",
+			yaml: "admin:\n  token: t0k3n\n  pprof: true\n",
+			want: withDefaults(func(c *config.Config) { c.Admin = config.Admin{Token: "t0k3n", Pprof: true} }),
+		},
+		{
 			name: "null values keep defaults",
 			yaml: "health:\n  path:\n  interval: ~\nstate:\n  redis:\n    # url: redis://localhost\nbackends:\n",
 			want: config.Default(),

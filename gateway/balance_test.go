@@ -742,3 +742,52 @@ func TestTraceRetries(t *testing.T) {
 		t.Errorf("good backend's traceparent %q, want span %s", tp, retried.SpanID)
 	}
 }
+
+// TestRetryManyAttempts: attempts past the ones the call keeps inline
+// (inlineAttempts) replay the same body bytes too.
+func TestRetryManyAttempts(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, string(b))
+		mu.Unlock()
+		http.Error(w, `{"error":"overloaded"}`, http.StatusServiceUnavailable)
+	}))
+	defer failing.Close()
+	_, good := startSim(t, "m1", nil)
+	backends := []config.Backend{backend("good", good)}
+	for i := range inlineAttempts + 2 {
+		backends = append(backends, backend(fmt.Sprintf("bad%d", i), failing.URL))
+	}
+	gw := startGateway(t, backends, func(c *config.Config) {
+		c.Balancer.Strategy = "round_robin"
+		c.Retries.Attempts = len(backends)
+		c.Health.Failures = 0
+	})
+	body := `{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+	for range len(backends) {
+		if code, _, resp := post(t, gw.URL+"/v1/chat/completions", body); code != http.StatusOK {
+			t.Fatalf("status %d: %s", code, resp)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < inlineAttempts+2 {
+		t.Errorf("%d failed attempts, want a request retried past %d attempts", len(seen), inlineAttempts)
+	}
+	for _, b := range seen {
+		if b != body {
+			t.Errorf("a failing backend got %q, want the client's bytes", b)
+		}
+	}
+	waitFor(t, "access log", func() bool { return len(gw.access.lines(t)) == len(backends) })
+	most := 0.0
+	for _, l := range gw.access.lines(t) {
+		most = max(most, l["attempts"].(float64))
+	}
+	if most < inlineAttempts+1 {
+		t.Errorf("at most %v attempts logged, want more than %d", most, inlineAttempts)
+	}
+}

@@ -68,7 +68,7 @@ func (c *responseCache) key(op exchange.Operation, f *requestFields, body []byte
 	switch op {
 	case exchange.OpEmbeddings:
 	case exchange.OpChat, exchange.OpCompletion:
-		deterministic := (f.Temperature != nil && *f.Temperature == 0) || f.Seed.present()
+		deterministic := (f.Temperature.ok && f.Temperature.v == 0) || f.Seed.present()
 		if !deterministic {
 			return "", false
 		}

@@ -72,7 +72,7 @@ func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 	o := Options{
 		Config:    cfg,
 		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		AccessLog: slog.New(slog.NewJSONHandler(access, nil)),
+		AccessLog: slog.New(NewAccessLogHandler(access)),
 	}
 	for _, f := range opts {
 		f(&o)

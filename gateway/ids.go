@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"syscall"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 var jsonUnmarshal = json.Unmarshal
@@ -15,12 +17,39 @@ var jsonUnmarshal = json.Unmarshal
 // requestID returns the client's X-Request-Id when it is short and printable,
 // else a new random one.
 func requestID(r *http.Request) string {
-	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && printable(id) {
+	if id := clientRequestID(r); id != "" {
 		return id
 	}
 	var b [16]byte
 	fillRandom(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// clientRequestID returns the client's X-Request-Id when it is short and
+// printable, else "".
+func clientRequestID(r *http.Request) string {
+	if v := r.Header["X-Request-Id"]; len(v) > 0 {
+		if id := v[0]; id != "" && len(id) <= 128 && printable(id) {
+			return id
+		}
+	}
+	return ""
+}
+
+// ids returns the request id (as requestID) and the hex form of the
+// trace id tid. A new request id and the trace id share one string: one
+// allocation for both.
+func ids(r *http.Request, tid trace.TraceID) (id, traceID string) {
+	if id := clientRequestID(r); id != "" {
+		return id, tid.String()
+	}
+	var b [16]byte
+	fillRandom(b[:])
+	var buf [64]byte
+	hex.Encode(buf[:32], b[:])
+	hex.Encode(buf[32:], tid[:])
+	both := string(buf[:])
+	return both[:32], both[32:]
 }
 
 func printable(s string) bool {

@@ -343,9 +343,9 @@ func TestInjectEligible(t *testing.T) {
 		{exchange.OpOther, `{}`, false},
 	}
 	for _, tt := range tests {
-		var f requestFields
-		if err := jsonUnmarshal([]byte(tt.body), &f); err != nil {
-			t.Fatal(err)
+		f, aerr := parseRequest(exchange.OpOther, []byte(tt.body))
+		if aerr != nil {
+			t.Fatal(aerr.message)
 		}
 		if got := in.sample(tt.op, &f); got != tt.want {
 			t.Errorf("sample(%s, %s) = %v, want %v", tt.op, tt.body, got, tt.want)

@@ -45,6 +45,11 @@ type metrics struct {
 	// scrapeErrors counts failed reads of agents and metrics endpoints.
 	scrapeErrors *prometheus.CounterVec
 	models       modelLabels
+
+	// Children of the vectors above, by label set (observe).
+	series    cowMap[seriesKey, *series]
+	requestsC cowMap[requestsKey, prometheus.Counter]
+	usageC    cowMap[usageLabels, prometheus.Counter]
 }
 
 func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Balancer, known []string) *metrics {
@@ -153,31 +158,136 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 	model := m.models.label(x.req.Model)
 	backend := x.req.Backend
-	m.requests.WithLabelValues(backend, model, strconv.Itoa(status), string(class)).Inc()
+	m.requestsFor(backend, model, status, class).Inc()
 	if backend == "" { // gateway-made error before any backend was chosen
 		return
 	}
-	op := string(x.req.Operation)
-	m.duration.WithLabelValues(op, model, backend).Observe(x.latency.Seconds())
+	se := m.seriesFor(x.req.Operation, model, backend)
+	se.duration.Observe(x.latency.Seconds())
 	if x.req.Stream && !x.firstByte.IsZero() {
 		ttft := x.firstByte.Sub(x.req.Start)
-		m.ttft.WithLabelValues(op, model, backend).Observe(ttft.Seconds())
+		se.ttft.Observe(ttft.Seconds())
 		if x.completionTokens > 1 {
-			m.tpot.WithLabelValues(op, model, backend).Observe((x.latency - ttft).Seconds() / float64(x.completionTokens-1))
+			se.tpot.Observe((x.latency - ttft).Seconds() / float64(x.completionTokens-1))
 		}
 	}
 	if x.gaps.Count > 0 {
-		m.maxGap.WithLabelValues(op, model, backend).Observe(x.gaps.Max.Seconds())
+		se.maxGap.Observe(x.gaps.Max.Seconds())
 	}
-	src := string(x.usageSource)
 	if x.promptTokens > 0 {
-		m.tokens.WithLabelValues("input", model, backend).Observe(float64(x.promptTokens))
-		m.usage.WithLabelValues(x.req.Tenant, model, backend, "input", src).Add(float64(x.promptTokens))
+		se.tokensIn.Observe(float64(x.promptTokens))
+		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.usageSource}).Add(float64(x.promptTokens))
 	}
 	if x.completionTokens > 0 {
-		m.tokens.WithLabelValues("output", model, backend).Observe(float64(x.completionTokens))
-		m.usage.WithLabelValues(x.req.Tenant, model, backend, "output", src).Add(float64(x.completionTokens))
+		se.tokensOut.Observe(float64(x.completionTokens))
+		m.usageFor(usageLabels{x.req.Tenant, model, backend, "output", x.usageSource}).Add(float64(x.completionTokens))
 	}
+}
+
+// The children of the vectors that observe touches, looked up once per
+// label set rather than hashed by WithLabelValues on every request
+// (issue 15). The label sets are bounded (backends, at most
+// maxModelLabels models and tenants, HTTP statuses, error classes); past
+// maxCachedSeries entries a map stops growing and its misses go to
+// WithLabelValues.
+
+// series are the instruments of one operation, model label and backend.
+type series struct {
+	duration, ttft, tpot, maxGap prometheus.Observer
+	tokensIn, tokensOut          prometheus.Observer
+	// span is the name and attributes of the inference spans of the
+	// series (spans.go), made on first use.
+	span atomic.Pointer[seriesSpan]
+}
+
+type seriesKey struct {
+	op             exchange.Operation
+	model, backend string
+}
+
+type requestsKey struct {
+	backend, model string
+	status         int
+	class          exchange.ErrorClass
+}
+
+type usageLabels struct {
+	tenant, model, backend, tokenType string
+	source                            exchange.UsageSource
+}
+
+func (m *metrics) seriesFor(op exchange.Operation, model, backend string) *series {
+	k := seriesKey{op, model, backend}
+	return m.series.get(k, func() *series {
+		o := string(op)
+		return &series{
+			duration:  m.duration.WithLabelValues(o, model, backend),
+			ttft:      m.ttft.WithLabelValues(o, model, backend),
+			tpot:      m.tpot.WithLabelValues(o, model, backend),
+			maxGap:    m.maxGap.WithLabelValues(o, model, backend),
+			tokensIn:  m.tokens.WithLabelValues("input", model, backend),
+			tokensOut: m.tokens.WithLabelValues("output", model, backend),
+		}
+	})
+}
+
+func (m *metrics) requestsFor(backend, model string, status int, class exchange.ErrorClass) prometheus.Counter {
+	return m.requestsC.get(requestsKey{backend, model, status, class}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(backend, model, strconv.Itoa(status), string(class))
+	})
+}
+
+func (m *metrics) usageFor(k usageLabels) prometheus.Counter {
+	return m.usageC.get(k, func() prometheus.Counter {
+		return m.usage.WithLabelValues(k.tenant, k.model, k.backend, k.tokenType, string(k.source))
+	})
+}
+
+// maxCachedSeries bounds each of the metrics' lookup maps.
+const maxCachedSeries = 4096
+
+// cowMap is a small map read without locks: readers load an immutable
+// snapshot, and the rare writer (a key's first use) copies it under a
+// mutex. It holds at most maxCachedSeries keys; get still answers for
+// others, without keeping them. It is safe for concurrent use.
+type cowMap[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns the value of k, made by mk on first use.
+func (c *cowMap[K, V]) get(k K, mk func() V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+		if len(*old) >= maxCachedSeries {
+			return mk()
+		}
+	}
+	v := mk()
+	n := make(map[K]V, 1+len(ptrMap(old)))
+	for k, v := range ptrMap(old) {
+		n[k] = v
+	}
+	n[k] = v
+	c.m.Store(&n)
+	return v
+}
+
+func ptrMap[K comparable, V any](m *map[K]V) map[K]V {
+	if m == nil {
+		return nil
+	}
+	return *m
 }
 
 // modelLabels admits the first maxModelLabels distinct model names as label

@@ -110,8 +110,11 @@ func TestSlowObserverNeverSlowsClients(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("requests blocked behind a stuck observer")
 	}
-	if n := testutil.ToFloat64(gw.metrics.dropped); n < 100 {
-		t.Errorf("dropped events = %v, want the ~100 that did not fit the queue", n)
+	// The first request's events (a batch) wait in the queue behind the
+	// stuck observer; the four later requests' events, at least 20
+	// content events a stream, find it full.
+	if n := testutil.ToFloat64(gw.metrics.dropped); n < 4*20 {
+		t.Errorf("dropped events = %v, want those of the 4 requests that found the queue full (>= 80)", n)
 	}
 }
 
@@ -130,5 +133,52 @@ func TestCaptureIsBounded(t *testing.T) {
 	r := rec.resps[0]
 	if len(r.Body) != 100 || !r.Truncated || string(r.Body) != string(body[:100]) {
 		t.Errorf("capture: %d bytes, truncated %v; client got %d bytes", len(r.Body), r.Truncated, len(body))
+	}
+}
+
+// TestDispatcherBatches: a request's events reach the observer in order,
+// however the batches fall, and a full queue drops whole batches,
+// counting their events.
+func TestDispatcherBatches(t *testing.T) {
+	rec := &recorder{}
+	dropped := 0
+	d := newDispatcher(rec, 100, func(n int) { dropped += n })
+	req := &exchange.Request{}
+	var b batch
+	d.request(&b)
+	var want []string
+	for i := range 2*maxBatchEvents + 5 {
+		p := strings.Repeat("x", i%7) + string(rune('a'+i%26))
+		want = append(want, p)
+		d.chunk(req, &b, []byte(p))
+	}
+	if len(d.queue) != 2 {
+		t.Fatalf("%d batches queued, want 2 full ones", len(d.queue))
+	}
+	d.response(req, &b, &exchange.Response{Status: 200})
+	for len(d.queue) > 0 {
+		d.deliver(<-d.queue)
+	}
+	if len(rec.reqs) != 1 || len(rec.resps) != 1 || strings.Join(rec.events, ",") != strings.Join(want, ",") {
+		t.Errorf("observer saw %d requests, %d responses, events %q; want 1, 1, %q", len(rec.reqs), len(rec.resps), rec.events, want)
+	}
+	if d.queued.Load() != 0 || dropped != 0 {
+		t.Errorf("queued %d, dropped %d after delivery; want 0, 0", d.queued.Load(), dropped)
+	}
+
+	// With the observer stalled, a queue of 100 events admits a batch
+	// while fewer than 100 wait: the first request's four batches (33,
+	// 32, 32 and 5 events: OnRequest, 100 payloads, OnResponse), then
+	// none of the next two requests', whose events are all counted.
+	for range 3 {
+		var b batch
+		d.request(&b)
+		for range 100 {
+			d.chunk(req, &b, []byte("y"))
+		}
+		d.response(req, &b, &exchange.Response{})
+	}
+	if got := d.queued.Load(); got != 102 || dropped != 2*102 {
+		t.Errorf("%d events queued, %d dropped; want 102, 204", got, dropped)
 	}
 }

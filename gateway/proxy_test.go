@@ -3,10 +3,12 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -472,5 +474,52 @@ func TestAccessLog(t *testing.T) {
 	gw.access.mu.Unlock()
 	if leaked {
 		t.Error("prompt text appears in the access log")
+	}
+}
+
+// TestForwardedHeadersAsStdlib: rewrite's X-Forwarded-* are those of
+// httputil.ProxyRequest.SetXForwarded after copying the client's chain.
+func TestForwardedHeadersAsStdlib(t *testing.T) {
+	for _, tc := range []struct {
+		remote string
+		xff    []string
+		tls    bool
+	}{
+		{"127.0.0.1:4000", nil, false},
+		{"[::1]:4000", []string{"10.0.0.1"}, true},
+		{"10.0.0.9:1", []string{"10.0.0.1", "10.0.0.2, 10.0.0.3"}, false},
+		{":4000", []string{"10.0.0.1"}, false},
+		{"@", []string{"10.0.0.1"}, false},
+		{"", nil, true},
+	} {
+		in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		in.RemoteAddr, in.Host = tc.remote, "gw.example:8080"
+		if tc.xff != nil {
+			in.Header["X-Forwarded-For"] = tc.xff
+		}
+		if !tc.tls {
+			in.TLS = nil
+		} else if in.TLS == nil {
+			in.TLS = &tls.ConnectionState{}
+		}
+		// The old rewrite: the client's chain copied, then SetXForwarded.
+		want := &httputil.ProxyRequest{In: in, Out: in.Clone(context.Background())}
+		want.Out.Header = http.Header{}
+		if xff := in.Header["X-Forwarded-For"]; len(xff) > 0 {
+			want.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
+		}
+		want.SetXForwarded()
+
+		x := &call{}
+		x.forwardedHeaders(in)
+		got := http.Header{}
+		if x.forwardedFor {
+			got["X-Forwarded-For"] = x.header(hdrForwardedFor)
+		}
+		got["X-Forwarded-Host"] = x.header(hdrForwardedHost)
+		got["X-Forwarded-Proto"] = x.header(hdrForwardedProto)
+		if diff := cmp.Diff(want.Out.Header, got); diff != "" {
+			t.Errorf("remote %q, chain %q, tls %v (-SetXForwarded +ours):\n%s", tc.remote, tc.xff, tc.tls, diff)
+		}
 	}
 }

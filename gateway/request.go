@@ -26,30 +26,174 @@ func (k jsonKind) present() bool { return k != 0 && k != 'n' }
 // requestFields are the few fields the gateway reads from a request body.
 // Everything else is forwarded untouched and unread.
 type requestFields struct {
-	Model    string   `json:"model"`
-	Stream   bool     `json:"stream"`
-	Messages jsonKind `json:"messages"`
-	Prompt   jsonKind `json:"prompt"`
-	Input    jsonKind `json:"input"`
-	Inputs   jsonKind `json:"inputs"`
+	Model    string
+	Stream   bool
+	Messages jsonKind
+	Prompt   jsonKind
+	Input    jsonKind
+	Inputs   jsonKind
 	// Logprobs and TopLogprobs decide whether logprobs may be injected
 	// (inject.go); decoding them here spares a second parse.
-	Logprobs    jsonKind `json:"logprobs"`
-	TopLogprobs jsonKind `json:"top_logprobs"`
+	Logprobs    jsonKind
+	TopLogprobs jsonKind
 	// StreamOptions decides whether usage may be injected
-	// (usageinject.go). Absent, it is nil: no copy for most requests.
-	StreamOptions json.RawMessage `json:"stream_options"`
+	// (usageinject.go). Absent, it is nil; present, it is the member's
+	// value as it is in the body (not a copy).
+	StreamOptions json.RawMessage
 	// Sampling parameters, for the inference span (OpenAI names, then TGI's).
-	MaxTokens           *float64 `json:"max_tokens"`
-	MaxCompletionTokens *float64 `json:"max_completion_tokens"`
-	Temperature         *float64 `json:"temperature"`
-	TopP                *float64 `json:"top_p"`
-	Seed                jsonKind `json:"seed"` // present: deterministic, cacheable
+	MaxTokens           optNum
+	MaxCompletionTokens optNum
+	Temperature         optNum
+	TopP                optNum
+	Seed                jsonKind // present: deterministic, cacheable
+	Parameters          struct {
+		MaxNewTokens optNum
+		Temperature  optNum
+		TopP         optNum
+	}
+}
+
+// optNum is an optional JSON number: ok is false when the member is
+// absent or null.
+type optNum struct {
+	v  float64
+	ok bool
+}
+
+// requestJSON is requestFields as encoding/json decodes it, the reference
+// that the fast path (scanRequest) follows and falls back on.
+type requestJSON struct {
+	Model               string          `json:"model"`
+	Stream              bool            `json:"stream"`
+	Messages            jsonKind        `json:"messages"`
+	Prompt              jsonKind        `json:"prompt"`
+	Input               jsonKind        `json:"input"`
+	Inputs              jsonKind        `json:"inputs"`
+	Logprobs            jsonKind        `json:"logprobs"`
+	TopLogprobs         jsonKind        `json:"top_logprobs"`
+	StreamOptions       json.RawMessage `json:"stream_options"`
+	MaxTokens           *float64        `json:"max_tokens"`
+	MaxCompletionTokens *float64        `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	Seed                jsonKind        `json:"seed"`
 	Parameters          struct {
 		MaxNewTokens *float64 `json:"max_new_tokens"`
 		Temperature  *float64 `json:"temperature"`
 		TopP         *float64 `json:"top_p"`
 	} `json:"parameters"`
+}
+
+func (j *requestJSON) fields() requestFields {
+	num := func(p *float64) optNum {
+		if p == nil {
+			return optNum{}
+		}
+		return optNum{*p, true}
+	}
+	f := requestFields{
+		Model: j.Model, Stream: j.Stream, Messages: j.Messages, Prompt: j.Prompt, Input: j.Input, Inputs: j.Inputs,
+		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
+		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
+		Temperature: num(j.Temperature), TopP: num(j.TopP), Seed: j.Seed,
+	}
+	p := &j.Parameters
+	f.Parameters.MaxNewTokens, f.Parameters.Temperature, f.Parameters.TopP = num(p.MaxNewTokens), num(p.Temperature), num(p.TopP)
+	return f
+}
+
+// requestKeys are requestJSON's keys, for foldsTo.
+var requestKeys = []string{"model", "stream", "messages", "prompt", "input", "inputs", "logprobs", "top_logprobs",
+	"stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "parameters"}
+
+var parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
+
+// scanRequest reads the fields of body without reflection, the way
+// json.Unmarshal into requestJSON would. It reports false for any body it
+// cannot read exactly so (invalid JSON among them): the caller decodes
+// that with encoding/json.
+func scanRequest(body []byte, f *requestFields) bool {
+	d := jdoc{b: body}
+	if !d.open('{') {
+		return false
+	}
+	for n := 0; d.member(n); n++ {
+		switch string(d.k) {
+		case "model":
+			d.string(&f.Model)
+		case "stream":
+			switch d.peek() {
+			case 't':
+				d.lit("true")
+				f.Stream = true
+			case 'f':
+				d.lit("false")
+				f.Stream = false
+			case 'n':
+				d.lit("null")
+			default:
+				d.giveUp = true
+			}
+		case "messages":
+			f.Messages = jsonKind(d.skip(1))
+		case "prompt":
+			f.Prompt = jsonKind(d.skip(1))
+		case "input":
+			f.Input = jsonKind(d.skip(1))
+		case "inputs":
+			f.Inputs = jsonKind(d.skip(1))
+		case "logprobs":
+			f.Logprobs = jsonKind(d.skip(1))
+		case "top_logprobs":
+			f.TopLogprobs = jsonKind(d.skip(1))
+		case "seed":
+			f.Seed = jsonKind(d.skip(1))
+		case "stream_options":
+			d.ws()
+			start := d.i
+			d.skip(1)
+			f.StreamOptions = body[start:d.i:d.i]
+		case "max_tokens":
+			d.float(&f.MaxTokens)
+		case "max_completion_tokens":
+			d.float(&f.MaxCompletionTokens)
+		case "temperature":
+			d.float(&f.Temperature)
+		case "top_p":
+			d.float(&f.TopP)
+		case "parameters":
+			switch d.peek() {
+			case 'n':
+				d.lit("null")
+			case '{':
+				d.i++
+				p := &f.Parameters
+				for n := 0; d.member(n); n++ {
+					switch string(d.k) {
+					case "max_new_tokens":
+						d.float(&p.MaxNewTokens)
+					case "temperature":
+						d.float(&p.Temperature)
+					case "top_p":
+						d.float(&p.TopP)
+					default:
+						if foldsTo(d.k, parameterKeys...) {
+							return false
+						}
+						d.skip(2)
+					}
+				}
+			default:
+				d.giveUp = true
+			}
+		default:
+			if foldsTo(d.k, requestKeys...) {
+				return false
+			}
+			d.skip(1)
+		}
+	}
+	return d.end()
 }
 
 // readBody reads the whole request body, at most limit bytes. A body over the
@@ -61,14 +205,15 @@ func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, *api
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	rd := http.MaxBytesReader(w, r.Body, limit)
 	var body []byte
 	var err error
 	if r.ContentLength > 0 {
+		// A known length within the limit: net/http's body ends there,
+		// so the limit needs no reader of its own.
 		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(rd, body)
+		_, err = io.ReadFull(r.Body, body)
 	} else {
-		body, err = io.ReadAll(rd)
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -91,14 +236,13 @@ func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError)
 	if len(body) == 0 {
 		return f, badRequest("request body is empty; expected a JSON object")
 	}
-	if err := json.Unmarshal(body, &f); err != nil {
-		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-			if te.Field == "" {
-				return f, badRequest("request body must be a JSON object")
-			}
-			return f, badRequest(fmt.Sprintf("'%s': expected %s, got %s", te.Field, te.Type.Kind(), te.Value))
+	if !scanRequest(body, &f) {
+		var j requestJSON
+		err := json.Unmarshal(body, &j)
+		f = j.fields()
+		if err != nil {
+			return f, decodeError(err)
 		}
-		return f, badRequest("request body is not valid JSON: " + err.Error())
 	}
 	need := func(k jsonKind, name string, kinds string) *apiError {
 		if !k.present() {
@@ -122,4 +266,16 @@ func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError)
 		return f, need(f.Inputs, "inputs", "\"")
 	}
 	return f, nil
+}
+
+// decodeError is the 400 for a body encoding/json could not decode into
+// requestJSON.
+func decodeError(err error) *apiError {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			return badRequest("request body must be a JSON object")
+		}
+		return badRequest(fmt.Sprintf("'%s': expected %s, got %s", te.Field, te.Type.Kind(), te.Value))
+	}
+	return badRequest("request body is not valid JSON: " + err.Error())
 }

@@ -64,7 +64,7 @@ func (x *call) settle() {
 	x.settled = true
 	x.req.Backend = x.backend.Name
 	if x.disp != nil {
-		x.disp.request(x.req)
+		x.disp.request(&x.pending)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"strings"
@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -39,6 +40,8 @@ type Options struct {
 	// Log receives the process's own messages. Nil: slog.Default().
 	Log *slog.Logger
 	// AccessLog receives one JSON line per request. Nil: no access log.
+	// Built on NewAccessLogHandler, the lines are written by the
+	// gateway's own encoder, the same bytes at a fraction of the cost.
 	AccessLog *slog.Logger
 	// Registry receives the gateway's metrics and is served on /metrics.
 	// Nil: a new registry with the Go and process collectors.
@@ -84,6 +87,7 @@ type Server struct {
 	cfg      config.Config
 	log      *slog.Logger
 	access   *slog.Logger
+	accessW  *lineWriter // the access log's writer when access is on NewAccessLogHandler
 	reg      *prometheus.Registry
 	pool     *upstream.Pool
 	balancer *balance.Balancer
@@ -131,6 +135,11 @@ func New(opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if s.access != nil {
+		if h, ok := s.access.Handler().(*accessHandler); ok {
+			s.accessW = h.w
+		}
+	}
 	s.tracer, s.prop = opts.Tracer, opts.Propagator
 	if s.tracer == nil {
 		s.tracer = defaultTracer()
@@ -150,7 +159,7 @@ func New(opts Options) (*Server, error) {
 	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
 	s.tenants = newTenants(cfg.Usage.TenantHeader)
 	if opts.Observer != nil {
-		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, s.metrics.dropped.Inc)
+		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, func(n int) { s.metrics.dropped.Add(float64(n)) })
 	}
 	transport := opts.Transport
 	if transport == nil {
@@ -229,14 +238,14 @@ func (s *Server) routes() *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.Use(recovery(s.log))
-	e.POST("/v1/chat/completions", s.proxyRoute(exchange.OpChat))
-	e.POST("/v1/completions", s.proxyRoute(exchange.OpCompletion))
-	e.POST("/v1/embeddings", s.proxyRoute(exchange.OpEmbeddings))
+	e.POST("/v1/chat/completions", s.proxyRoute(http.MethodPost, "/v1/chat/completions", exchange.OpChat))
+	e.POST("/v1/completions", s.proxyRoute(http.MethodPost, "/v1/completions", exchange.OpCompletion))
+	e.POST("/v1/embeddings", s.proxyRoute(http.MethodPost, "/v1/embeddings", exchange.OpEmbeddings))
 	e.GET("/v1/models", s.listModels)
 	e.POST("/v1/feedback", s.postFeedback)
-	e.POST("/generate", s.proxyRoute(exchange.OpGenerate, upstream.KindTGI))
-	e.POST("/generate_stream", s.proxyRoute(exchange.OpGenerate, upstream.KindTGI))
-	e.GET("/info", s.proxyRoute(exchange.OpOther, upstream.KindTGI))
+	e.POST("/generate", s.proxyRoute(http.MethodPost, "/generate", exchange.OpGenerate, upstream.KindTGI))
+	e.POST("/generate_stream", s.proxyRoute(http.MethodPost, "/generate_stream", exchange.OpGenerate, upstream.KindTGI))
+	e.GET("/info", s.proxyRoute(http.MethodGet, "/info", exchange.OpOther, upstream.KindTGI))
 	e.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
@@ -250,7 +259,10 @@ func (s *Server) routes() *gin.Engine {
 	admin.GET("/history", s.getHistory)
 	admin.GET("/usage", s.getUsage)
 	admin.POST("/baseline", s.postBaseline)
-	other := s.proxyRoute(exchange.OpOther)
+	if s.cfg.Admin.Pprof {
+		s.pprofRoutes(e)
+	}
+	other := s.proxyRoute("", "/v1/*", exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
 			other(c)
@@ -293,6 +305,7 @@ type call struct {
 	req     *exchange.Request
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
+	pending batch      // what the observer gets next (observer.go)
 	server  trace.Span // the request's SERVER span
 	infer   trace.Span // the CLIENT span of the current attempt; nil between attempts
 
@@ -326,9 +339,59 @@ type call struct {
 	// shadow-compared; finish decides whether this request is.
 	shadowBody []byte
 	shadowAuth string
-	// From the response, for the inference span.
+	// From the response, for the inference span, read only when it
+	// records (spanned, set with the answering attempt's response).
+	spanned                   bool
 	respID, respModel, finish string
 	streamed                  []byte // SSE payloads kept when capture_content is on
+
+	// Storage for what a request would otherwise allocate piece by piece
+	// (issue 15): the parsed fields, the span attributes being set, the
+	// header values the gateway sets (hdrID...hdrBackend; each slice of
+	// it has its capacity cut to 1, so that an append elsewhere copies),
+	// each attempt's body reader and context, and the body tap.
+	fields requestFields
+	attrs  [12]attribute.KeyValue
+	hdr    [hdrCount]string
+	// forwardedFor: X-Forwarded-For is set (the client's address is known).
+	forwardedFor bool
+	bodies       [inlineAttempts]bytes.Reader
+	contexts     [inlineAttempts]callContext
+	tap          tap
+	tapped       bool
+}
+
+// inlineAttempts is how many attempts have their body reader and context
+// in the call (the default retries.attempts); later ones allocate.
+const inlineAttempts = 3
+
+// The header values kept in call.hdr.
+const (
+	hdrID = iota
+	hdrTraceID
+	hdrForwardedFor
+	hdrForwardedHost
+	hdrForwardedProto
+	hdrBackend
+	hdrCount
+)
+
+// header returns the value at x.hdr[i] as a header's value list.
+func (x *call) header(i int) []string { return x.hdr[i : i+1 : i+1] }
+
+// callContext is an attempt's context: the inference span's, carrying the
+// call for the proxy's hooks. It lives in the call, so that the hooks find
+// their call without an allocation per attempt.
+type callContext struct {
+	context.Context
+	x *call
+}
+
+func (c *callContext) Value(key any) any {
+	if _, ok := key.(callKey); ok {
+		return c.x
+	}
+	return c.Context.Value(key)
 }
 
 type callKey struct{}
@@ -338,32 +401,44 @@ func callFrom(ctx context.Context) *call {
 	return x
 }
 
-func (s *Server) proxyRoute(op exchange.Operation, kinds ...string) gin.HandlerFunc {
+// proxyRoute serves route, registered for method ("": any, the /v1/*
+// catch-all), by proxying it as operation op to backends of kinds (none:
+// any kind).
+func (s *Server) proxyRoute(method, route string, op exchange.Operation, kinds ...string) gin.HandlerFunc {
+	var ss *serverSpan
+	if method != "" {
+		ss = newServerSpan(method, route)
+	}
 	return func(c *gin.Context) {
-		route := c.FullPath()
-		if route == "" {
-			route = "/v1/*"
-		}
-		s.serveProxy(c.Writer, c.Request, route, op, kinds)
+		s.serveProxy(c.Writer, c.Request, route, ss, op, kinds)
 	}
 }
 
-func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, op exchange.Operation, kinds []string) {
-	req := &exchange.Request{Route: route, Operation: op, Start: time.Now(), ID: requestID(r), Tenant: s.tenants.of(r)}
-	x := &call{req: req, disp: s.disp}
-	ctx, server := s.startServer(r, route)
+func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, ss *serverSpan, op exchange.Operation, kinds []string) {
+	x := &call{disp: s.disp}
+	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.of(r)}
+	req := x.req
+	ctx, server := s.startServer(r, route, ss, x)
 	x.server = server
 	req.Span = server.SpanContext()
-	req.TraceID = req.Span.TraceID().String()
+	req.ID, req.TraceID = ids(r, req.Span.TraceID())
+	x.hdr[hdrID], x.hdr[hdrTraceID] = req.ID, req.TraceID
 	h := w.Header()
-	h.Set("X-Request-Id", req.ID)
-	h.Set("X-Vigil-Trace-Id", req.TraceID)
+	h["X-Request-Id"] = x.header(hdrID)
+	h["X-Vigil-Trace-Id"] = x.header(hdrTraceID)
 	defer s.finish(r.Context(), x)
 
-	// preprocess: read and check the request, choose the backend.
-	_, pre := s.tracer.Start(ctx, "preprocess")
+	// preprocess: read and check the request, choose the backend. Its
+	// span is made only under a recording server span: Vigil's samplers
+	// (tracing.New) would not record it otherwise, and it has no children.
+	var pre trace.Span
+	if server.IsRecording() {
+		_, pre = s.tracer.Start(ctx, "preprocess")
+	}
 	f, body, aerr := s.preprocess(w, r, x, kinds)
-	pre.End()
+	if pre != nil {
+		pre.End()
+	}
 	if aerr != nil {
 		s.fail(w, x, aerr)
 		return
@@ -405,6 +480,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if s.shadow != nil {
 		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
 	}
+	x.forwardedHeaders(r)
 	x.tried = x.triedBuf[:0]
 	for {
 		s.attempt(ctx, w, r, x, f, body)
@@ -474,11 +550,24 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	defer release()
 	x.attempts++
 	x.attemptStart = time.Now()
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	// Each attempt has its own reader and context: the transport may
+	// still read the last attempt's body after its response came.
+	var rd *bytes.Reader
+	var cc *callContext
+	if i := x.attempts - 1; i < inlineAttempts {
+		rd, cc = &x.bodies[i], &x.contexts[i]
+	} else {
+		rd, cc = new(bytes.Reader), new(callContext)
+	}
+	rd.Reset(body)
+	// A NopCloser over a *bytes.Reader: the transport knows it for an
+	// in-memory body and sends the headers and body in one write.
+	r.Body = io.NopCloser(rd)
 	r.ContentLength = int64(len(body))
 	ictx, infer := s.startInference(ctx, x, f)
 	x.infer = infer
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ictx, callKey{}, x)))
+	*cc = callContext{Context: ictx, x: x}
+	s.proxy.ServeHTTP(w, r.WithContext(cc))
 }
 
 // preprocess reads the body, checks the fields the route needs and picks
@@ -496,7 +585,8 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 		if aerr != nil {
 			return nil, nil, aerr
 		}
-		f = &fields
+		x.fields = fields
+		f = &x.fields
 		req.Model, req.Stream = f.Model, f.Stream
 	} else if len(body) > 0 && body[0] == '{' {
 		req.Model = sniffModel(body)
@@ -541,18 +631,43 @@ func sniffModel(body []byte) string {
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	x := callFrom(pr.In.Context())
 	pr.SetURL(x.backend.URL)
-	// Keep the chain of proxies in front of us, as a Director-based proxy would.
-	if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
-		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
+	// X-Forwarded-For, -Host and -Proto as pr.SetXForwarded would set
+	// them, keeping the chain of proxies in front of us as a
+	// Director-based proxy would; the values were made once for all
+	// attempts (forwardedHeaders).
+	out := pr.Out.Header
+	if x.forwardedFor {
+		out["X-Forwarded-For"] = x.header(hdrForwardedFor)
+	} else {
+		delete(out, "X-Forwarded-For")
 	}
-	pr.SetXForwarded()
+	out["X-Forwarded-Host"] = x.header(hdrForwardedHost)
+	out["X-Forwarded-Proto"] = x.header(hdrForwardedProto)
 	// The backend's spans continue under the inference span.
-	s.prop.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
-	pr.Out.Header.Set("X-Request-Id", x.req.ID)
+	s.prop.Inject(pr.Out.Context(), headerCarrier(out))
+	out["X-Request-Id"] = x.header(hdrID)
 	if x.req.Injected || x.usageInjected {
 		// The strippers read plain bodies only: ask for one, or what was
 		// injected would reach the client compressed.
 		pr.Out.Header.Del("Accept-Encoding")
+	}
+}
+
+// forwardedHeaders makes the values of the X-Forwarded-* headers that
+// rewrite sets on every attempt: those of httputil.ProxyRequest.SetXForwarded
+// after the client's own X-Forwarded-For was copied to the outgoing
+// request.
+func (x *call) forwardedHeaders(r *http.Request) {
+	if clientIP, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
+			clientIP = strings.Join(prior, ", ") + ", " + clientIP
+		}
+		x.hdr[hdrForwardedFor], x.forwardedFor = clientIP, true
+	}
+	x.hdr[hdrForwardedHost] = r.Host
+	x.hdr[hdrForwardedProto] = "http"
+	if r.TLS != nil {
+		x.hdr[hdrForwardedProto] = "https"
 	}
 }
 
@@ -568,8 +683,10 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	}
 	x.settle()
 	x.status = resp.StatusCode
+	x.spanned = x.infer != nil && x.infer.IsRecording()
 	h := resp.Header
-	h.Set("X-Vigil-Backend", x.backend.Name)
+	x.hdr[hdrBackend] = x.backend.Name
+	h["X-Vigil-Backend"] = x.header(hdrBackend)
 	// The writer has ours already (serveProxy), and ReverseProxy adds the
 	// response's headers to the writer's: a backend's own (vLLM echoes
 	// X-Request-Id) would make a second value.
@@ -577,11 +694,12 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	h.Del("X-Request-Id")
 	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
 	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
-	tp := newTap(resp.Body, x, isSSE, s.captureBytes())
+	tp := x.newTap(resp.Body, isSSE, s.captureBytes())
 	if isSSE {
 		tp.tgi = x.req.Operation == exchange.OpGenerate
 		tp.count = x.req.Operation.Generates()
 	}
+	tp.spanned = x.spanned
 	if isSSE && s.cfg.Tracing.CaptureContent && x.infer != nil && x.infer.IsRecording() {
 		tp.keepStream = s.cfg.Tracing.MaxContentBytes
 	}
@@ -674,7 +792,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		if !x.firstByte.IsZero() {
 			resp.TTFT = x.firstByte.Sub(x.req.Start)
 		}
-		s.disp.response(x.req, resp)
+		s.disp.response(x.req, &x.pending, resp)
 	}
 	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && s.shadow.sample(x.req.Operation, x.backend) {
 		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, x.shadowAuth)
@@ -734,40 +852,6 @@ func isPromptTooLong(body []byte) bool {
 		bytes.Contains(body, []byte("must be <=")) ||
 		bytes.Contains(body, []byte("context_length_exceeded"))
 }
-
-func (s *Server) logAccess(ctx context.Context, x *call, status int, class exchange.ErrorClass) {
-	var ttft, tps float64
-	if !x.firstByte.IsZero() {
-		d := x.firstByte.Sub(x.req.Start)
-		ttft = ms(d)
-		if gen := x.latency - d; x.req.Stream && x.completionTokens > 0 && gen > 0 {
-			tps = float64(x.completionTokens) / gen.Seconds()
-		}
-	}
-	s.access.LogAttrs(ctx, slog.LevelInfo, "request",
-		slog.String("request_id", x.req.ID),
-		slog.String("trace_id", x.req.TraceID),
-		slog.String("route", x.req.Route),
-		slog.String("model", x.req.Model),
-		slog.String("backend", x.req.Backend),
-		slog.Int("status", status),
-		slog.Bool("stream", x.req.Stream),
-		slog.Float64("latency_ms", ms(x.latency)),
-		slog.Float64("ttft_ms", ttft),
-		slog.Int("prompt_tokens", x.promptTokens),
-		slog.Int("completion_tokens", x.completionTokens),
-		slog.String("usage_source", string(x.usageSource)),
-		slog.String("tenant", x.req.Tenant),
-		slog.Float64("itl_p50_ms", ms(x.gaps.P50)),
-		slog.Float64("itl_p95_ms", ms(x.gaps.P95)),
-		slog.Float64("max_gap_ms", ms(x.gaps.Max)),
-		slog.Float64("tokens_per_second", math.Round(tps*10)/10),
-		slog.String("error_class", string(class)),
-		slog.Int("attempts", x.attempts),
-	)
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (s *Server) readyz(c *gin.Context) {
 	if s.pool.Ready() {

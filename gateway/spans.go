@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/tracing"
 )
 
@@ -26,57 +28,117 @@ func defaultPropagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }
 
-// startServer starts the request's server span, continuing the caller's
-// trace (traceparent, tracestate, baggage).
-func (s *Server) startServer(r *http.Request, route string) (context.Context, trace.Span) {
-	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return s.tracer.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(
-			attribute.String(tracing.AttrHTTPRequestMethod, r.Method),
-			attribute.String(tracing.AttrURLPath, r.URL.Path),
-		))
+// serverStart and clientStart are the spans' start options, made once:
+// an option made per request is an allocation (issue 15). The spans'
+// attributes are set after the start, only on recording spans: Vigil's
+// samplers (tracing.New) do not read them.
+var (
+	serverStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
+// serverSpan is the name and attributes of the SERVER span of a route
+// served with one method, made once for the route.
+type serverSpan struct {
+	method, route, name string
+	attrs               []attribute.KeyValue
 }
 
+func newServerSpan(method, route string) *serverSpan {
+	return &serverSpan{method: method, route: route, name: method + " " + route, attrs: []attribute.KeyValue{
+		attribute.String(tracing.AttrHTTPRequestMethod, method),
+		attribute.String(tracing.AttrURLPath, route),
+	}}
+}
+
+// startServer starts the request's server span, continuing the caller's
+// trace (traceparent, tracestate, baggage). ss, when its method and path
+// are the request's, spares making the name and attributes.
+func (s *Server) startServer(r *http.Request, route string, ss *serverSpan, x *call) (context.Context, trace.Span) {
+	ctx := s.prop.Extract(r.Context(), headerCarrier(r.Header))
+	if ss != nil && r.Method == ss.method && r.URL.Path == ss.route {
+		ctx, sp := s.tracer.Start(ctx, ss.name, serverStart...)
+		if sp.IsRecording() {
+			sp.SetAttributes(ss.attrs...)
+		}
+		return ctx, sp
+	}
+	ctx, sp := s.tracer.Start(ctx, r.Method+" "+route, serverStart...)
+	if sp.IsRecording() {
+		sp.SetAttributes(append(x.attrs[:0],
+			attribute.String(tracing.AttrHTTPRequestMethod, r.Method),
+			attribute.String(tracing.AttrURLPath, r.URL.Path),
+		)...)
+	}
+	return ctx, sp
+}
+
+// headerCarrier is propagation.HeaderCarrier with the W3C headers'
+// canonical names written out: http.Header canonicalizes "traceparent"
+// into a new string on every lookup.
+type headerCarrier http.Header
+
+var (
+	_ propagation.TextMapCarrier = headerCarrier(nil)
+	_ propagation.ValuesGetter   = headerCarrier(nil)
+)
+
+func traceHeaderKey(key string) string {
+	switch key {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	case "baggage":
+		return "Baggage"
+	}
+	return http.CanonicalHeaderKey(key)
+}
+
+func (h headerCarrier) Get(key string) string {
+	if v := h[traceHeaderKey(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h headerCarrier) Values(key string) []string { return h[traceHeaderKey(key)] }
+func (h headerCarrier) Set(key, value string)      { h[traceHeaderKey(key)] = []string{value} }
+func (h headerCarrier) Keys() []string             { return propagation.HeaderCarrier(h).Keys() }
+
 // startInference starts the CLIENT span of one attempt at the backend,
-// named "{gen_ai.operation.name} {gen_ai.request.model}".
+// named "{gen_ai.operation.name} {gen_ai.request.model}". The name and the
+// attributes of the operation, model and backend are made once per model
+// label (see series); the attributes are set after the start, from
+// x.attrs, and only on a recording span.
 func (s *Server) startInference(ctx context.Context, x *call, f *requestFields) (context.Context, trace.Span) {
 	b := x.backend
-	name := string(x.req.Operation)
-	if x.req.Model != "" {
-		name += " " + x.req.Model
+	label := s.metrics.models.label(x.req.Model)
+	se := s.metrics.seriesFor(x.req.Operation, label, b.Name)
+	ss := se.span.Load()
+	if ss == nil {
+		// Two requests may both make it: the same value either way.
+		ss = newSeriesSpan(x.req.Operation, label, b)
+		se.span.Store(ss)
 	}
-	attrs := []attribute.KeyValue{
-		attribute.String(tracing.AttrGenAIOperationName, string(x.req.Operation)),
-		attribute.String(tracing.AttrGenAIProviderName, b.Kind),
-		attribute.String(tracing.AttrServerAddress, b.URL.Hostname()),
-		attribute.String("vigil.backend", b.Name),
+	if label != x.req.Model { // past the label bound: "other"
+		ss = newSeriesSpan(x.req.Operation, x.req.Model, b)
 	}
-	if port, err := strconv.Atoi(b.URL.Port()); err == nil {
-		attrs = append(attrs, attribute.Int(tracing.AttrServerPort, port))
+	ctx, sp := s.tracer.Start(ctx, ss.name, clientStart...)
+	if !sp.IsRecording() {
+		return ctx, sp
 	}
-	if x.req.Model != "" {
-		attrs = append(attrs, attribute.String(tracing.AttrGenAIRequestModel, x.req.Model))
-	}
+	attrs := append(x.attrs[:0], ss.attrs...)
 	if f != nil {
 		p := &f.Parameters
-		for _, a := range []struct {
-			key string
-			v   []*float64
-		}{
-			{tracing.AttrGenAIRequestMaxTokens, []*float64{f.MaxTokens, f.MaxCompletionTokens, p.MaxNewTokens}},
-			{tracing.AttrGenAIRequestTemperature, []*float64{f.Temperature, p.Temperature}},
-			{tracing.AttrGenAIRequestTopP, []*float64{f.TopP, p.TopP}},
-		} {
-			for _, v := range a.v {
-				if v != nil {
-					if a.key == tracing.AttrGenAIRequestMaxTokens {
-						attrs = append(attrs, attribute.Int(a.key, int(*v)))
-					} else {
-						attrs = append(attrs, attribute.Float64(a.key, *v))
-					}
-					break
-				}
-			}
+		if v, ok := firstNum(f.MaxTokens, f.MaxCompletionTokens, p.MaxNewTokens); ok {
+			attrs = append(attrs, attribute.Int(tracing.AttrGenAIRequestMaxTokens, int(v)))
+		}
+		if v, ok := firstNum(f.Temperature, p.Temperature); ok {
+			attrs = append(attrs, attribute.Float64(tracing.AttrGenAIRequestTemperature, v))
+		}
+		if v, ok := firstNum(f.TopP, p.TopP); ok {
+			attrs = append(attrs, attribute.Float64(tracing.AttrGenAIRequestTopP, v))
 		}
 	}
 	if x.req.Injected {
@@ -85,7 +147,45 @@ func (s *Server) startInference(ctx context.Context, x *call, f *requestFields) 
 	if x.attempts > 1 {
 		attrs = append(attrs, attribute.Int("vigil.attempt", x.attempts))
 	}
-	return s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	sp.SetAttributes(attrs...)
+	return ctx, sp
+}
+
+// firstNum returns the first of nums that is set.
+func firstNum(nums ...optNum) (float64, bool) {
+	for _, n := range nums {
+		if n.ok {
+			return n.v, true
+		}
+	}
+	return 0, false
+}
+
+// seriesSpan is what the inference spans of one operation, model and
+// backend share: the span name and the first attributes.
+type seriesSpan struct {
+	name  string
+	attrs []attribute.KeyValue
+}
+
+func newSeriesSpan(op exchange.Operation, model string, b *upstream.Backend) *seriesSpan {
+	name := string(op)
+	if model != "" {
+		name += " " + model
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String(tracing.AttrGenAIOperationName, string(op)),
+		attribute.String(tracing.AttrGenAIProviderName, b.Kind),
+		attribute.String(tracing.AttrServerAddress, b.URL.Hostname()),
+		attribute.String("vigil.backend", b.Name),
+	}
+	if port, err := strconv.Atoi(b.URL.Port()); err == nil {
+		attrs = append(attrs, attribute.Int(tracing.AttrServerPort, port))
+	}
+	if model != "" {
+		attrs = append(attrs, attribute.String(tracing.AttrGenAIRequestModel, model))
+	}
+	return &seriesSpan{name: name, attrs: slices.Clip(attrs)}
 }
 
 // endAttempt ends the inference span of an attempt that failed and is
@@ -106,10 +206,11 @@ func (s *Server) endAttempt(x *call, status int, class exchange.ErrorClass) {
 }
 
 // endSpans ends the inference and server spans of a finished request.
+// Their last attributes are gathered in x.attrs.
 func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
 	if sp := x.infer; sp != nil {
 		if sp.IsRecording() {
-			attrs := []attribute.KeyValue{attribute.Int(tracing.AttrHTTPResponseStatusCode, status)}
+			attrs := append(x.attrs[:0], attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
 			if x.respModel != "" {
 				attrs = append(attrs, attribute.String(tracing.AttrGenAIResponseModel, x.respModel))
 			}
@@ -125,24 +226,29 @@ func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
 			if x.completionTokens > 0 {
 				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageOutputTokens, x.completionTokens))
 			}
+			if class != exchange.ClassNone {
+				attrs = append(attrs, attribute.String(tracing.AttrErrorType, string(class)))
+			}
 			sp.SetAttributes(attrs...)
 			if s.cfg.Tracing.CaptureContent {
 				s.captureContent(x, sp)
 			}
 		}
 		if class != exchange.ClassNone {
-			sp.SetAttributes(attribute.String(tracing.AttrErrorType, string(class)))
 			sp.SetStatus(codes.Error, string(class))
 		}
 		sp.End()
 	}
 	if sp := x.server; sp != nil {
-		sp.SetAttributes(attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
+		if sp.IsRecording() {
+			attrs := append(x.attrs[:0], attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
+			if class != exchange.ClassNone {
+				attrs = append(attrs, attribute.String(tracing.AttrErrorType, string(class)))
+			}
+			sp.SetAttributes(attrs...)
+		}
 		if status >= 500 || class == exchange.ClassTimeout {
 			sp.SetStatus(codes.Error, string(class))
-		}
-		if class != exchange.ClassNone {
-			sp.SetAttributes(attribute.String(tracing.AttrErrorType, string(class)))
 		}
 		sp.End()
 	}

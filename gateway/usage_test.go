@@ -251,11 +251,12 @@ func TestUsageCountedTGI(t *testing.T) {
 // inter-token latency, within 20 %, and a 2 s stall mid-stream shows as
 // the stream's longest gap, in the access log and vigil_stream_max_gap_seconds.
 func TestStreamGaps(t *testing.T) {
-	const itl = 25 * time.Millisecond
+	// 50 ms: a 20 % band of 10 ms holds a busy 2-core machine's wake-up jitter.
+	const itl = 50 * time.Millisecond
 	simSrv, url := startSim(t, "m1", func(k *sim.Knobs) { k.ITL = itl })
 	obs := newExchanges()
 	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil, func(o *Options) { o.Observer = obs })
-	body := `{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":40,"stream":true}`
+	body := `{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":30,"stream":true}`
 
 	if code, _, b := post(t, gw.URL+"/v1/chat/completions", body); code != http.StatusOK {
 		t.Fatalf("status %d: %s", code, b)
@@ -263,14 +264,14 @@ func TestStreamGaps(t *testing.T) {
 	_, _, resp := obs.lastDone(t, 1)
 	g := resp.Gaps
 	near := func(d time.Duration) bool { return d >= itl*8/10 && d <= itl*12/10 }
-	if g.Count != 39 || !near(g.P50) || !near(g.P95) {
-		t.Errorf("gaps: %d, P50 %v, P95 %v; want 39 within 20%% of %v", g.Count, g.P50, g.P95, itl)
+	if g.Count != 29 || !near(g.P50) || !near(g.P95) {
+		t.Errorf("gaps: %d, P50 %v, P95 %v; want 29 within 20%% of %v", g.Count, g.P50, g.P95, itl)
 	}
 	line := lastAccess(t, gw, 1)
 	if p50 := line["itl_p50_ms"].(float64); !near(time.Duration(p50 * float64(time.Millisecond))) {
 		t.Errorf("access log itl_p50_ms %v, want ≈ %v", p50, itl)
 	}
-	if tps := line["tokens_per_second"].(float64); tps < 0.8*40/(40*itl.Seconds()) || tps > 1.2*40/(39*itl.Seconds()) {
+	if tps := line["tokens_per_second"].(float64); tps < 0.8*30/(30*itl.Seconds()) || tps > 1.2*30/(29*itl.Seconds()) {
 		t.Errorf("tokens_per_second %v, want ≈ %v", tps, 1/itl.Seconds())
 	}
 
@@ -281,7 +282,7 @@ func TestStreamGaps(t *testing.T) {
 		t.Fatalf("status %d: %s", code, b)
 	}
 	_, _, resp = obs.lastDone(t, 2)
-	if g := resp.Gaps; g.Max < 2*time.Second || g.Max > 2*time.Second+10*itl || !near(g.P50) {
+	if g := resp.Gaps; g.Max < 2*time.Second || g.Max > 2*time.Second+4*itl || !near(g.P50) {
 		t.Errorf("stalled stream: max gap %v, P50 %v; want ≈ 2s and ≈ %v", g.Max, g.P50, itl)
 	}
 	if mg := lastAccess(t, gw, 2)["max_gap_ms"].(float64); mg < 2000 {

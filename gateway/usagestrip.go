@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"io"
 )
 
@@ -258,8 +257,6 @@ const (
 	choicesKey = `"choices"`
 )
 
-var usageKeyBytes = []byte(usageKey)
-
 // maxJSONDepth is encoding/json's limit on nesting, so that the scanner
 // agrees with json.Valid.
 const maxJSONDepth = 10000
@@ -288,7 +285,7 @@ type rootScan struct {
 // win, as in the client's JSON decoder). A doc that is not a valid JSON
 // object is left alone.
 func (sc *jsonScanner) stripUsage(doc []byte) (n int, usageChunk bool) {
-	if len(doc) == 0 || !bytes.Contains(doc, usageKeyBytes) {
+	if len(doc) == 0 || indexKey(doc, usageKey) < 0 {
 		return len(doc), false // most documents: no scan
 	}
 	rs, ok := sc.scanRoot(doc)

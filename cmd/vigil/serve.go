@@ -72,7 +72,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	state.SetRedisLogger(log, 10*time.Second)
 	var access *slog.Logger
 	if cfg.Log.Access {
-		access = slog.New(slog.NewJSONHandler(stdout, nil))
+		// slog's JSON lines, written by the gateway's own encoder.
+		access = slog.New(gateway.NewAccessLogHandler(stdout))
 	}
 	app, err := build(cfg, log, access)
 	if err != nil {

@@ -1,0 +1,178 @@
+package gateway
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vigil-gw/vigil/exchange"
+)
+
+// The fast paths (scanRequest, scanResponse) must read exactly what
+// encoding/json decodes, or give up: these tests hold them to
+// json.Unmarshal on tricky documents, and the fuzz targets on any.
+//
+//	go test -run '^$' -fuzz FuzzScanRequest -fuzztime 60s ./gateway/
+
+var scanCorpus = []string{
+	``, ` `, `null`, `[]`, `"x"`, `1`, `{}`, ` { } `, `{`, `}`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`, `{"a":1 "b":2}`,
+	`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"m1","max_tokens":32,"stream":true,"stream_options":{"include_usage":true},"messages":[]}`,
+	`{"model":"m1","stream":false,"prompt":"x","logprobs":0,"top_logprobs":null,"seed":7}`,
+	`{"model":null,"stream":null,"messages":null}`,
+	`{"model":1}`, `{"model":true}`, `{"model":[]}`, `{"stream":"yes"}`, `{"stream":1}`, `{"stream":tru}`,
+	`{"model":"a","model":"b"}`, `{"stream":true,"stream":null}`, `{"stream":true,"stream":false}`,
+	`{"max_tokens":1,"max_tokens":null}`, `{"max_tokens":null,"max_tokens":3}`,
+	`{"max_tokens":"1"}`, `{"max_tokens":1e400}`, `{"max_tokens":-0}`, `{"max_tokens":1.5e3}`, `{"max_tokens":01}`,
+	`{"max_tokens":-}`, `{"max_tokens":1.}`, `{"max_tokens":.5}`, `{"max_tokens":1e}`, `{"max_tokens":1E+2}`,
+	`{"temperature":0,"top_p":0.9,"max_completion_tokens":12}`,
+	`{"parameters":{"max_new_tokens":7,"temperature":0.5,"top_p":null}}`, `{"parameters":null}`, `{"parameters":[]}`,
+	`{"parameters":{"max_new_tokens":"7"}}`, `{"parameters":{"Max_New_Tokens":7}}`,
+	`{"parameters":{"max_new_tokens":1},"parameters":{"top_p":0.5}}`,
+	`{"Model":"m1"}`, `{"MODEL":"m1","model":"m2"}`, `{"STREAM":true}`, `{"Stream_Options":{}}`, `{"ſtream":true}`,
+	`{"mod\u0065l":"m1"}`, `{"model":"m\u0031"}`, `{"model":"mé"}`, "{\"model\":\"m\xff\"}", `{"model":"a\"b"}`,
+	`{"model":"a\x"}`, `{"model":"a\u12"}`, "{\"model\":\"a\nb\"}", `{"model":"a`, `{"model":"a"`, `{"model":"a",`,
+	`{"stream_options":null}`, `{"stream_options":{"include_usage":false}}`, `{"stream_options":"x"}`,
+	`{"stream_options":{"a":1},"stream_options":[1,2]}`,
+	`{"messages":[1,2,[3,{"a":[true,false,null]}]],"prompt":"p","input":["a"],"inputs":"q"}`,
+	`{"messages":[1,]}`, `{"messages":[,1]}`, `{"messages":[1 2]}`, `{"messages":{"a":1,"b":}}`, `{"x":nul}`, `{"x":nulll}`,
+	`{"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+	`{"a":1} `, `{"a":1} x`, `{"a":1}{}`, "\ufeff{}", "{\"a\":\"\t\"}", `{"a":"\/\b\f\n\r\t\\\""}`,
+	`{"id":"chatcmpl-1","model":"m1","choices":[{"index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":8}}`,
+	`{"usage":null}`, `{"usage":{"prompt_tokens":1.5}}`, `{"usage":{"prompt_tokens":1e2}}`, `{"usage":{"prompt_tokens":null,"completion_tokens":-4}}`,
+	`{"usage":{"prompt_tokens":99999999999999999999}}`, `{"usage":{"Prompt_Tokens":3}}`, `{"usage":[]}`, `{"usage":"x"}`,
+	`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`, `{"usage":{"prompt_tokens":1},"usage":null}`,
+	`{"details":{"generated_tokens":7,"finish_reason":"length"}}`, `{"details":{"finish_reason":5}}`, `{"details":null}`,
+	`{"choices":[]}`, `{"choices":null}`, `{"choices":[null,{"finish_reason":"stop"}]}`, `{"choices":[{"finish_reason":null}]}`,
+	`{"choices":[{"finish_reason":"stop"},{"finish_reason":1}]}`, `{"choices":[1]}`, `{"choices":{}}`, `{"choices":[{"Finish_Reason":"x"}]}`,
+	`{"choices":[{"finish_reason":"a"}],"choices":[{}]}`, `{"id":5}`, `{"ID":"x"}`, `{"id":"a","id":"b"}`,
+	`{"choices":[{"delta":{"content":" the"},"logprobs":null,"finish_reason":null}],"usage":null}`,
+}
+
+// checkScanRequest fails t when scanRequest accepts body but reads it
+// otherwise than json.Unmarshal into requestJSON.
+func checkScanRequest(t *testing.T, body []byte) {
+	var f requestFields
+	ok := scanRequest(body, &f)
+	var j requestJSON
+	err := json.Unmarshal(body, &j)
+	if !ok {
+		return
+	}
+	if err != nil {
+		t.Fatalf("scanRequest accepted %q, which encoding/json rejects: %v", body, err)
+	}
+	if want := j.fields(); !reflect.DeepEqual(want, f) {
+		t.Fatalf("scanRequest(%q) =\n%+v\nencoding/json:\n%+v", body, f, want)
+	}
+}
+
+// checkScanResponse does the same for scanResponse, in both modes.
+func checkScanResponse(t *testing.T, doc []byte) {
+	var u responseFields
+	if scanResponse(doc, true, &u) {
+		var b usageBody
+		if err := json.Unmarshal(doc, &b); err != nil {
+			t.Fatalf("scanResponse accepted %q, which encoding/json rejects: %v", doc, err)
+		}
+		if want := b.fields(); want != u {
+			t.Fatalf("scanResponse(%q) =\n%+v\nencoding/json:\n%+v", doc, u, want)
+		}
+	}
+	var m responseFields
+	if scanResponse(doc, false, &m) {
+		var b struct {
+			ID    string `json:"id"`
+			Model string `json:"model"`
+		}
+		if err := json.Unmarshal(doc, &b); err != nil {
+			t.Fatalf("scanResponse (meta) accepted %q, which encoding/json rejects: %v", doc, err)
+		}
+		if m.id != b.ID || m.model != b.Model {
+			t.Fatalf("scanResponse (meta)(%q) = %q %q, encoding/json: %q %q", doc, m.id, m.model, b.ID, b.Model)
+		}
+	}
+}
+
+func TestScanMatchesEncodingJSON(t *testing.T) {
+	for _, doc := range scanCorpus {
+		checkScanRequest(t, []byte(doc))
+		checkScanResponse(t, []byte(doc))
+	}
+	// The fast path takes the common documents, or it is no fast path.
+	for _, doc := range []string{
+		scanCorpus[15], scanCorpus[16], scanCorpus[17], benchBodies[0].body, benchBodies[1].body, benchBodies[2].body,
+		`{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":20}}`,
+	} {
+		var f requestFields
+		if !scanRequest([]byte(doc), &f) {
+			t.Errorf("scanRequest gave up on %s", doc)
+		}
+	}
+	plain, stream := recordSim(t)
+	docs := [][]byte{plain.body}
+	for _, ev := range stream.events {
+		docs = append(docs, []byte(strings.TrimSpace(strings.TrimPrefix(string(ev), "data: "))))
+	}
+	for _, doc := range docs[:len(docs)-1] { // not [DONE]
+		var u responseFields
+		if !scanResponse(doc, true, &u) || !scanResponse(doc, false, &u) {
+			t.Errorf("scanResponse gave up on %s", doc)
+		}
+	}
+}
+
+// TestParseRequestErrors: the bodies the fast path leaves to
+// encoding/json get today's messages.
+func TestParseRequestErrors(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{`[]`, "request body must be a JSON object"},
+		{`{"model":1,"messages":[]}`, "'model': expected string, got number"},
+		{`{"stream":"yes","messages":[]}`, "'stream': expected bool, got string"},
+		{`{"max_tokens":"1","messages":[]}`, "'max_tokens': expected float64, got string"},
+		{`{"parameters":{"max_new_tokens":"7"},"messages":[]}`, "'parameters.max_new_tokens': expected float64, got string"},
+		{`{"messages":[1,]}`, "request body is not valid JSON: invalid character ']' looking for beginning of value"},
+		{`{"model":"m1"}`, "'messages' is required"},
+		{`{"model":"m1","messages":"x"}`, "'messages' has the wrong type"},
+	}
+	for _, tt := range tests {
+		_, aerr := parseRequest(exchange.OpChat, []byte(tt.body))
+		if aerr == nil || aerr.message != tt.want {
+			t.Errorf("parseRequest(%s) = %v, want %q", tt.body, aerr, tt.want)
+		}
+	}
+}
+
+func FuzzScanRequest(f *testing.F) {
+	for _, doc := range scanCorpus {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkScanRequest(t, body)
+		checkScanResponse(t, body)
+	})
+}
+
+func TestIndexKey(t *testing.T) {
+	docs := []string{``, `"`, `usage"`, `"usage"`, `x"usage"`, `usage""usage"`, `"usag"usage":{}`, `{"a":"usage","usage":null}`, `""""usage"`, `usage"usage"`}
+	for _, doc := range docs {
+		for _, key := range []string{`"usage"`, `"details"`, `"finish_reason":`, `"`, `u`, `""`} {
+			if got, want := indexKey([]byte(doc), key), strings.Index(doc, key); got != want {
+				t.Errorf("indexKey(%q, %q) = %d, want %d", doc, key, got, want)
+			}
+		}
+	}
+}
+
+func FuzzIndexKey(f *testing.F) {
+	f.Add([]byte(`{"usage":{}}`), `"usage"`)
+	f.Fuzz(func(t *testing.T, doc []byte, key string) {
+		if key == "" {
+			return
+		}
+		if got, want := indexKey(doc, key), strings.Index(string(doc), key); got != want {
+			t.Fatalf("indexKey(%q, %q) = %d, want %d", doc, key, got, want)
+		}
+	})
+}
