@@ -6,7 +6,6 @@ import (
 	"encoding"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -434,24 +433,23 @@ func appendUsageCounts(b []byte, c UsageCounts) []byte {
 // format) on input that MarshalBinary cannot have written, leaving l
 // unchanged, and allocates in proportion to len(data) at most.
 func (l *ledger) UnmarshalBinary(data []byte) error {
-	d := ledgerDecoder{b: data}
-	d.header()
+	d := ledgerDecoder{window.NewDecoder("usage ledger", tagLedger, data)}
 	v := ledger{other: d.counts()}
-	n := d.uvarint()
+	n := d.Uvarint()
 	switch {
-	case d.err != nil:
-		return d.err
+	case d.Err() != nil:
+		return d.Err()
 	case n > maxUsageKeys:
-		return d.fail("%d keys, at most %d", n, maxUsageKeys)
-	case 7*n > uint64(len(d.b)): // each key takes at least seven bytes
-		return d.fail("truncated")
+		return d.Fail("%d keys, at most %d", n, maxUsageKeys)
+	case 7*n > uint64(d.Len()): // each key takes at least seven bytes
+		return d.Fail("truncated")
 	case v.other.Requests > 0 && n < maxUsageKeys:
 		// Usage goes to other only once the keys are full, and they stay full.
-		return d.fail("other counted with %d < %d keys", n, maxUsageKeys)
+		return d.Fail("other counted with %d < %d keys", n, maxUsageKeys)
 	case v.other.Requests == 0 && v.other != UsageCounts{}:
-		return d.fail("other counts without requests")
+		return d.Fail("other counts without requests")
 	case v.other.CountedRequests > v.other.Requests:
-		return d.fail("other: more counted requests than requests")
+		return d.Fail("other: more counted requests than requests")
 	}
 	v.m = make(map[usageKey]ledgerEntry, n)
 	total := v.other
@@ -460,26 +458,26 @@ func (l *ledger) UnmarshalBinary(data []byte) error {
 		k := usageKey{d.label(), d.label(), d.label()}
 		c := d.counts()
 		switch {
-		case d.err != nil:
-			return d.err
+		case d.Err() != nil:
+			return d.Err()
 		case i > 0 && k.compare(prev) <= 0:
-			return d.fail("key %q not after %q", k, prev)
+			return d.Fail("key %q not after %q", k, prev)
 		case c.Requests == 0:
-			return d.fail("key %q has no requests", k)
+			return d.Fail("key %q has no requests", k)
 		case c.CountedRequests > c.Requests:
-			return d.fail("key %q: more counted requests than requests", k)
+			return d.Fail("key %q: more counted requests than requests", k)
 		}
 		// Totals must fit too, for what merges them.
 		if total.Requests > math.MaxInt64-c.Requests || total.PromptTokens > math.MaxInt64-c.PromptTokens ||
 			total.CompletionTokens > math.MaxInt64-c.CompletionTokens {
-			return d.fail("counts overflow int64")
+			return d.Fail("counts overflow int64")
 		}
 		total = total.plus(c)
 		v.m[k] = ledgerEntry{k.hash(), c}
 		prev = k
 	}
-	if len(d.b) != 0 {
-		return d.fail("%d trailing bytes", len(d.b))
+	if err := d.Finish(); err != nil {
+		return err
 	}
 	if len(v.m) == maxUsageKeys {
 		v.findWorst()
@@ -488,76 +486,22 @@ func (l *ledger) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-// ledgerDecoder reads a ledger front to back; the first failure sticks,
-// and later reads return zero values.
-type ledgerDecoder struct {
-	b   []byte
-	err error
-}
+// ledgerDecoder reads a ledger with window's decoding rules.
+type ledgerDecoder struct{ *window.Decoder }
 
-func (d *ledgerDecoder) fail(format string, args ...any) error {
-	if d.err == nil {
-		d.err = fmt.Errorf("usage ledger: %s: %w", fmt.Sprintf(format, args...), window.ErrCorrupt)
-	}
-	d.b = nil
-	return d.err
-}
-
-func (d *ledgerDecoder) header() {
-	switch {
-	case len(d.b) == 0:
-		d.fail("empty")
-	case d.b[0]>>4 != tagLedger>>4:
-		d.fail("version byte %#02x is not a usage ledger", d.b[0])
-	case d.b[0] != tagLedger:
-		d.err = fmt.Errorf("usage ledger: version byte %#02x: %w", d.b[0], window.ErrVersion)
-		d.b = nil
-	default:
-		d.b = d.b[1:]
-	}
-}
-
-func (d *ledgerDecoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// count reads a uvarint that must fit an int64.
-func (d *ledgerDecoder) count() int64 {
-	v := d.uvarint()
-	if v > math.MaxInt64 {
-		d.fail("count %d overflows int64", v)
-		return 0
-	}
-	return int64(v)
-}
-
-func (d *ledgerDecoder) counts() UsageCounts {
-	return UsageCounts{d.count(), d.count(), d.count(), d.count()}
+func (d ledgerDecoder) counts() UsageCounts {
+	return UsageCounts{d.Count(), d.Count(), d.Count(), d.Count()}
 }
 
 // label reads a length-prefixed label of at most maxUsageLabel bytes.
-func (d *ledgerDecoder) label() string {
-	n := d.uvarint()
+func (d ledgerDecoder) label() string {
+	n := d.Uvarint()
 	switch {
-	case d.err != nil:
+	case d.Err() != nil:
 		return ""
 	case n > maxUsageLabel:
-		d.fail("label of %d bytes, at most %d", n, maxUsageLabel)
-		return ""
-	case n > uint64(len(d.b)):
-		d.fail("truncated")
+		d.Fail("label of %d bytes, at most %d", n, maxUsageLabel)
 		return ""
 	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
+	return string(d.Bytes(int(n)))
 }

@@ -171,3 +171,42 @@ func (d *decoder) addCount(total *int64, c uint64) {
 	}
 	*total += int64(c)
 }
+
+// Decoder reads, for summaries kept outside this package, an encoding of
+// a version byte followed by uvarints and byte strings, with this
+// package's rules: the first failure sticks and wraps ErrCorrupt (a newer
+// version byte of the same type, ErrVersion); later reads return zero
+// values.
+type Decoder struct{ d decoder }
+
+// NewDecoder returns a Decoder over data that has read its version byte,
+// which must be tag; what names the type in errors.
+func NewDecoder(what string, tag byte, data []byte) *Decoder {
+	d := &Decoder{decoder{what: what, b: data}}
+	d.d.header(tag)
+	return d
+}
+
+// Uvarint reads a uvarint.
+func (d *Decoder) Uvarint() uint64 { return d.d.uvarint() }
+
+// Count reads a uvarint that must fit an int64.
+func (d *Decoder) Count() int64 { return d.d.count() }
+
+// Bytes reads the next n bytes, without copying.
+func (d *Decoder) Bytes(n int) []byte { return d.d.bytes(n) }
+
+// Len returns the bytes not read yet.
+func (d *Decoder) Len() int { return len(d.d.b) }
+
+// Fail records a failure (unless one is recorded) and returns the error.
+func (d *Decoder) Fail(format string, args ...any) error {
+	d.d.fail(format, args...)
+	return d.d.err
+}
+
+// Err returns the failure recorded, if any.
+func (d *Decoder) Err() error { return d.d.err }
+
+// Finish fails on trailing bytes and returns the failure recorded, if any.
+func (d *Decoder) Finish() error { return d.d.finish() }
