@@ -94,26 +94,35 @@ type Backend struct {
 
 // Balancer selects how requests are spread over backends.
 type Balancer struct {
-	// Strategy is dynamic (weighted random on live weights), round_robin or
-	// least_request (fewest requests in flight through this gateway).
+	// Strategy is dynamic (the cheaper of two random backends, by in-flight
+	// and waiting requests, peak-EWMA latency, errors and node load),
+	// round_robin or least_request (fewest requests in flight through this
+	// gateway).
 	Strategy string `yaml:"strategy"`
-	// LoadWeights weigh each load signal in a backend's load, the weighted
-	// mean of its fresh signals; its weight is base × (1 − load).
+	// LoadWeights weigh the node signals in a backend's node load, the
+	// weighted mean of its fresh node signals (weight = base × (1 − load)),
+	// and set the queue, latency and error terms of the dynamic cost.
 	LoadWeights LoadWeights `yaml:"load_weights"`
 	// QueueSaturation is the number of waiting requests at which the queue
-	// signal reads 0.5: queue = waiting / (waiting + QueueSaturation). > 0.
+	// score shown by /admin/backends reads 0.5: queue = waiting / (waiting +
+	// QueueSaturation). > 0. (The cost counts waiting requests themselves.)
 	QueueSaturation float64 `yaml:"queue_saturation"`
 	// StaleAfter: a signal older than this is left out of the blend. > 0.
 	StaleAfter time.Duration `yaml:"stale_after"`
 	// ScrapeInterval is how often agents and metrics endpoints are read and
 	// the weights recomputed; it also bounds each read. > 0.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
+	// LatencyDecay is the time constant of the peak-EWMA latency estimate:
+	// faster answers bring it down over this time, and without traffic it
+	// decays toward zero over it, so an avoided backend is tried again. > 0.
+	LatencyDecay time.Duration `yaml:"latency_decay"`
 }
 
-// LoadWeights are the relative weights of the load signals, each >= 0. A
-// signal that is unknown or stale drops out and the others are
-// renormalized; when every weight of the fresh signals is zero the load is
-// zero (static weights).
+// LoadWeights are the relative weights of the node signals (CPU, Mem, GPU,
+// GPUMem, KVCache), each >= 0: a signal that is unknown or stale drops out
+// and the others are renormalized; when every weight of the fresh signals
+// is zero the node load is zero (static weights). Queue, Latency and Errors
+// are not averaged with them: they shape the dynamic strategy's cost.
 type LoadWeights struct {
 	// CPU and Mem are the node's CPU utilization and memory use (agent).
 	CPU float64 `yaml:"cpu"`
@@ -123,15 +132,16 @@ type LoadWeights struct {
 	// up front, so the reading says nothing about load; KVCache does.
 	GPU    float64 `yaml:"gpu"`
 	GPUMem float64 `yaml:"gpu_mem"`
-	// Queue is the server's waiting requests (vllm:num_requests_waiting,
-	// tgi_queue_size), saturated by Balancer.QueueSaturation.
+	// Queue multiplies the server's waiting requests
+	// (vllm:num_requests_waiting, tgi_queue_size) in the cost's count.
 	Queue float64 `yaml:"queue"`
 	// KVCache is vllm:kv_cache_usage_perc (or vllm:gpu_cache_usage_perc).
 	KVCache float64 `yaml:"kv_cache"`
-	// Latency is the backend's time-to-first-byte EWMA relative to the
-	// fastest backend: 1 − best/own.
+	// Latency is the exponent of the backend's peak-EWMA time to the first
+	// byte in the cost (0: latency ignored).
 	Latency float64 `yaml:"latency"`
-	// Errors is the EWMA of the share of the backend's attempts that failed.
+	// Errors is the exponent of 1 / (1 − error rate) in the cost, the error
+	// rate being the EWMA of the share of failed attempts (0: ignored).
 	Errors float64 `yaml:"errors"`
 }
 
@@ -532,9 +542,10 @@ func Default() Config {
 		Balancer: Balancer{
 			Strategy: StrategyDynamic,
 			LoadWeights: LoadWeights{
-				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 2, KVCache: 1, Latency: 1, Errors: 2,
+				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 1, KVCache: 1, Latency: 1, Errors: 1,
 			},
 			QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
+			LatencyDecay: 10 * time.Second,
 		},
 		State:     State{Redis: Redis{Prefix: "vigil"}},
 		Tracing:   Tracing{SampleRatio: 1.0, MaxContentBytes: 4096, Exporter: "otlp"},

@@ -32,9 +32,10 @@ func TestDefault(t *testing.T) {
 		Balancer: config.Balancer{
 			Strategy: "dynamic",
 			LoadWeights: config.LoadWeights{
-				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 2, KVCache: 1, Latency: 1, Errors: 2,
+				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 1, KVCache: 1, Latency: 1, Errors: 1,
 			},
 			QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
+			LatencyDecay: 10 * time.Second,
 		},
 		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
 		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false, MaxContentBytes: 4096, Exporter: "otlp"},

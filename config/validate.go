@@ -120,10 +120,20 @@ func (b *Balancer) Validate() error {
 		v    float64
 	}{
 		{"cpu", w.CPU}, {"mem", w.Mem}, {"gpu", w.GPU}, {"gpu_mem", w.GPUMem},
-		{"queue", w.Queue}, {"kv_cache", w.KVCache}, {"latency", w.Latency}, {"errors", w.Errors},
+		{"queue", w.Queue}, {"kv_cache", w.KVCache},
 	} {
 		if !(f.v >= 0 && f.v <= 1e6) { // also rejects NaN and infinities
 			l.add("load_weights."+f.name, fmt.Errorf("must be in [0, 1000000], got %v", f.v))
+		}
+	}
+	// Exponents in the cost: beyond 4 one slow answer would rule a
+	// backend out for minutes.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"latency", w.Latency}, {"errors", w.Errors}} {
+		if !(f.v >= 0 && f.v <= 4) {
+			l.add("load_weights."+f.name, fmt.Errorf("must be in [0, 4] (an exponent of the cost), got %v", f.v))
 		}
 	}
 	if !(b.QueueSaturation > 0 && b.QueueSaturation <= 1e6) {
@@ -131,6 +141,7 @@ func (b *Balancer) Validate() error {
 	}
 	l.add("stale_after", checkPositiveDuration(b.StaleAfter))
 	l.add("scrape_interval", checkPositiveDuration(b.ScrapeInterval))
+	l.add("latency_decay", checkPositiveDuration(b.LatencyDecay))
 	return l.err()
 }
 

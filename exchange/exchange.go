@@ -169,11 +169,11 @@ type BackendState struct {
 	// Load holds the fresh load signals in [0, 1] (cpu, mem, gpu,
 	// gpu_mem, queue, kv_cache).
 	Load map[string]float64 `json:"load"`
-	// LoadBlend is the weighted mean of the fresh scores that sets the
-	// weight: base weight × (1 − load_blend).
+	// LoadBlend is the node load, the weighted mean of the fresh node
+	// signals that sets the weight: base weight × (1 − load_blend).
 	LoadBlend float64 `json:"load_blend"`
 	// ErrorRate is the EWMA of the share of failed attempts; TTFBMs the
-	// EWMA of the time to the first response byte.
+	// peak-EWMA time to the first response byte.
 	ErrorRate *float64 `json:"error_rate"`
 	TTFBMs    *float64 `json:"ttfb_ms"`
 }

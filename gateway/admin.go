@@ -90,12 +90,17 @@ type backendJSON struct {
 	// Load holds the node and server signals in [0, 1] (cpu, mem, gpu,
 	// gpu_mem, queue, kv_cache); a signal is absent when unknown or stale.
 	Load map[string]float64 `json:"load"`
-	// LoadBlend is the weighted mean of every fresh score, latency and
-	// errors included: weight = base_weight × (1 − load_blend).
-	LoadBlend float64       `json:"load_blend"`
-	Observed  observedJSON  `json:"observed"`
-	Requests  *requestsJSON `json:"requests,omitempty"`
-	Health    healthJSON    `json:"health"`
+	// LoadBlend is the node load, the weighted mean of the fresh node
+	// signals (cpu, mem, gpu, gpu_mem, kv_cache): weight = base_weight ×
+	// (1 − load_blend), at least 1 % of base_weight.
+	LoadBlend float64 `json:"load_blend"`
+	// Cost is what the dynamic strategy compares between two candidates
+	// now: (inflight + waiting + 1) × ttfb × error factor / weight, with
+	// 1 s for a latency not yet measured (see gateway/balance).
+	Cost     float64       `json:"cost"`
+	Observed observedJSON  `json:"observed"`
+	Requests *requestsJSON `json:"requests,omitempty"`
+	Health   healthJSON    `json:"health"`
 	// WeightShared reports a weight taken from the replicas' shared store.
 	WeightShared bool `json:"weight_shared,omitempty"`
 }
@@ -103,11 +108,13 @@ type backendJSON struct {
 // observedJSON is what the gateway itself measures of a backend; absent
 // fields are unknown or stale.
 type observedJSON struct {
-	// TTFBMs is the EWMA of the time to the first response byte.
+	// TTFBMs is the peak-EWMA time to the first response byte, decayed to
+	// now (absent before the first answer).
 	TTFBMs *float64 `json:"ttfb_ms,omitempty"`
 	// ErrorRate is the EWMA of the share of failed attempts.
 	ErrorRate *float64 `json:"error_rate,omitempty"`
-	// Latency and Errors are the scores in [0, 1] that enter the blend.
+	// Latency (1 − fastest/own ttfb) and Errors (the error rate) are
+	// scores in [0, 1], shown for comparison; the cost uses the raw values.
 	Latency *float64 `json:"latency,omitempty"`
 	Errors  *float64 `json:"errors,omitempty"`
 }
@@ -141,7 +148,7 @@ func (s *Server) getBackends(c *gin.Context) {
 		j := backendJSON{
 			Name: b.Name, URL: b.URL.String(), Kind: b.Kind, Models: b.Models(),
 			Healthy: b.Healthy(), Weight: st.Weight, Base: b.Weight, Inflight: b.Inflight(),
-			Load: map[string]float64{}, LoadBlend: st.Load, WeightShared: st.Shared,
+			Load: map[string]float64{}, LoadBlend: st.Load, Cost: s.balancer.Cost(i, now), WeightShared: st.Shared,
 			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
 		}
 		j.Load = loadOf(st)
@@ -170,11 +177,11 @@ func loadOf(st *balance.State) map[string]float64 {
 	return load
 }
 
-// observed is what the gateway measured of b (the EWMAs of the time to
-// the first byte, in ms, and of the error rate), nil when unknown or
-// older than staleAfter.
+// observed is what the gateway measured of b: the peak-EWMA time to the
+// first byte in ms (decayed to now; nil before any answer) and the EWMA of
+// the error rate (nil when unknown or older than staleAfter).
 func observed(b *upstream.Backend, now time.Time, staleAfter time.Duration) (ttfbMs, errorRate *float64) {
-	if v, at := b.Latency(); !math.IsNaN(v) && now.Sub(at) <= staleAfter {
+	if v, _ := b.Latency(now); !math.IsNaN(v) {
 		ms := v * 1000
 		ttfbMs = &ms
 	}

@@ -119,7 +119,7 @@ type Server struct {
 // New builds a gateway from opts.
 func New(opts Options) (*Server, error) {
 	cfg := opts.Config
-	pool, err := upstream.NewPool(cfg.Backends, cfg.Health)
+	pool, err := upstream.NewPool(cfg.Backends, cfg.Health, cfg.Balancer.LatencyDecay)
 	if err != nil {
 		return nil, err
 	}

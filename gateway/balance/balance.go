@@ -1,35 +1,55 @@
 // Package balance chooses the backend of each request: filter (healthy,
-// serves the model and route kind, not already tried) → scorers (one per
-// load signal, each in [0, 1], blended into a load off the request path) →
-// picker (dynamic weighted random, round robin or least request).
+// serves the model and route kind, not already tried) → cost → picker
+// (power of two choices, round robin or least request).
 //
-// # Weights
+// # The dynamic strategy
 //
-// For the dynamic strategy a backend's weight is
+// Two healthy candidates are drawn at random and the one with the lower
+// cost serves the request (the "power of two choices": Mitzenmacher, 2001;
+// Finagle's and Linkerd's balancers, Envoy's least_request):
 //
-//	weight = base × (1 − load),  at least Floor × base
+//	cost   = (inflight + q·waiting + 1) × ttfb^l × (1 / (1 − errors))^e / weight
+//	weight = base × (1 − node load),  at least Floor × base
 //
-// where base is backends[].weight and load is the weighted mean of the
-// backend's fresh scores, with balancer.load_weights as the weights:
+// inflight is the backend's requests in flight through this gateway (live);
+// waiting the server's queue (vllm:num_requests_waiting, tgi_queue_size; 0
+// when unknown or stale); ttfb the backend's peak-EWMA time to the first
+// response byte (upstream.Backend.Latency: a slow answer raises it at once,
+// fast ones bring it down over balancer.latency_decay, and while a backend
+// gets no traffic it decays toward zero so that the backend is tried
+// again); errors the EWMA of its failed attempts' share. q, l and e are
+// balancer.load_weights.queue, .latency and .errors (0 leaves the term
+// out). This is Finagle's and Linkerd's "peak EWMA" cost, (pending + 1) ×
+// latency, with the server's own queue added and scaled by the node's
+// capacity.
 //
-//	load = Σ wᵢ·sᵢ / Σ wᵢ   over the signals i that are known and fresh
+// The weight is the node factor: base is backends[].weight and the node
+// load is the weighted mean of the node's fresh utilization signals (cpu,
+// mem, gpu, gpu_mem from the agent, kv_cache from the server), with
+// balancer.load_weights as the weights:
 //
-// A signal that is unknown (no agent, no metrics endpoint, no GPU, no
-// traffic yet) or stale (older than balancer.stale_after) drops out of both
-// sums, so the others are renormalized; with none left the load is 0 and
-// the weight is the base weight. The floor keeps a loaded backend receiving
-// a trickle of requests, so Vigil keeps measuring it.
+//	node load = Σ wᵢ·sᵢ / Σ wᵢ   over the signals i that are known and fresh
 //
-// The scores (see scorers.go): cpu, mem, gpu, gpu_mem straight from the
-// node's agent; queue = waiting / (waiting + balancer.queue_saturation);
-// kv_cache as the server reports it; latency = 1 − best/own over the
-// backends' time-to-first-byte EWMAs; errors = the EWMA of the share of
-// failed attempts.
+// These signals all say how full the node is, so averaging them does not
+// dilute: a signal that is unknown or stale (older than
+// balancer.stale_after) drops out of both sums; with none left the weight
+// is the base weight. Queue, latency and errors are not averaged with them:
+// they multiply the cost, so that one saturated signal is felt in full.
 //
-// Weights are recomputed by [Balancer.Update] (the gateway calls it after
-// every scrape) into an immutable [Snapshot] behind an atomic pointer; Pick
-// reads it without a lock. Passive ejection and health changes take effect
-// at once: the filter reads the backends' live health on every pick.
+// Why this and not a weighted random over a blend (Vigil's first balancer):
+// a blend averages a saturated signal with idle ones (latency 1 among five
+// zeros moved a backend 10× slower from 33 % to 25 % of the traffic), and
+// weights recomputed every scrape interval lag the queue they react to. The
+// cost reads the in-flight count and the latency at each pick; two random
+// candidates rather than the single cheapest keep replicas that share no
+// state from herding onto the same backend.
+//
+// Weights and error factors are recomputed by [Balancer.Update] (the
+// gateway calls it after every scrape) into an immutable [Snapshot] behind
+// an atomic pointer; Pick reads it, the in-flight counts and the latency
+// estimates without a lock of its own. Passive ejection and health changes
+// take effect at once: the filter reads the backends' live health on every
+// pick.
 package balance
 
 import (
@@ -59,7 +79,8 @@ const DefaultFloor = 0.01
 type Options struct {
 	// Strategy is Dynamic, RoundRobin or LeastRequest. Empty: Dynamic.
 	Strategy string
-	// Weights weigh the scores in the load blend.
+	// Weights weigh the node signals in the node load and set the queue,
+	// latency and error terms of the cost.
 	Weights config.LoadWeights
 	// QueueSaturation is the waiting count at which the queue score is
 	// 0.5 (balancer.queue_saturation), > 0.
@@ -94,6 +115,9 @@ type Balancer struct {
 	floor      float64
 	queueSat   float64
 	store      Store
+	// Exponents and factor of the cost's terms (load_weights.queue,
+	// .latency, .errors).
+	wQueue, wLatency, wErrors float64
 
 	snap atomic.Pointer[Snapshot]
 	next atomic.Uint64 // round robin position and tie breaker
@@ -112,7 +136,8 @@ const (
 
 // New returns a Balancer over pool. Every backend starts at its base weight.
 func New(pool *upstream.Pool, o Options) *Balancer {
-	b := &Balancer{pool: pool, staleAfter: o.StaleAfter, floor: o.Floor, queueSat: o.QueueSaturation, store: o.Store}
+	b := &Balancer{pool: pool, staleAfter: o.StaleAfter, floor: o.Floor, queueSat: o.QueueSaturation, store: o.Store,
+		wQueue: o.Weights.Queue, wLatency: o.Weights.Latency, wErrors: o.Weights.Errors}
 	switch o.Strategy {
 	case RoundRobin:
 		b.strategy = stRoundRobin
@@ -122,14 +147,16 @@ func New(pool *upstream.Pool, o Options) *Balancer {
 	if !(b.floor > 0 && b.floor <= 1) {
 		b.floor = DefaultFloor
 	}
+	// Only the node signals enter the node load; queue, latency and errors
+	// are scored for display (weight 0) and enter the cost instead.
 	w := o.Weights
 	b.scorers = append(b.scorers, []weighted{
 		{cpuScorer{}, w.CPU}, {memScorer{}, w.Mem}, {gpuScorer{}, w.GPU}, {gpuMemScorer{}, w.GPUMem},
-		{queueScorer{}, w.Queue}, {kvCacheScorer{}, w.KVCache}, {latencyScorer{}, w.Latency}, {errorScorer{}, w.Errors},
+		{queueScorer{}, 0}, {kvCacheScorer{}, w.KVCache}, {latencyScorer{}, 0}, {errorScorer{}, 0},
 	}...)
 	states := make([]State, len(pool.Backends()))
 	for i, be := range pool.Backends() {
-		states[i] = State{Weight: be.Weight, Scores: unknownScores()}
+		states[i] = State{Weight: be.Weight, Scores: unknownScores(), Waiting: math.NaN(), Running: math.NaN(), ErrorFactor: 1}
 	}
 	b.snap.Store(&Snapshot{Backends: states})
 	return b
@@ -146,10 +173,13 @@ type Snapshot struct {
 
 // State is one backend's weighting.
 type State struct {
-	// Weight is the dynamic weight (used by the dynamic strategy only).
+	// Weight is the node factor, base × (1 − Load), at least Floor × base
+	// (used by the dynamic strategy only).
 	Weight float64
-	// Load is the blend of the fresh scores, in [0, 1].
+	// Load is the node load: the blend of the fresh node signals, in [0, 1].
 	Load float64
+	// ErrorFactor is the cost's error term, (1 / (1 − error rate))^e, >= 1.
+	ErrorFactor float64
 	// Scores holds each signal's score in [0, 1], by Signal; NaN when the
 	// signal is unknown or stale.
 	Scores [NumSignals]float64
@@ -192,7 +222,7 @@ func (b *Balancer) Update(ctx context.Context, now time.Time) error {
 		if l := be.ServerLoad(); l != nil && b.fresh(l.AsOf, now) {
 			v.Server = l
 		}
-		if lat, at := be.Latency(); !math.IsNaN(lat) && b.fresh(at, now) {
+		if lat, at := be.Latency(now); !math.IsNaN(lat) && b.fresh(at, now) {
 			v.Latency = lat
 			best = min(best, lat)
 		}
@@ -222,7 +252,7 @@ func (b *Balancer) fresh(at, now time.Time) bool {
 
 // weigh blends a backend's scores into its load and weight.
 func (b *Balancer) weigh(v *View) State {
-	st := State{Scores: unknownScores(), Waiting: math.NaN(), Running: math.NaN()}
+	st := State{Scores: unknownScores(), Waiting: math.NaN(), Running: math.NaN(), ErrorFactor: 1}
 	if v.Server != nil {
 		st.Waiting, st.Running = v.Server.Waiting, v.Server.Running
 	}
@@ -244,6 +274,9 @@ func (b *Balancer) weigh(v *View) State {
 	}
 	base := v.Backend.Weight
 	st.Weight = max(base*(1-st.Load), base*b.floor)
+	if e := v.ErrorRate; b.wErrors > 0 && e > 0 {
+		st.ErrorFactor = math.Pow(1/max(1-e, maxErrorShare), b.wErrors)
+	}
 	return st
 }
 
@@ -264,6 +297,11 @@ func (b *Balancer) share(ctx context.Context, backends []*upstream.Backend, stat
 	}
 	return nil
 }
+
+// maxErrorShare caps the error term: a backend that failed every recent
+// attempt costs 100^e times as much, not infinitely more (passive ejection,
+// not the balancer, takes a dead backend out).
+const maxErrorShare = 0.01
 
 // maxStack is the number of candidates Pick keeps on the stack; larger
 // pools still work, with one allocation per pick.
@@ -313,27 +351,80 @@ func (b *Balancer) Pick(model string, kinds []string, exclude ...*upstream.Backe
 	case stLeastRequest:
 		i = b.leastRequest(backends, cands)
 	default:
-		i = b.weightedRandom(cands)
+		i = b.twoChoices(backends, cands, time.Now())
 	}
 	return backends[i], nil
 }
 
-// weightedRandom picks among cands with probability proportional to their
-// weights in the current snapshot. rand.Float64 (math/rand/v2's global
-// source) is per-thread in the runtime: no lock, no allocation.
-func (b *Balancer) weightedRandom(cands []int32) int32 {
+// twoChoices draws two distinct candidates at random and returns the
+// cheaper (the first drawn on a tie). math/rand/v2's global source is
+// per-thread in the runtime: no lock, no allocation.
+func (b *Balancer) twoChoices(backends []*upstream.Backend, cands []int32, now time.Time) int32 {
+	n := len(cands)
+	x := rand.IntN(n)
+	y := rand.IntN(n - 1)
+	if y >= x {
+		y++
+	}
+	i, j := cands[x], cands[y]
 	states := b.snap.Load().Backends
-	var total float64
-	for _, i := range cands {
-		total += states[i].Weight
+	li, lj := b.latencies(backends[i], backends[j], now)
+	if b.cost(backends[j], &states[j], lj) < b.cost(backends[i], &states[i], li) {
+		return j
 	}
-	r := rand.Float64() * total
-	for _, i := range cands {
-		if r -= states[i].Weight; r < 0 {
-			return i
-		}
+	return i
+}
+
+// latencies returns the latency terms of two candidates: their peak-EWMA
+// times to the first byte, a backend never measured taking the other's
+// (neither favoured nor shunned until it is), 1 for both when neither was.
+func (b *Balancer) latencies(x, y *upstream.Backend, now time.Time) (lx, ly float64) {
+	if b.wLatency <= 0 {
+		return 1, 1
 	}
-	return cands[len(cands)-1] // rounding
+	lx, _ = x.Latency(now)
+	ly, _ = y.Latency(now)
+	switch {
+	case math.IsNaN(lx) && math.IsNaN(ly):
+		return 1, 1
+	case math.IsNaN(lx):
+		lx = ly
+	case math.IsNaN(ly):
+		ly = lx
+	}
+	// Below a microsecond (or decayed toward zero after long idleness) the
+	// latency says nothing; the in-flight counts decide.
+	return max(lx, minLatency), max(ly, minLatency)
+}
+
+// minLatency is the smallest latency term, in seconds.
+const minLatency = 1e-6
+
+// Cost returns the dynamic strategy's cost of sending one more request to
+// the backend at index i of the pool, as of now (see the package comment).
+// Unlike Pick, which gives a never-measured backend its rival's latency, it
+// uses 1 s for an unknown latency. For the admin API and tests.
+func (b *Balancer) Cost(i int, now time.Time) float64 {
+	be := b.pool.Backends()[i]
+	l := 1.0
+	if v, _ := be.Latency(now); b.wLatency > 0 && !math.IsNaN(v) {
+		l = max(v, minLatency)
+	}
+	return b.cost(be, &b.snap.Load().Backends[i], l)
+}
+
+func (b *Balancer) cost(be *upstream.Backend, st *State, latency float64) float64 {
+	q := float64(be.Inflight()) + 1
+	if w := st.Waiting; b.wQueue > 0 && w > 0 { // false for NaN
+		q += b.wQueue * w
+	}
+	switch {
+	case b.wLatency == 1:
+		q *= latency
+	case b.wLatency > 0:
+		q *= math.Pow(latency, b.wLatency)
+	}
+	return q * st.ErrorFactor / st.Weight
 }
 
 // leastRequest picks the candidate with the fewest requests in flight

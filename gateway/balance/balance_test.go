@@ -24,7 +24,7 @@ func newPool(t testing.TB, n int, mutate func(i int, b *config.Backend)) *upstre
 		}
 		cfgs = append(cfgs, b)
 	}
-	p, err := upstream.NewPool(cfgs, config.Default().Health)
+	p, err := upstream.NewPool(cfgs, config.Default().Health, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +55,12 @@ func TestWeights(t *testing.T) {
 			&upstream.AgentLoad{CPU: 0.2, Mem: 0.4, GPU: 0.6, GPUMem: 0.9, AsOf: now},
 			&upstream.ServerLoad{Waiting: 8, Running: 3, KVCache: 0.3, AsOf: now},
 			config.Default().Balancer.LoadWeights,
-			// (1·0.2 + 0.5·0.4 + 1·0.6 + 0·0.9 + 2·0.5 + 1·0.3) / 5.5
-			100 * (1 - 2.3/5.5)},
+			// Node signals only: (1·0.2 + 0.5·0.4 + 1·0.6 + 0·0.9 + 1·0.3) / 3.5;
+			// the queue enters the cost, not the weight.
+			100 * (1 - 1.3/3.5)},
 		{"stale agent drops out", &upstream.AgentLoad{CPU: 1, Mem: 1, GPU: 1, GPUMem: 1, AsOf: now.Add(-11 * time.Second)},
 			&upstream.ServerLoad{Waiting: 0, KVCache: 0.2, AsOf: now}, config.Default().Balancer.LoadWeights,
-			100 * (1 - 0.2/3)},
+			100 * (1 - 0.2)},
 		{"floor", &upstream.AgentLoad{CPU: 1, Mem: 1, GPU: 1, GPUMem: 1, AsOf: now},
 			&upstream.ServerLoad{Waiting: math.Inf(1), KVCache: 1, AsOf: now}, config.LoadWeights{CPU: 1, KVCache: 1}, 1},
 		{"zero weights: static", &upstream.AgentLoad{CPU: 1, Mem: 1, GPU: 1, GPUMem: 1, AsOf: now},
@@ -89,12 +90,11 @@ func TestWeights(t *testing.T) {
 }
 
 // TestObservedScores: latency is scored against the fastest backend, errors
-// as their rate; both drop out when stale.
+// as their rate, for display; neither changes the weight (the node factor),
+// the error rate sets the cost's error factor.
 func TestObservedScores(t *testing.T) {
 	p := newPool(t, 3, nil)
-	o := defaults()
-	o.Weights = config.LoadWeights{Latency: 1, Errors: 1}
-	b := New(p, o)
+	b := New(p, defaults())
 	now := time.Now()
 	bs := p.Backends()
 	bs[0].ObserveLatency(100*time.Millisecond, now)
@@ -113,9 +113,144 @@ func TestObservedScores(t *testing.T) {
 	if !math.IsNaN(s[2].Scores[Latency]) || !math.IsNaN(s[2].Scores[Errors]) {
 		t.Errorf("stale or unknown scores of b2: %v", s[2].Scores)
 	}
-	if math.Abs(s[1].Weight-100*(1-0.875)) > 1e-9 || s[0].Weight != 100 || s[2].Weight != 100 {
-		t.Errorf("weights %v %v %v", s[0].Weight, s[1].Weight, s[2].Weight)
+	if s[0].Weight != 100 || s[1].Weight != 100 || s[2].Weight != 100 {
+		t.Errorf("weights %v %v %v, want 100 each", s[0].Weight, s[1].Weight, s[2].Weight)
 	}
+	// Error rate 1, capped at 0.99: (1 / 0.01)^1; b0 had a success only.
+	if s[0].ErrorFactor != 1 || math.Abs(s[1].ErrorFactor-100) > 1e-9 {
+		t.Errorf("error factors %v %v, want 1 100", s[0].ErrorFactor, s[1].ErrorFactor)
+	}
+}
+
+// shares picks n times and returns each backend's share.
+func shares(b *Balancer, n int) map[string]float64 {
+	out := map[string]float64{}
+	for range n {
+		be, err := b.Pick("", nil)
+		if err != nil {
+			panic(err)
+		}
+		out[be.Name] += 1 / float64(n)
+	}
+	return out
+}
+
+// TestTwoChoices: the dynamic strategy sends each request to the cheaper of
+// two random candidates, cost = (inflight + waiting + 1) × ttfb × error
+// factor / weight.
+func TestTwoChoices(t *testing.T) {
+	const n = 30000
+	setup := func(t *testing.T, mutate func(i int, c *config.Backend)) (*Balancer, []*upstream.Backend) {
+		p := newPool(t, 3, mutate)
+		b := New(p, defaults())
+		return b, p.Backends()
+	}
+	observeAll := func(bs []*upstream.Backend, d ...time.Duration) {
+		now := time.Now()
+		for i, be := range bs {
+			be.ObserveLatency(d[i], now)
+		}
+	}
+	t.Run("equal: even split", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		observeAll(bs, 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond)
+		for name, s := range shares(b, n) {
+			if math.Abs(s-1.0/3) > 0.02 {
+				t.Errorf("%s: share %.3f, want 1/3 ± 0.02", name, s)
+			}
+		}
+	})
+	t.Run("slow backend: never the cheaper", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		observeAll(bs, 20*time.Millisecond, 22*time.Millisecond, 200*time.Millisecond)
+		if s := shares(b, n); s["b2"] != 0 || math.Abs(s["b0"]-2.0/3) > 0.02 {
+			t.Errorf("shares %v: want b2 0, b0 2/3 (it wins every pair it is in)", s)
+		}
+	})
+	t.Run("in flight", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		observeAll(bs, 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond)
+		defer bs[1].Acquire()()
+		if s := shares(b, n); s["b1"] != 0 {
+			t.Errorf("shares %v: want b1 (one in flight) 0", s)
+		}
+	})
+	t.Run("server queue", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		observeAll(bs, 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond)
+		now := time.Now()
+		bs[0].StoreServerLoad(&upstream.ServerLoad{Waiting: 3, Running: 1, KVCache: math.NaN(), AsOf: now})
+		release := bs[1].Acquire()
+		defer release()
+		defer bs[1].Acquire()()
+		b.Update(context.Background(), now)
+		// b0: 3 waiting + 1 = 4; b1: 2 in flight + 1 = 3; b2: 1.
+		if s := shares(b, n); s["b0"] != 0 || math.Abs(s["b1"]-1.0/3) > 0.02 {
+			t.Errorf("shares %v: want b0 0, b1 1/3 (it beats b0 only)", s)
+		}
+	})
+	t.Run("node weight", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		observeAll(bs, 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond)
+		now := time.Now()
+		for i, gpu := range []float64{0.2, 0.2, 0.95} {
+			bs[i].StoreAgentLoad(&upstream.AgentLoad{CPU: 0.3, Mem: 0.3, GPU: gpu, GPUMem: 0.5, AsOf: now})
+		}
+		b.Update(context.Background(), now)
+		st := b.Snapshot().Backends
+		// (0.3 + 0.5·0.3 + gpu) / 2.5
+		for i, gpu := range []float64{0.2, 0.2, 0.95} {
+			if want := 100 * (1 - (0.45+gpu)/2.5); math.Abs(st[i].Weight-want) > 1e-9 {
+				t.Errorf("b%d weight %v, want %v", i, st[i].Weight, want)
+			}
+		}
+		if s := shares(b, n); s["b2"] != 0 {
+			t.Errorf("shares %v: want b2 (GPU 0.95) 0 while the others are idle", s)
+		}
+		// Busy enough, the loaded node serves again: (0+1)/38 < (2+1)/68.
+		release := bs[0].Acquire()
+		defer release()
+		defer bs[0].Acquire()()
+		defer bs[1].Acquire()()
+		defer bs[1].Acquire()()
+		if s := shares(b, n); math.Abs(s["b2"]-2.0/3) > 0.02 {
+			t.Errorf("shares %v: want b2 2/3 once the others have 2 in flight", s)
+		}
+	})
+	t.Run("never measured takes its rival's latency", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		now := time.Now()
+		bs[0].ObserveLatency(10*time.Millisecond, now)
+		bs[1].ObserveLatency(500*time.Millisecond, now)
+		s := shares(b, n)
+		// b2 ties with whichever it is drawn with: b0 ½ (beats b1, ties
+		// b2), b1 ⅙ (ties b2), b2 ⅓.
+		if math.Abs(s["b0"]-1.0/2) > 0.02 || math.Abs(s["b1"]-1.0/6) > 0.02 || math.Abs(s["b2"]-1.0/3) > 0.02 {
+			t.Errorf("shares %v: want b0 ½, b1 ⅙, b2 ⅓", s)
+		}
+	})
+	t.Run("an idle slow backend decays and is tried again", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		now := time.Now()
+		bs[0].ObserveLatency(100*time.Millisecond, now)
+		bs[1].ObserveLatency(100*time.Millisecond, now)
+		// One second, three decay times ago: 1 s × e⁻³ ≈ 50 ms now.
+		bs[2].ObserveLatency(time.Second, now.Add(-3*upstream.DefaultLatencyDecay))
+		if s := shares(b, n); math.Abs(s["b2"]-2.0/3) > 0.02 {
+			t.Errorf("shares %v: want b2 2/3", s)
+		}
+	})
+	t.Run("errors", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		observeAll(bs, 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond)
+		now := time.Now()
+		bs[0].RecordFailure(now)
+		bs[0].RecordSuccess(now) // error rate 0.9·1 + 0.1·0 → factor 10
+		b.Update(context.Background(), now)
+		if s := shares(b, n); s["b0"] != 0 {
+			t.Errorf("shares %v: want b0 (90 %% errors) 0", s)
+		}
+	})
 }
 
 func TestPickFilters(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,8 +60,8 @@ type Backend struct {
 
 	agentLoad  atomic.Pointer[AgentLoad]
 	serverLoad atomic.Pointer[ServerLoad]
-	latency    ewma // seconds to the first response byte
-	errRate    ewma // 1 per failed attempt, 0 per successful one
+	latency    peakEWMA // seconds to the first response byte
+	errRate    ewma     // 1 per failed attempt, 0 per successful one
 }
 
 // Serves reports whether the backend is configured for model. An empty model
@@ -99,6 +100,7 @@ func (b *Backend) Acquire() (release func()) {
 type Pool struct {
 	backends []*Backend
 	passive  Passive
+	decay    float64 // latency decay time in nanoseconds, > 0
 }
 
 // Passive configures passive ejection (see [Backend.RecordFailure]).
@@ -111,11 +113,21 @@ type Passive struct {
 	Backoff, MaxBackoff time.Duration
 }
 
+// DefaultLatencyDecay is the latency estimate's decay time when NewPool is
+// given none (balancer.latency_decay's default).
+const DefaultLatencyDecay = 10 * time.Second
+
 // NewPool builds a pool from validated backend configs; health gives the
-// passive ejection settings. Every backend starts healthy: an unchecked
-// backend is given the benefit of the doubt.
-func NewPool(cfgs []config.Backend, health config.Health) (*Pool, error) {
-	p := &Pool{passive: Passive{Failures: health.Failures, Backoff: health.Backoff, MaxBackoff: max(health.MaxBackoff, health.Backoff)}}
+// passive ejection settings and latencyDecay the decay time of the latency
+// estimates (see [Backend.ObserveLatency]; <= 0: DefaultLatencyDecay).
+// Every backend starts healthy: an unchecked backend is given the benefit
+// of the doubt.
+func NewPool(cfgs []config.Backend, health config.Health, latencyDecay time.Duration) (*Pool, error) {
+	if latencyDecay <= 0 {
+		latencyDecay = DefaultLatencyDecay
+	}
+	p := &Pool{passive: Passive{Failures: health.Failures, Backoff: health.Backoff, MaxBackoff: max(health.MaxBackoff, health.Backoff)},
+		decay: float64(latencyDecay)}
 	for i, c := range cfgs {
 		u, err := url.Parse(c.URL)
 		if err != nil || u.Scheme == "" || u.Host == "" {
@@ -135,7 +147,6 @@ func NewPool(cfgs []config.Backend, health config.Health) (*Pool, error) {
 			}
 		}
 		b.healthy.Store(true)
-		b.latency.reset()
 		b.errRate.reset()
 		p.backends = append(p.backends, b)
 	}
@@ -203,24 +214,72 @@ func (e *ewma) value() (float64, time.Time) {
 	return v, time.Unix(0, at)
 }
 
-// Smoothing of Vigil's own observations: the latest request counts for a
-// fifth of the latency average and a tenth of the error rate, so one slow
-// answer moves the weight a little and three failures in a row (health.failures'
-// default) move the error rate to about 0.27.
-const (
-	latencyAlpha = 0.2
-	errorAlpha   = 0.1
-)
+// errorAlpha smooths the error rate: the latest attempt counts for a tenth,
+// so three failures in a row (health.failures' default) move it to about
+// 0.27.
+const errorAlpha = 0.1
 
-// ObserveLatency records the time from sending a request to the first byte
-// of its response body.
-func (b *Backend) ObserveLatency(d time.Duration, now time.Time) {
-	b.latency.observe(d.Seconds(), latencyAlpha, now)
+// peakEWMA is the "peak EWMA" latency estimate of Finagle and Linkerd
+// (Finagle's PeakEwma load metric, Linkerd's and tower's PeakEwma
+// balancer): an observation above the estimate replaces it at once (the
+// peak), one below is blended in with weight 1 − e^(−Δt/τ), Δt the time
+// since the previous observation; while nothing is observed the estimate
+// decays toward zero as e^(−t/τ). It reacts to a slowdown with the first
+// slow answer and forgives it over τ; the decay makes an avoided backend
+// look cheap again after a while, so that it is tried and re-measured.
+type peakEWMA struct {
+	mu  sync.Mutex    // serializes observations
+	est atomic.Uint64 // math.Float64bits of seconds as of at
+	at  atomic.Int64  // unix nanoseconds of the last observation; 0: none
 }
 
-// Latency returns the backend's time-to-first-byte EWMA in seconds and when
-// it was last updated; NaN before any observation.
-func (b *Backend) Latency() (float64, time.Time) { return b.latency.value() }
+func (p *peakEWMA) observe(v float64, now int64, tau float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := p.at.Load()
+	est := math.Float64frombits(p.est.Load())
+	switch w := math.Exp(-float64(max(now-at, 0)) / tau); {
+	case at == 0:
+		est = v
+	case v > est*w:
+		est = v // the peak
+	default:
+		est = est*w + v*(1-w)
+	}
+	// A reader between the two stores may pair the new estimate with the
+	// old time (or the reverse): off by the decay of one interval, once.
+	p.est.Store(math.Float64bits(est))
+	p.at.Store(max(at, now))
+}
+
+// value returns the estimate decayed to now and the time of the last
+// observation; NaN and 0 before any. It takes no lock.
+func (p *peakEWMA) value(now int64, tau float64) (float64, int64) {
+	at := p.at.Load()
+	if at == 0 {
+		return math.NaN(), 0
+	}
+	est := math.Float64frombits(p.est.Load())
+	return est * math.Exp(-float64(max(now-at, 0))/tau), at
+}
+
+// ObserveLatency records the time from sending a request to the first byte
+// of its response body: for a stream the time to its first token, for a
+// whole response its generation time.
+func (b *Backend) ObserveLatency(d time.Duration, now time.Time) {
+	b.latency.observe(d.Seconds(), now.UnixNano(), b.pool.decay)
+}
+
+// Latency returns the backend's peak-EWMA time to the first byte in seconds
+// as of now (decayed since the last observation) and when it was last
+// observed; NaN and the zero time before any observation.
+func (b *Backend) Latency(now time.Time) (float64, time.Time) {
+	v, at := b.latency.value(now.UnixNano(), b.pool.decay)
+	if at == 0 {
+		return math.NaN(), time.Time{}
+	}
+	return v, time.Unix(0, at)
+}
 
 // ErrorRate returns the EWMA of the share of failed attempts and when it was
 // last updated; NaN before any attempt.

@@ -96,7 +96,7 @@ func TestScraperAgesRepeatedSamples(t *testing.T) {
 		w.Write([]byte(body))
 	}))
 	defer agent.Close()
-	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent.URL, Weight: 1}}, config.Default().Health)
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent.URL, Weight: 1}}, config.Default().Health, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestScraperAgesRepeatedSamples(t *testing.T) {
 func TestPassiveBackoff(t *testing.T) {
 	h := config.Default().Health
 	h.Failures, h.Backoff, h.MaxBackoff = 3, time.Second, 3*time.Second
-	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, h)
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, h, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,5 +152,43 @@ func TestPassiveBackoff(t *testing.T) {
 	}
 	if ej, _ := b.RecordFailure(time.Now()); ej {
 		t.Error("one failure after a success ejected")
+	}
+}
+
+// TestPeakEWMA: a slower answer replaces the estimate at once, faster ones
+// are blended in by the time since the previous observation, and without
+// observations the estimate decays toward zero with the decay time.
+func TestPeakEWMA(t *testing.T) {
+	const tau = 10 * time.Second
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, config.Default().Health, tau)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := p.Backends()[0]
+	t0 := time.Unix(1764400000, 0)
+	if v, at := b.Latency(t0); !math.IsNaN(v) || !at.IsZero() {
+		t.Fatalf("before any observation: %v %v, want NaN and zero", v, at)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	b.ObserveLatency(100*time.Millisecond, t0)
+	b.ObserveLatency(time.Second, t0.Add(time.Millisecond)) // the peak
+	if v, at := b.Latency(t0.Add(time.Millisecond)); !near(v, 1) || !at.Equal(t0.Add(time.Millisecond)) {
+		t.Errorf("after a 1 s answer: %v at %v, want 1 s at once", v, at)
+	}
+	// Ten seconds later a 100 ms answer: 1·e⁻¹ + 0.1·(1 − e⁻¹).
+	t1 := t0.Add(time.Millisecond + tau)
+	b.ObserveLatency(100*time.Millisecond, t1)
+	want := math.Exp(-1) + 0.1*(1-math.Exp(-1))
+	if v, _ := b.Latency(t1); !near(v, want) {
+		t.Errorf("after a faster answer: %v, want %v", v, want)
+	}
+	// Idle for two decay times: × e⁻².
+	if v, _ := b.Latency(t1.Add(2 * tau)); !near(v, want*math.Exp(-2)) {
+		t.Errorf("idle: %v, want %v", v, want*math.Exp(-2))
+	}
+	// A late observation (an older timestamp) does not move time back.
+	b.ObserveLatency(50*time.Millisecond, t0)
+	if _, at := b.Latency(t1); !at.Equal(t1) {
+		t.Errorf("last observation %v, want %v", at, t1)
 	}
 }

@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// The balancing cases of issue 16 with real simulators behind the gateway
+// and clients streaming through it over HTTP: (a) a slow backend is
+// avoided, (c) equal backends split evenly, (d) a slow backend that
+// recovers gets its share back, (e) a node whose GPU is busy gets less than
+// one whose GPU is idle. Case (b), fleet P99 TTFT with a queueing backend,
+// is a figure of the balancing benchmark (test/bench/run -suite balance).
+
+// served is one answered request: when it ended and which backend served it.
+type served struct {
+	at      time.Time
+	backend string
+}
+
+// drive streams chat completions through the gateway from clients
+// concurrent goroutines until n requests are answered (n > 0) or stop is
+// closed, and returns who served each.
+func drive(t *testing.T, gwURL string, clients, n int, stop <-chan struct{}) []served {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	var (
+		mu    sync.Mutex
+		out   []served
+		left  atomic.Int64
+		wg    sync.WaitGroup
+		fails atomic.Int64
+	)
+	left.Store(int64(n))
+	for c := range clients {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				if n > 0 && left.Add(-1) < 0 {
+					return
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := fmt.Sprintf(`{"model":"m1","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"client %d request %d"}]}`, c, i)
+				resp, err := hc.Post(gwURL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					fails.Add(1)
+					continue
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "data: [DONE]") {
+					fails.Add(1)
+					continue
+				}
+				mu.Lock()
+				out = append(out, served{time.Now(), resp.Header.Get("X-Vigil-Backend")})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if f := fails.Load(); f > 0 {
+		t.Errorf("%d requests failed", f)
+	}
+	return out
+}
+
+// shareOf returns each backend's share of the requests.
+func shareOf(reqs []served) map[string]float64 {
+	m := map[string]float64{}
+	for _, r := range reqs {
+		m[r.backend] += 1 / float64(len(reqs))
+	}
+	return m
+}
+
+// startFleet starts one simulator per TTFT, each backend named b0, b1, …,
+// and a gateway in front of them with the default balancer.
+func startFleet(t *testing.T, ttfts []time.Duration, mutate func(*config.Config)) (*testGateway, []*sim.Server, []string) {
+	t.Helper()
+	var cfgs []config.Backend
+	var sims []*sim.Server
+	var urls []string
+	for i, ttft := range ttfts {
+		s, u := startSim(t, "m1", func(k *sim.Knobs) { k.TTFT, k.ITL = ttft, 2*time.Millisecond })
+		cfgs = append(cfgs, backend(fmt.Sprintf("b%d", i), u, "m1"))
+		sims, urls = append(sims, s), append(urls, u)
+	}
+	return startGateway(t, cfgs, mutate), sims, urls
+}
+
+// TestBalanceSlowBackend (case a): of three backends, one answers its first
+// token 10× later (200 ms against 20 ms); with 6 clients streaming, it
+// serves under 5 % of 600 requests. Before the balancer has measured it, a
+// few requests land there: that is how it is measured.
+func TestBalanceSlowBackend(t *testing.T) {
+	gw, _, _ := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
+	reqs := drive(t, gw.URL, 6, 600, nil)
+	s := shareOf(reqs)
+	t.Logf("shares %v over %d requests", s, len(reqs))
+	if s["b2"] >= 0.05 {
+		t.Errorf("the 10× slower backend served %.1f %% of requests, want < 5 %%", 100*s["b2"])
+	}
+}
+
+// TestBalanceEqualBackends (case c): three equal backends each serve within
+// ±5 share points of an even share of 1,200 requests from 6 clients.
+//
+// Why this holds without luck: with 6 requests in flight over 3 backends,
+// the in-flight count in the cost keeps the backends within about one
+// request of each other (join the shorter of two queues); what moves the
+// split is latency noise, one slow answer (a pause of the machine) raising
+// a backend's peak EWMA for a few seconds. Runs here were 1.8 and 2.4
+// points off at most (test/bench/run -suite balance measures longer runs).
+func TestBalanceEqualBackends(t *testing.T) {
+	gw, _, _ := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond}, nil)
+	reqs := drive(t, gw.URL, 6, 1200, nil)
+	s := shareOf(reqs)
+	t.Logf("shares %v over %d requests", s, len(reqs))
+	for _, b := range []string{"b0", "b1", "b2"} {
+		if math.Abs(s[b]-1.0/3) > 0.05 {
+			t.Errorf("%s served %.2f %%, want 33.33 %% ± 5 points", b, 100*s[b])
+		}
+	}
+}
+
+// TestBalanceSlowBackendRecovers (case d): a backend 10× slower is avoided;
+// once it is fast again (its TTFT set back with the simulator's knobs) it
+// gets its share back, over the last 2 s at least 80 % of an even share,
+// within 30 s, with the default latency decay (10 s).
+func TestBalanceSlowBackendRecovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs up to 40 s")
+	}
+	gw, sims, urls := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
+	stop := make(chan struct{})
+	var (
+		reqs []served
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		reqs = drive(t, gw.URL, 6, 0, stop)
+	}()
+	time.Sleep(3 * time.Second) // the slow backend is measured and avoided
+	setKnobs(t, urls[2], `{"ttft":"20ms"}`)
+	recovered := time.Now()
+
+	// The simulators' own counts of requests received: over each 2 s, the
+	// recovered backend's share of the fleet's requests.
+	counts := func() (own, all int64) {
+		for i, s := range sims {
+			n := s.Stats().Requests
+			all += n
+			if i == 2 {
+				own = n
+			}
+		}
+		return own, all
+	}
+	const window = 2 * time.Second
+	var back time.Duration
+	prevOwn, prevAll := counts()
+	for time.Since(recovered) < 40*time.Second {
+		time.Sleep(window)
+		own, all := counts()
+		share := float64(own-prevOwn) / float64(max(all-prevAll, 1))
+		t.Logf("%5.1fs after recovery: share %.3f over the last %v", time.Since(recovered).Seconds(), share, window)
+		prevOwn, prevAll = own, all
+		if share >= 0.8/3 {
+			back = time.Since(recovered)
+			break
+		}
+	}
+	close(stop)
+	<-done
+	if back == 0 || back > 30*time.Second {
+		t.Errorf("the recovered backend's share did not reach 80 %% of even within 30 s (reached after %v; 0: never in 40 s)", back)
+	}
+	t.Logf("share back after %v; %d requests in all", back, len(reqs))
+}
+
+// TestBalanceBusyGPU (case e): two backends whose agents report the same
+// CPU and memory but GPU utilization 0.95 and 0.2: the busy node serves
+// less, and its weight, the seed's base × (1 − load), shows in
+// vigil_backend_weight and /admin/backends.
+func TestBalanceBusyGPU(t *testing.T) {
+	var cfgs []config.Backend
+	gpus := []float64{0.95, 0.2}
+	for i, gpu := range gpus {
+		_, u := startSim(t, "m1", func(k *sim.Knobs) { k.TTFT, k.ITL = 20*time.Millisecond, 2*time.Millisecond })
+		a := startAgent(t)
+		a.set(t, map[string]float64{"cpu": 0.3, "mem": 0.4, "gpu": gpu, "gpu_mem": 0.5})
+		c := backend(fmt.Sprintf("b%d", i), u, "m1")
+		c.Agent = a.URL
+		cfgs = append(cfgs, c)
+	}
+	gw := startGateway(t, cfgs, func(c *config.Config) { c.Balancer.ScrapeInterval = 100 * time.Millisecond })
+	lw := config.Default().Balancer.LoadWeights
+	want := make([]float64, len(gpus))
+	for i, gpu := range gpus {
+		want[i] = wantWeight(100, lw, map[string]float64{"cpu": 0.3, "mem": 0.4, "gpu": gpu, "gpu_mem": 0.5})
+	}
+	waitFor(t, "weights from the agents", func() bool {
+		snap := gw.Balancer().Snapshot()
+		return math.Abs(snap.Backends[0].Weight-want[0]) < 1e-9 && math.Abs(snap.Backends[1].Weight-want[1]) < 1e-9
+	})
+	reqs := drive(t, gw.URL, 4, 400, nil)
+	s := shareOf(reqs)
+	t.Logf("weights %.1f (GPU 0.95) and %.1f (GPU 0.2); shares %v", want[0], want[1], s)
+	if !(s["b0"] < s["b1"]) {
+		t.Errorf("the GPU-0.95 node served %.1f %%, the GPU-0.2 node %.1f %%: want less", 100*s["b0"], 100*s["b1"])
+	}
+	adm := adminBackends(t, gw.URL)
+	for i := range gpus {
+		name := fmt.Sprintf("b%d", i)
+		if a := adm[name]; math.Abs(a.Weight-want[i]) > 1e-9 {
+			t.Errorf("%s: /admin/backends weight %v, want %v", name, a.Weight, want[i])
+		}
+		if m := metricValue(t, gw.URL, `vigil_backend_weight{backend="`+name+`"}`); math.Abs(m-want[i]) > 1e-6 {
+			t.Errorf("%s: vigil_backend_weight %v, want %v", name, m, want[i])
+		}
+	}
+}
