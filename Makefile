@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # keeping Go's default flags; test/run sets the same.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build test bench bench-proxy lint demo clean
+.PHONY: build test bench bench-proxy bench-balance lint demo clean
 
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/vigil ./cmd/vigil
@@ -22,6 +22,12 @@ bench:
 # BENCH_ROUNDS=1 BENCH_DURATION=3s make bench-proxy. See test/bench/README.md.
 bench-proxy:
 	./test/bench/run
+
+# Vigil's balancing strategies against simulated backends (issue 16): needs
+# only Go, writes test/bench/out/balance.*; ~4 min. Quick:
+# BENCH_BALANCE_DURATION=3s make bench-balance. See test/bench/README.md.
+bench-balance:
+	./test/bench/run -suite balance
 
 # staticcheck is a tool of the test/tools module, built once into a cache
 # outside the repo by test/toolbin (as test/run does).

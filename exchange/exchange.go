@@ -166,6 +166,10 @@ type BackendState struct {
 	Healthy  bool    `json:"healthy"`
 	Weight   float64 `json:"weight"`
 	Inflight int64   `json:"inflight"`
+	// Picks counts the requests (attempts) this gateway sent to the backend
+	// since it started; the difference between two states is the traffic
+	// in between.
+	Picks int64 `json:"picks"`
 	// Load holds the fresh load signals in [0, 1] (cpu, mem, gpu,
 	// gpu_mem, queue, kv_cache).
 	Load map[string]float64 `json:"load"`

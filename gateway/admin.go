@@ -87,6 +87,8 @@ type backendJSON struct {
 	Weight   float64  `json:"weight"`
 	Base     float64  `json:"base_weight"`
 	Inflight int64    `json:"inflight"`
+	// Picks counts the requests (attempts) sent to the backend since start.
+	Picks int64 `json:"picks"`
 	// Load holds the node and server signals in [0, 1] (cpu, mem, gpu,
 	// gpu_mem, queue, kv_cache); a signal is absent when unknown or stale.
 	Load map[string]float64 `json:"load"`
@@ -147,7 +149,7 @@ func (s *Server) getBackends(c *gin.Context) {
 		st := &snap.Backends[i]
 		j := backendJSON{
 			Name: b.Name, URL: b.URL.String(), Kind: b.Kind, Models: b.Models(),
-			Healthy: b.Healthy(), Weight: st.Weight, Base: b.Weight, Inflight: b.Inflight(),
+			Healthy: b.Healthy(), Weight: st.Weight, Base: b.Weight, Inflight: b.Inflight(), Picks: b.Picks(),
 			Load: map[string]float64{}, LoadBlend: st.Load, Cost: s.balancer.Cost(i, now), WeightShared: st.Shared,
 			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
 		}
@@ -199,7 +201,7 @@ func (s *Server) BackendStates() []exchange.BackendState {
 	out := make([]exchange.BackendState, 0, len(s.pool.Backends()))
 	for i, b := range s.pool.Backends() {
 		st := &snap.Backends[i]
-		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(),
+		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(), Picks: b.Picks(),
 			Load: loadOf(st), LoadBlend: st.Load}
 		bs.TTFBMs, bs.ErrorRate = observed(b, now, s.cfg.Balancer.StaleAfter)
 		out = append(out, bs)

@@ -226,6 +226,18 @@ func TestBalanceBusyGPU(t *testing.T) {
 		t.Errorf("the GPU-0.95 node served %.1f %%, the GPU-0.2 node %.1f %%: want less", 100*s["b0"], 100*s["b1"])
 	}
 	adm := adminBackends(t, gw.URL)
+	var n0 int64
+	for _, r := range reqs {
+		if r.backend == "b0" {
+			n0++
+		}
+	}
+	if p0, p1 := adm["b0"].Picks, adm["b1"].Picks; p0+p1 != int64(len(reqs)) || p0 != n0 {
+		t.Errorf("/admin/backends picks %d and %d, want the %d requests as served", p0, p1, len(reqs))
+	}
+	if c0, c1 := adm["b0"].Cost, adm["b1"].Cost; !(c0 > 0 && c1 > 0) {
+		t.Errorf("/admin/backends cost %v and %v, want > 0", c0, c1)
+	}
 	for i := range gpus {
 		name := fmt.Sprintf("b%d", i)
 		if a := adm[name]; math.Abs(a.Weight-want[i]) > 1e-9 {

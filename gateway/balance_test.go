@@ -199,6 +199,8 @@ type adminBackend struct {
 	Base      float64            `json:"base_weight"`
 	Load      map[string]float64 `json:"load"`
 	LoadBlend float64            `json:"load_blend"`
+	Picks     int64              `json:"picks"`
+	Cost      float64            `json:"cost"`
 	Requests  *struct {
 		Waiting float64 `json:"waiting"`
 	} `json:"requests"`

@@ -682,13 +682,27 @@
   }
   function backendOf(p, name) { return (Array.isArray(p.backends) ? p.backends : []).find(b => b && b.name === name) || {}; }
 
-  function weightDef(P) {
+  // shareDef: each backend's share of the requests this gateway sent
+  // between two history points (from the cumulative picks); the weights
+  // (the node factor) are in the table and follow the load chart.
+  function shareDef(P) {
     const names = backendNames(P);
+    const share = (i, n) => {
+      if (i === 0) return null;
+      let total = 0, own = null;
+      for (const m of names) {
+        const a = backendOf(P[i - 1], m).picks, b = backendOf(P[i], m).picks;
+        if (!isNum(a) || !isNum(b) || b < a) continue; // unknown, or a restart
+        total += b - a;
+        if (m === n) own = b - a;
+      }
+      return total > 0 && own !== null ? own / total : null;
+    };
     return {
-      key: "weight|" + names.join(","),
-      series: names.map((n, i) => line(n, PALETTE[i % PALETTE.length], num, { width: 2 })),
-      cols: names.map(n => col(P, p => backendOf(p, n).weight)),
-      axes: [yAxis("y", tick)], scales: { y: { range: fromZero(100) } },
+      key: "share|" + names.join(","),
+      series: names.map((n, i) => line(n, PALETTE[i % PALETTE.length], pct, { scale: "pct", width: 2 })),
+      cols: names.map(n => P.map((_, i) => numOrNull(share(i, n)))),
+      axes: [yAxis("pct", pct)], scales: { pct: PCT_SCALE },
       marks: alertLevels(P, ["errors"]),
     };
   }
@@ -733,7 +747,7 @@
   const TIME_CHARTS = [
     ["chart-drift", driftDef], ["chart-confidence", confidenceDef], ["chart-output", outputDef],
     ["chart-latency", latencyDef], ["chart-precision", precisionDef],
-    ["chart-backends-weight", weightDef], ["chart-backends-load", loadDef],
+    ["chart-backends-weight", shareDef], ["chart-backends-load", loadDef],
   ];
 
   // spacing is the time between history points: the step asked for, or

@@ -52,6 +52,7 @@ type Backend struct {
 
 	healthy  atomic.Bool // the last active check passed (true before any)
 	inflight atomic.Int64
+	picks    atomic.Int64 // requests (attempts) sent, ever
 
 	// Passive health (health.go).
 	fails        atomic.Int64 // consecutive failed requests
@@ -90,8 +91,13 @@ func (b *Backend) Models() []string {
 // Inflight returns the number of requests being proxied to the backend.
 func (b *Backend) Inflight() int64 { return b.inflight.Load() }
 
+// Picks returns the number of requests (attempts) sent to the backend since
+// the gateway started.
+func (b *Backend) Picks() int64 { return b.picks.Load() }
+
 // Acquire counts a request in flight; call the returned func when it ends.
 func (b *Backend) Acquire() (release func()) {
+	b.picks.Add(1)
 	b.inflight.Add(1)
 	return func() { b.inflight.Add(-1) }
 }

@@ -9,10 +9,14 @@
 // results go to results.md, results.json and results.png, with CPU and heap
 // profiles of vigil-full when it serves /debug/pprof.
 //
+// With -suite balance it compares Vigil's balancing strategies against
+// simulated backends instead (issue 16; balance.go).
+//
 // test/bench/run installs what it needs, builds Vigil and runs it; see
 // test/bench/README.md. Flags default to the BENCH_* environment variables.
 //
 //	proxybench -vigil BIN -jaeger BIN [-out DIR] [-rounds N] [-duration D] ...
+//	proxybench -suite balance -vigil BIN [-out DIR] [-balance-duration D] ...
 //	proxybench mock -listen ADDR [-chunks N] [-gap D]
 //	proxybench report DIR      rewrite DIR/results.md and .png from DIR/results.json
 package main
@@ -45,6 +49,10 @@ type config struct {
 	wrkThreads, wrkConns             int
 	profile                          bool
 	keepWork                         bool
+	// suite is "proxy" (issue 15, the default) or "balance" (issue 16:
+	// balance.go), which needs no nginx, wrk, Redis or Jaeger.
+	suite   string
+	balance balanceSettings
 }
 
 func main() {
@@ -69,7 +77,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c); err != nil {
+	runSuite := run
+	if c.suite == suiteBalance {
+		runSuite = runBalance
+	}
+	if err := runSuite(ctx, c); err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "proxybench: interrupted; every process it started is stopped")
 			os.Exit(130)
@@ -120,6 +132,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.wrkConns, "wrk-connections", envInt("BENCH_WRK_CONNECTIONS", 64), "wrk connections ($BENCH_WRK_CONNECTIONS)")
 	fs.BoolVar(&c.profile, "profile", env("BENCH_PROFILE", "1") != "0", "take CPU and heap profiles of vigil-full after the rounds ($BENCH_PROFILE=0: no)")
 	fs.BoolVar(&c.keepWork, "keep", env("BENCH_KEEP", "0") == "1", "keep the work directory (configs, logs, access log) ($BENCH_KEEP=1)")
+	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx) or balance (balancing strategies against simulated backends) ($BENCH_SUITE)")
+	fs.DurationVar(&c.balance.duration, "balance-duration", envDur("BENCH_BALANCE_DURATION", 10*time.Second), "balance suite: measured part of each run; case d's slow phase lasts twice as long ($BENCH_BALANCE_DURATION)")
+	fs.IntVar(&c.balance.clients, "balance-clients", envInt("BENCH_BALANCE_CLIENTS", 16), "balance suite: concurrent closed-loop clients ($BENCH_BALANCE_CLIENTS)")
+	fs.StringVar(&c.balance.cases, "balance-cases", env("BENCH_BALANCE_CASES", "a,b,c,d,e"), "balance suite: cases run, comma-separated ($BENCH_BALANCE_CASES)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -131,6 +147,19 @@ func parseFlags(args []string) (config, error) {
 		c.rates = append(c.rates, n)
 	}
 	var errs []error
+	switch c.suite {
+	case "proxy":
+		if c.jaeger == "" {
+			errs = append(errs, errors.New("-jaeger (or $VIGIL_JAEGER_BIN) is required: test/toolbin jaeger builds it"))
+		}
+	case suiteBalance:
+		// Only vigil is needed: nginx, wrk, Redis and Jaeger are the proxy
+		// suite's.
+		c.jaeger, c.nginx, c.wrk, c.redis = "", "", "", ""
+		errs = append(errs, c.balance.validate())
+	default:
+		errs = append(errs, fmt.Errorf("-suite: want proxy or balance, got %q", c.suite))
+	}
 	if c.rounds < 1 {
 		errs = append(errs, errors.New("-rounds must be at least 1"))
 	}
@@ -139,9 +168,6 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.streams < 1 || c.chunks < 2 {
 		errs = append(errs, errors.New("-streams must be at least 1 and -chunks at least 2"))
-	}
-	if c.jaeger == "" {
-		errs = append(errs, errors.New("-jaeger (or $VIGIL_JAEGER_BIN) is required: test/toolbin jaeger builds it"))
 	}
 	for _, bin := range []*string{&c.vigil, &c.jaeger, &c.nginx, &c.wrk, &c.redis} {
 		if *bin == "" {
