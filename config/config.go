@@ -112,9 +112,10 @@ type Balancer struct {
 	// ScrapeInterval is how often agents and metrics endpoints are read and
 	// the weights recomputed; it also bounds each read. > 0.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
-	// LatencyDecay is the time constant of the peak-EWMA latency estimate:
-	// faster answers bring it down over this time, and without traffic it
-	// decays toward zero over it, so an avoided backend is tried again. > 0.
+	// LatencyDecay is the time constant τ of the peak-EWMA latency
+	// estimate: a faster answer is blended in with weight 1 − e^(−Δt/τ) (at
+	// least 0.1), and without traffic the estimate decays toward zero as
+	// e^(−t/τ), so an avoided backend is tried again. > 0.
 	LatencyDecay time.Duration `yaml:"latency_decay"`
 }
 

@@ -124,8 +124,9 @@ func TestBalanceSlowBackend(t *testing.T) {
 // the in-flight count in the cost keeps the backends within about one
 // request of each other (join the shorter of two queues); what moves the
 // split is latency noise, one slow answer (a pause of the machine) raising
-// a backend's peak EWMA for a few seconds. Runs here were 1.8 and 2.4
-// points off at most (test/bench/run -suite balance measures longer runs).
+// a backend's peak EWMA until about ten normal answers forgive it. A run
+// here was 0.5 points off at most (test/bench/run -suite balance measures
+// longer runs against the ±5 % relative target).
 func TestBalanceEqualBackends(t *testing.T) {
 	gw, _, _ := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond}, nil)
 	reqs := drive(t, gw.URL, 6, 1200, nil)

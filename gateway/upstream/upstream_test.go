@@ -182,6 +182,14 @@ func TestPeakEWMA(t *testing.T) {
 	if v, _ := b.Latency(t1); !near(v, want) {
 		t.Errorf("after a faster answer: %v, want %v", v, want)
 	}
+	// A millisecond later another: at least a tenth of the way (minBlend),
+	// not the 0.01 % that e^(−1ms/τ) gives.
+	b.ObserveLatency(100*time.Millisecond, t1.Add(time.Millisecond))
+	want = 0.9*want + 0.1*0.1
+	t1 = t1.Add(time.Millisecond)
+	if v, _ := b.Latency(t1); !near(v, want) {
+		t.Errorf("after a second faster answer: %v, want %v", v, want)
+	}
 	// Idle for two decay times: × e⁻².
 	if v, _ := b.Latency(t1.Add(2 * tau)); !near(v, want*math.Exp(-2)) {
 		t.Errorf("idle: %v, want %v", v, want*math.Exp(-2))
