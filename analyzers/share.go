@@ -42,6 +42,21 @@ func ReplicaID() string {
 // is whole again within that many intervals.
 const fullEvery = 30
 
+// fullReadAfter bounds how long a late write of old buckets waits to be
+// read. Most flushes read only the newest buckets of each series, those
+// the other replicas' regular flushes can have written since the last
+// read (readFrom): reading the whole span, 90 to 450 buckets per series,
+// every second was a fifth of the gateway's allocations and kept Redis
+// busy (issue 15). Older buckets are written late by a replica back from a
+// store outage (it writes everything it kept), by the rewrite every
+// fullEvery flushes, and when a long request's sample is stamped with its
+// start (drift) or a shadow's time (precision). Reading every series whole
+// every 10 s (every 10th flush at the 1 s default interval) shows those
+// within seconds, not minutes, next to windows that span minutes to hours,
+// at a tenth of the former cost; a longer bound would save little, the
+// newest buckets being read anyway.
+const fullReadAfter = 10 * time.Second
+
 // sharer flushes the pipeline's windows to the store and imports the other
 // replicas'. Its Run is owned by Pipeline.Run.
 type sharer struct {
@@ -66,6 +81,10 @@ type sharer struct {
 	hist    *history
 	failing bool
 	warned  atomic.Int64 // unix seconds of the last warning
+	// readTo is, per series, the newest bucket number of its span at its
+	// last successful read: the next read starts a few buckets before it
+	// (readFrom). Bounded by the series, which are fixed at New.
+	readTo map[string]int64
 }
 
 // sharedMonitor is a monitor whose series can be shared.
@@ -80,7 +99,8 @@ type sharePolicy interface {
 	// sharing returns how long the series' snapshots live in the store
 	// (never less than the sharer's ttl) and every how many flushes the other
 	// replicas' snapshots are read (zero or one: every flush; the first
-	// flush, and the one after a failed flush, read always).
+	// flush, and the one after a failed flush, read always). A series read
+	// less often than every fullReadAfter is read whole every time.
 	sharing(name string) (ttl time.Duration, readEvery int)
 }
 
@@ -125,7 +145,8 @@ func (s *sharer) Run(ctx context.Context) error {
 
 type batch struct {
 	enc      []window.Encoded
-	from, to int64
+	from, to int64 // the series' span, as bucket numbers
+	readFrom int64 // the oldest bucket read: from, or a few before the last read's to
 	ttl      time.Duration
 	read     bool // read the other replicas' snapshots this time
 	put      bool
@@ -133,8 +154,10 @@ type batch struct {
 }
 
 // flush writes the touched buckets of every series, reads the others'
-// snapshots of the live span, and imports them. The monitors' locks are
-// held only to export and import, never during I/O.
+// snapshots of the buckets they can have written since the last read (of
+// the whole live span on the first flush, after a failed one, and every
+// fullReadAfter), and imports them. The monitors' locks are held only to
+// export and import, never during I/O.
 func (s *sharer) flush(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,11 +218,17 @@ func (s *sharer) export(full bool) map[string]*batch {
 				s.log.Error("encoding a window", "series", name, "err", err)
 			}
 			from, to := sh.Numbers()
-			b := &batch{enc: enc, from: from, to: to, ttl: s.ttl, read: true}
+			b := &batch{enc: enc, from: from, to: to, readFrom: from, ttl: s.ttl}
+			every := 1
 			if p, ok := m.(sharePolicy); ok {
-				ttl, every := p.sharing(name)
+				var ttl time.Duration
+				ttl, every = p.sharing(name)
 				b.ttl = max(b.ttl, ttl)
-				b.read = every <= 1 || s.failing || (s.n-1)%every == 0
+				every = max(every, 1)
+			}
+			b.read = every == 1 || s.failing || (s.n-1)%every == 0
+			if b.read && !s.failing && (s.n-1)%s.fullReadPeriod(every) != 0 {
+				b.readFrom = s.readFrom(name, sh, from, to)
 			}
 			batches[name] = b
 		})
@@ -207,10 +236,42 @@ func (s *sharer) export(full bool) map[string]*batch {
 	return batches
 }
 
+// fullReadPeriod returns every how many flushes a series read every every
+// flushes is read whole: a multiple of every, so that whole reads fall on
+// the series' reads, at least fullReadAfter apart in flushes. Every read
+// of a series read less often than that is whole.
+func (s *sharer) fullReadPeriod(every int) int {
+	per := time.Duration(every) * s.cfg.Interval
+	if per <= 0 {
+		return every
+	}
+	reads := max(1, int((fullReadAfter+per-1)/per))
+	return every * reads
+}
+
+// readFrom returns the oldest bucket of series name that another replica
+// can have written since this one last read it, its span being from..to.
+// A write that lands after the last read carries samples since the
+// writer's previous export, at most two intervals before that read (one
+// between exports, one for the write, bounded by the flush timeout), and
+// stamped by the writer's clock: one bucket more for clock skew. It is
+// from (read everything) for a series never read, or whose bucket width
+// is unknown. Callers hold s.mu.
+func (s *sharer) readFrom(name string, sh window.Sharer, from, to int64) int64 {
+	last, ok := s.readTo[name]
+	w, hasWidth := sh.(interface{ Width() time.Duration }) // every window.Shared
+	if !ok || !hasWidth || w.Width() <= 0 {
+		return from
+	}
+	width := w.Width()
+	lag := int64((2*s.cfg.Interval+width-1)/width) + 1
+	return max(from, min(last, to)-lag)
+}
+
 // exchange writes each batch to the store and reads the replicas'
-// buckets of its span (when the batch says so), holding no monitor lock.
+// buckets readFrom..to (when the batch says so), holding no monitor lock.
 // It stops at the first failure: the batches not written are exported
-// again next time.
+// again next time, and the next flush reads every span whole.
 func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*batch) error {
 	for name, b := range batches {
 		bs := make([]state.Bucket, len(b.enc))
@@ -224,18 +285,24 @@ func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*b
 		if !b.read {
 			continue
 		}
-		rb, err := s.cfg.Store.Buckets(ctx, name, b.from, b.to)
+		rb, err := s.cfg.Store.Buckets(ctx, name, b.readFrom, b.to)
 		if err != nil {
 			return err
 		}
 		b.remote = rb
+		if s.readTo == nil {
+			s.readTo = map[string]int64{}
+		}
+		s.readTo[name] = b.to
 	}
 	return nil
 }
 
 // importRemote gives back to each series the buckets that were not
 // written and imports the other replicas' snapshots, under the monitors'
-// locks.
+// locks. Importing a snapshot again is harmless: the store keeps each
+// replica's latest (by sequence) and Import replaces the replica's previous
+// one, so buckets read by overlapping reads count once.
 func (s *sharer) importRemote(batches map[string]*batch) {
 	for _, m := range s.monitors {
 		m.Shared(func(name string, sh window.Sharer) {
