@@ -198,11 +198,18 @@ func newIncident(scale float64, short bool) *scenario {
 			duration: dur(75 * time.Second),
 		},
 		{
-			label: "(c)", name: "sim-b TTFT ×10",
-			says:     "sim-b's time to first token ×10 (90 ms → 900 ms)",
-			inject:   turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-b"),
-			restore:  restoreKnobs("sim-b"),
-			restored: "sim-b's TTFT back to 90 ms",
+			// Every backend slows down, so that clients see it and the
+			// latency signal must tell; sim-b far more, so that the balancer
+			// moves traffic off it (were only sim-b slow, the balancer would
+			// take nearly all traffic off it and clients would hardly notice).
+			label: "(c)", name: "TTFT ×3, sim-b ×10",
+			says: "every backend's time to first token ×3, sim-b's ×10 (90 ms → 900 ms)",
+			inject: func(d *demo) {
+				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 3 }, "sim-a", "sim-a-int8")(d)
+				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-b")(d)
+			},
+			restore:  restoreKnobs("sim-a", "sim-b", "sim-a-int8"),
+			restored: "every backend's TTFT back",
 			expect:   []expectation{{sigLatency, []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
 			duration: dur(45 * time.Second),
 			report:   func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
