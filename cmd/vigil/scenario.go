@@ -199,14 +199,16 @@ func newIncident(scale float64, short bool) *scenario {
 		},
 		{
 			// Every backend slows down, so that clients see it and the
-			// latency signal must tell; sim-b far more, so that the balancer
-			// moves traffic off it (were only sim-b slow, the balancer would
-			// take nearly all traffic off it and clients would hardly notice).
-			label: "(c)", name: "TTFT ×3, sim-b ×10",
-			says: "every backend's time to first token ×3, sim-b's ×10 (90 ms → 900 ms)",
+			// latency signal must tell (at the demo's rate only end-to-end
+			// latency has enough responses per window, and TTFT ×10 moves it
+			// past its limit); sim-b three times more, so that the balancer
+			// moves traffic off it. Were only sim-b slow, the balancer would
+			// take nearly all traffic off it and clients would hardly notice.
+			label: "(c)", name: "TTFT ×10, sim-b ×30",
+			says: "every backend's time to first token ×10, sim-b's ×30 (90 ms → 2.7 s)",
 			inject: func(d *demo) {
-				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 3 }, "sim-a", "sim-a-int8")(d)
-				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-b")(d)
+				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-a", "sim-a-int8")(d)
+				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 30 }, "sim-b")(d)
 			},
 			restore:  restoreKnobs("sim-a", "sim-b", "sim-a-int8"),
 			restored: "every backend's TTFT back",
