@@ -30,6 +30,10 @@ func TestPrecisionEndToEnd(t *testing.T) {
 		config.Backend{Name: "copy", URL: simBackend(t, nil), Kind: "openai", Weight: 100, Reference: "fp16", Models: []string{"m"}},
 		config.Backend{Name: "int8", URL: simBackend(t, func(k *sim.Knobs) { k.Noise = 1 }), Kind: "openai", Weight: 100,
 			Reference: "fp16", Models: []string{"m"}, Tier: "gold"})
+	// About 20 requests per backend, whatever their latencies: the dynamic
+	// strategy would send most of a sequential burst to whichever backend
+	// answered fastest so far.
+	cfg.Balancer.Strategy = config.StrategyRoundRobin
 	cfg.Alerts.Tiers = map[string]string{"gold": "critical"}
 	cfg.Alerts.Fixed = map[string]float64{alert.RulePrecision: 0.05}
 	cfg.Alerts.Consecutive = 1

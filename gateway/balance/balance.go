@@ -5,7 +5,7 @@
 // # The dynamic strategy
 //
 // Two healthy candidates are drawn at random and the one with the lower
-// cost serves the request (the "power of two choices": Mitzenmacher, 2001;
+// cost (by more than tieBand; otherwise the first drawn) serves the request (the "power of two choices": Mitzenmacher, 2001;
 // Finagle's and Linkerd's balancers, Envoy's least_request):
 //
 //	cost   = (inflight + q·waiting + 1) × ttfb^l × (1 / (1 − errors))^e / weight
@@ -357,8 +357,9 @@ func (b *Balancer) Pick(model string, kinds []string, exclude ...*upstream.Backe
 }
 
 // twoChoices draws two distinct candidates at random and returns the
-// cheaper (the first drawn on a tie). math/rand/v2's global source is
-// per-thread in the runtime: no lock, no allocation.
+// cheaper; costs within tieBand of each other are a tie, which goes to the
+// first drawn (at random). math/rand/v2's global source is per-thread in
+// the runtime: no lock, no allocation.
 func (b *Balancer) twoChoices(backends []*upstream.Backend, cands []int32, now time.Time) int32 {
 	n := len(cands)
 	x := rand.IntN(n)
@@ -369,11 +370,20 @@ func (b *Balancer) twoChoices(backends []*upstream.Backend, cands []int32, now t
 	i, j := cands[x], cands[y]
 	states := b.snap.Load().Backends
 	li, lj := b.latencies(backends[i], backends[j], now)
-	if b.cost(backends[j], &states[j], lj) < b.cost(backends[i], &states[i], li) {
+	if b.cost(backends[j], &states[j], lj) < (1-tieBand)*b.cost(backends[i], &states[i], li) {
 		return j
 	}
 	return i
 }
+
+// tieBand is the relative difference of cost below which two candidates
+// are equal. Equal backends' latency estimates differ by noise (the
+// scheduling of a shared host, a batch that ran long): without the band,
+// light sequential traffic would stick to whichever looked a little faster
+// until the others' estimates decayed, and equal backends would split by
+// noise. One request more in flight, a queue, a 10× slower backend are far
+// outside it.
+const tieBand = 0.1
 
 // latencies returns the latency terms of two candidates: their peak-EWMA
 // times to the first byte, a backend never measured taking the other's
@@ -392,13 +402,14 @@ func (b *Balancer) latencies(x, y *upstream.Backend, now time.Time) (lx, ly floa
 	case math.IsNaN(ly):
 		ly = lx
 	}
-	// Below a microsecond (or decayed toward zero after long idleness) the
-	// latency says nothing; the in-flight counts decide.
+	// Below a millisecond (or decayed toward zero after long idleness) the
+	// latency is network and scheduling noise, not the model server; the
+	// in-flight counts decide.
 	return max(lx, minLatency), max(ly, minLatency)
 }
 
 // minLatency is the smallest latency term, in seconds.
-const minLatency = 1e-6
+const minLatency = 1e-3
 
 // Cost returns the dynamic strategy's cost of sending one more request to
 // the backend at index i of the pool, as of now (see the package comment).

@@ -162,9 +162,23 @@ func TestTwoChoices(t *testing.T) {
 	})
 	t.Run("slow backend: never the cheaper", func(t *testing.T) {
 		b, bs := setup(t, nil)
-		observeAll(bs, 20*time.Millisecond, 22*time.Millisecond, 200*time.Millisecond)
+		observeAll(bs, 20*time.Millisecond, 30*time.Millisecond, 200*time.Millisecond)
 		if s := shares(b, n); s["b2"] != 0 || math.Abs(s["b0"]-2.0/3) > 0.02 {
 			t.Errorf("shares %v: want b2 0, b0 2/3 (it wins every pair it is in)", s)
+		}
+	})
+	t.Run("within the tie band: random", func(t *testing.T) {
+		for _, lat := range [][]time.Duration{
+			{20 * time.Millisecond, 21 * time.Millisecond, 21500 * time.Microsecond}, // within 10 %
+			{900 * time.Microsecond, 200 * time.Microsecond, 10 * time.Microsecond},  // below 1 ms: noise
+		} {
+			b, bs := setup(t, nil)
+			observeAll(bs, lat...)
+			for name, s := range shares(b, n) {
+				if math.Abs(s-1.0/3) > 0.02 {
+					t.Errorf("latencies %v: %s share %.3f, want 1/3 ± 0.02 (a tie)", lat, name, s)
+				}
+			}
 		}
 	})
 	t.Run("in flight", func(t *testing.T) {
