@@ -651,6 +651,16 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		// injected would reach the client compressed.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
+	// ReverseProxy wraps the outbound body in a reader of its own, which
+	// the transport does not take for an in-memory body: it would flush
+	// the headers before copying the body, two writes and two TCP packets
+	// per request. The inbound body is the attempt's NopCloser over a
+	// *bytes.Reader of this request's own bytes (attempt; calls are not
+	// pooled), harmless to read even after the handler returned, so it
+	// goes out as it is and headers and body leave in one write.
+	if pr.Out.Body != nil {
+		pr.Out.Body = pr.In.Body
+	}
 }
 
 // forwardedHeaders makes the values of the X-Forwarded-* headers that
