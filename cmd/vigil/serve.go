@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,8 +85,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log.Info("vigil serving", "listen", ln.Addr().String(), "backends", len(cfg.Backends), "version", buildVersion())
+	gc := setDefaultGC(os.Getenv)
+	log.Info("vigil serving", "listen", ln.Addr().String(), "backends", len(cfg.Backends), "version", buildVersion(), "gogc", gc)
 	return app.serve(ctx, ln)
+}
+
+// defaultGOGC is the collector's target when GOGC is not set. Vigil's heap
+// is small (tens of MB), so at Go's default of 100 the collector runs every
+// few hundred requests and takes a large share of the CPU per request; 200
+// cut the gateway's own CPU per request by a third to two fifths (README,
+// "GC settings") for a few MB more heap. GOMEMLIMIT, when set, still bounds
+// the heap: the collector works harder as it nears the limit.
+const defaultGOGC = 200
+
+// setDefaultGC sets the collector's target to defaultGOGC unless GOGC is
+// set in the environment, and returns the target in force, as GOGC spells
+// it.
+func setDefaultGC(getenv func(string) string) string {
+	if v := getenv("GOGC"); v != "" {
+		return v
+	}
+	debug.SetGCPercent(defaultGOGC)
+	return strconv.Itoa(defaultGOGC)
 }
 
 // app is a wired gateway with the analyzers behind it.
