@@ -85,11 +85,25 @@ var ErrNoPrompt = errors.New("no prompt in request body")
 // text is classified as it is scanned, without copying it, so the cost is
 // one allocation per message, never per character.
 func Extract(body []byte) (Features, error) {
-	var r request
-	var f Features
-	if err := json.Unmarshal(body, &r); err != nil {
+	if f, decided, err := extractFast(body); decided {
 		return f, err
 	}
+	return extractJSON(body)
+}
+
+// extractJSON is Extract with encoding/json: the reference that the fast
+// path (fast.go) must agree with, and what decides where it gives up.
+func extractJSON(body []byte) (Features, error) {
+	var r request
+	if err := json.Unmarshal(body, &r); err != nil {
+		return Features{}, err
+	}
+	return r.features()
+}
+
+// features computes the features of a decoded request.
+func (r *request) features() (Features, error) {
+	var f Features
 	t := &r.text
 	switch {
 	case r.messages > 0:

@@ -70,3 +70,77 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	}
 }
+
+// extractCases are bodies for the fast path and encoding/json to agree on:
+// the shapes clients send and the corners the fast path must leave to
+// encoding/json.
+var extractCases = []string{
+	`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Fix: \u0060\u0060\u0060go\nx := 1\n` + "```" + `"}],"max_tokens":64,"temperature":0.2}`,
+	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Привет 世界"},{"type":"image_url","image_url":{"url":"x"}}]}],"top_p":0.9}`,
+	`{"model":"m","prompt":"ab 12","max_tokens":5}`,
+	`{"inputs":"hello","parameters":{"max_new_tokens":20,"temperature":0.5,"details":true}}`,
+	`{"prompt":"\ud83d\ude00a"}`,
+	`{"prompt":["a","b",{"text":"c"},null,1,{"text":["d",{"text":"e"}]}]}`,
+	` { "model" : "m" , "messages" : [ { "role" : "developer" , "content" : null } , { "content" : {"x":1} } ] } `,
+	`{"model":null,"messages":null,"prompt":"x","max_tokens":null,"parameters":null}`,
+	`{"input":[1,2,3]}`, `{"input":"x","inputs":"y","prompt":"z","stream":true,"n":2,"stop":["]","}"]}`,
+	`{"Model":"m","prompt":"x"}`, `{"model":"m","model":"n","prompt":"x"}`, `{"mod\u0065l":"m","prompt":"x"}`,
+	`{"model":"a\"b","prompt":"x"}`, `{"model":"\ud800","prompt":"x"}`, "{\"model\":\"\xff\",\"prompt\":\"x\"}",
+	`{"model":1,"prompt":"x"}`, `{"max_tokens":"5","prompt":"x"}`, `{"max_tokens":1e400,"prompt":"x"}`,
+	`{"parameters":3,"inputs":"x"}`, `{"parameters":{"TOP_P":1},"inputs":"x"}`, `{"messages":"x"}`,
+	`{"messages":[null]}`, `{"messages":[{"Role":"system","content":"x"}]}`, `{"messages":[{"role":"system","role":"user"}]}`,
+	`{"prompt":[{"Text":"x"}]}`, `{"prompt":[{"text":"x","text":"y"}]}`, `{"model":"m"}`, `[]`, `{`, `{"a":1}x`, ``,
+	`{"messages":[{"role":"\u0073ystem","content":"x"}]}`, `{"max_tokens":-0.5e2,"top_p":1E-3,"prompt":""}`,
+}
+
+// TestExtractFastAgrees: wherever the fast path decides, its answer is
+// encoding/json's.
+func TestExtractFastAgrees(t *testing.T) {
+	decided := 0
+	for _, body := range extractCases {
+		if checkFast(t, []byte(body)) {
+			decided++
+		}
+	}
+	// The common shapes must not fall back.
+	if decided < 10 {
+		t.Errorf("the fast path decided %d of %d cases, want the common shapes", decided, len(extractCases))
+	}
+}
+
+// checkFast compares the fast path with encoding/json on body and reports
+// whether the fast path decided.
+func checkFast(t *testing.T, body []byte) bool {
+	t.Helper()
+	f, decided, err := extractFast(body)
+	if !decided {
+		return false
+	}
+	want, wantErr := extractJSON(body)
+	if (err == nil) != (wantErr == nil) {
+		t.Errorf("%q: fast error %v, encoding/json %v", body, err, wantErr)
+		return true
+	}
+	if diff := cmp.Diff(want, f, cmpopts.EquateNaNs()); diff != "" {
+		t.Errorf("%q: fast path differs from encoding/json (-json +fast):\n%s", body, diff)
+	}
+	return true
+}
+
+func FuzzExtractFast(f *testing.F) {
+	for _, body := range extractCases {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkFast(t, body) })
+}
+
+func BenchmarkExtractJSON(b *testing.B) {
+	body := []byte(`{"model":"llama-3-8b","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly and cite sources when you can."},{"role":"user","content":"Summarise the following incident report in three bullet points: at 10:42 UTC the load balancer began returning 502 errors for 4% of requests; the on-call engineer traced it to a misconfigured health check on two of twelve backends, which flapped between healthy and unhealthy. The fix was rolled out at 11:05."}],"max_tokens":256,"temperature":0.7,"top_p":0.95}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := extractJSON(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
