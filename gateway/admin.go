@@ -97,8 +97,9 @@ type backendJSON struct {
 	// (1 − load_blend), at least 1 % of base_weight.
 	LoadBlend float64 `json:"load_blend"`
 	// Cost is what the dynamic strategy compares between two candidates
-	// now: (inflight + waiting + 1) × ttfb × error factor / weight, with
-	// 1 s for a latency not yet measured (see gateway/balance).
+	// now: (inflight + waiting + 1) × ttfb × error factor / weight, a
+	// backend not yet measured taking the measured ones' mean latency (see
+	// gateway/balance).
 	Cost     float64       `json:"cost"`
 	Observed observedJSON  `json:"observed"`
 	Requests *requestsJSON `json:"requests,omitempty"`

@@ -413,15 +413,30 @@ const minLatency = 1e-3
 
 // Cost returns the dynamic strategy's cost of sending one more request to
 // the backend at index i of the pool, as of now (see the package comment).
-// Unlike Pick, which gives a never-measured backend its rival's latency, it
-// uses 1 s for an unknown latency. For the admin API and tests.
+// A backend never measured is given the mean latency of those that were
+// (Pick gives it its rival's: neither favoured nor shunned), 1 s when none
+// was. For the admin API and tests.
 func (b *Balancer) Cost(i int, now time.Time) float64 {
-	be := b.pool.Backends()[i]
+	backends := b.pool.Backends()
 	l := 1.0
-	if v, _ := be.Latency(now); b.wLatency > 0 && !math.IsNaN(v) {
-		l = max(v, minLatency)
+	if b.wLatency > 0 {
+		if v, _ := backends[i].Latency(now); !math.IsNaN(v) {
+			l = max(v, minLatency)
+		} else {
+			var sum float64
+			var n int
+			for _, be := range backends {
+				if v, _ := be.Latency(now); !math.IsNaN(v) {
+					sum += max(v, minLatency)
+					n++
+				}
+			}
+			if n > 0 {
+				l = sum / float64(n)
+			}
+		}
 	}
-	return b.cost(be, &b.snap.Load().Backends[i], l)
+	return b.cost(backends[i], &b.snap.Load().Backends[i], l)
 }
 
 func (b *Balancer) cost(be *upstream.Backend, st *State, latency float64) float64 {

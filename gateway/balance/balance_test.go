@@ -243,6 +243,21 @@ func TestTwoChoices(t *testing.T) {
 			t.Errorf("shares %v: want b0 ½, b1 ⅙, b2 ⅓", s)
 		}
 	})
+	t.Run("cost as the admin API shows it", func(t *testing.T) {
+		b, bs := setup(t, nil)
+		now := time.Now()
+		bs[0].ObserveLatency(10*time.Millisecond, now)
+		bs[1].ObserveLatency(30*time.Millisecond, now)
+		defer bs[1].Acquire()()
+		// b1: (1 in flight + 1) × 30 ms / weight 100; b2, never measured,
+		// the mean 20 ms.
+		if c := b.Cost(1, now); math.Abs(c-2*0.030/100) > 1e-12 {
+			t.Errorf("b1 cost %v, want %v", c, 2*0.030/100)
+		}
+		if c := b.Cost(2, now); math.Abs(c-0.020/100) > 1e-12 {
+			t.Errorf("b2 (never measured) cost %v, want %v", c, 0.020/100)
+		}
+	})
 	t.Run("an idle slow backend decays and is tried again", func(t *testing.T) {
 		b, bs := setup(t, nil)
 		now := time.Now()
