@@ -129,7 +129,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 	healthy := prometheus.NewDesc("vigil_backend_healthy", "1 when the backend passes its health checks and is not ejected.", []string{"backend"}, nil)
 	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
 	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current dynamic balancing weight: base × (1 − load), at least 1% of base.", []string{"backend"}, nil)
-	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors, and the blend); absent when unknown or stale.", []string{"backend", "signal"}, nil)
+	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors; blend: the node load of cpu, mem, gpu, gpu_mem and kv_cache that sets the weight); absent when unknown or stale.", []string{"backend", "signal"}, nil)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.usage, m.maxGap, m.dropped, m.injections, m.usageInjections, m.cacheHits, m.cacheMiss,
 		m.retries, m.ejections, m.scrapeErrors,
 		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load}, collect: func(ch chan<- prometheus.Metric) {
