@@ -145,7 +145,7 @@ func TestBalanceEqualBackends(t *testing.T) {
 // within 30 s, with the default latency decay (10 s).
 func TestBalanceSlowBackendRecovers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs up to 40 s")
+		t.Skip("-short: this test runs 10 to 40 s")
 	}
 	gw, sims, urls := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
 	stop := make(chan struct{})

@@ -343,21 +343,8 @@ func gatewayConf(listen string, f *fleet, n int, strategy string) string {
 		fmt.Fprintf(&b, "  - name: %s\n    url: %s\n    kind: openai\n    models: [%s]\n    agent: %s\n    metrics: %s/metrics\n",
 			f.names[i], f.sims[i], simModel, f.agents[i], f.sims[i])
 	}
-	fmt.Fprintf(&b, `balancer:
-  strategy: %s
-tracing:
-  exporter: none
-analyzers:
-  drift: {enabled: false}
-  confidence: {enabled: false}
-  latency: {enabled: false}
-  output: {enabled: false}
-  precision: {enabled: false}
-log:
-  access: false
-admin:
-  token: %s
-`, strategy, adminToken)
+	fmt.Fprintf(&b, "balancer:\n  strategy: %s\n", strategy)
+	b.WriteString(quietConf)
 	return b.String()
 }
 

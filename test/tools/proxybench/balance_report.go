@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -237,14 +236,7 @@ func (r *balanceResults) printChecks(w io.Writer) {
 // write writes balance.md, balance.json and, with case d, balance.png
 // into dir.
 func (r *balanceResults) write(dir string) error {
-	if err := os.WriteFile(filepath.Join(dir, "balance.md"), []byte(r.markdown()), 0o644); err != nil {
-		return err
-	}
-	j, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "balance.json"), append(j, '\n'), 0o644); err != nil {
+	if err := writeReport(dir, "balance", r.markdown(), r); err != nil {
 		return err
 	}
 	if !r.hasTimeline() {

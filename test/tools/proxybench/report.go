@@ -429,15 +429,20 @@ func rewrite(dir string) error {
 
 // write writes results.md, results.json and results.png into dir.
 func (r *results) write(dir string) error {
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.markdown()), 0o644); err != nil {
-		return err
-	}
-	j, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(j, '\n'), 0o644); err != nil {
+	if err := writeReport(dir, "results", r.markdown(), r); err != nil {
 		return err
 	}
 	return r.plot(filepath.Join(dir, "results.png"))
+}
+
+// writeReport writes name.md (md) and name.json (v, indented) into dir.
+func writeReport(dir, name, md string, v any) error {
+	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	j, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".json"), append(j, '\n'), 0o644)
 }

@@ -153,12 +153,10 @@ exporters:
     trace_storage: mem
 `
 
-// vigilMinConf: analyzers off, no span exporter, no access log.
-const vigilMinConf = `listen: %s
-backends:
-  - name: mock
-    url: http://%s
-tracing:
+// quietConf ends a Vigil config with nothing that needs another service or
+// costs CPU: no span exporter, analyzers off, no access log; the admin
+// token is the driver's.
+const quietConf = `tracing:
   exporter: none
 analyzers:
   drift: {enabled: false}
@@ -171,6 +169,13 @@ log:
 admin:
   token: ` + adminToken + `
 `
+
+// vigilMinConf: analyzers off, no span exporter, no access log.
+const vigilMinConf = `listen: %s
+backends:
+  - name: mock
+    url: http://%s
+` + quietConf
 
 // vigilFullConf: the defaults (every analyzer on, access log on), every
 // request traced to Jaeger (OTEL_EXPORTER_OTLP_* in its environment) and
