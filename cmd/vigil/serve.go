@@ -74,8 +74,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	state.SetRedisLogger(log, 10*time.Second)
 	var access *slog.Logger
 	if cfg.Log.Access {
-		// slog's JSON lines, written by the gateway's own encoder.
-		access = slog.New(gateway.NewAccessLogHandler(stdout))
+		// slog's JSON lines, written by the gateway's own encoder,
+		// buffered (logbuf.go) and flushed after the gateway stopped.
+		buf := newBufferedLog(stdout)
+		flushCtx, stopFlush := context.WithCancel(context.Background())
+		flushed := make(chan struct{})
+		go func() {
+			defer close(flushed)
+			buf.run(flushCtx)
+		}()
+		defer func() {
+			stopFlush()
+			<-flushed
+		}()
+		access = slog.New(gateway.NewAccessLogHandler(buf))
 	}
 	app, err := build(cfg, log, access)
 	if err != nil {

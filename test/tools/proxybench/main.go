@@ -2,9 +2,11 @@
 // proxies in front of a zero-latency OpenAI-compatible mock backend (issue
 // 15): maximum throughput (wrk, closed loop), added latency at fixed rates
 // (vegeta, open loop), streaming time to first token and chunk gaps, CPU
-// time per request and resident memory, for four targets: the backend
-// directly, nginx, Vigil with its analyzers, tracing and access log off
-// ("vigil-min") and Vigil with everything on ("vigil-full"). Targets are
+// time per request and resident memory, for five targets: the backend
+// directly, nginx, the Go standard library's reverse proxy alone
+// ("go-proxy", the ceiling of a net/http proxy; goproxy.go), Vigil with its
+// analyzers, tracing and access log off ("vigil-min") and Vigil with
+// everything on ("vigil-full"). Targets are
 // measured interleaved in rounds and summarized by medians over rounds; the
 // results go to results.md, results.json and results.png, with CPU and heap
 // profiles of vigil-full when it serves /debug/pprof.
@@ -18,6 +20,7 @@
 //	proxybench -vigil BIN -jaeger BIN [-out DIR] [-rounds N] [-duration D] ...
 //	proxybench -suite balance -vigil BIN [-out DIR] [-balance-duration D] ...
 //	proxybench mock -listen ADDR [-chunks N] [-gap D]
+//	proxybench goproxy -listen ADDR -backend URL
 //	proxybench report DIR      rewrite DIR/results.md and .png from DIR/results.json
 package main
 
@@ -59,6 +62,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "mock" {
 		if err := runMock(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "proxybench mock:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "goproxy" {
+		if err := runGoProxy(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench goproxy:", err)
 			os.Exit(1)
 		}
 		return

@@ -83,7 +83,7 @@ func run(ctx context.Context, c config) error {
 		defer os.RemoveAll(dir)
 	}
 
-	phase("starting the mock backend, nginx, Redis, Jaeger, vigil-min and vigil-full")
+	phase("starting the mock backend, nginx, go-proxy, Redis, Jaeger, vigil-min and vigil-full")
 	l, err := startLab(c, dir)
 	if err != nil {
 		return err

@@ -15,11 +15,12 @@ import (
 const (
 	direct    = "direct"
 	nginx     = "nginx"
+	goProxy   = "go-proxy"
 	vigilMin  = "vigil-min"
 	vigilFull = "vigil-full"
 )
 
-var targetNames = []string{direct, nginx, vigilMin, vigilFull}
+var targetNames = []string{direct, nginx, goProxy, vigilMin, vigilFull}
 
 // adminToken guards both Vigils' /admin and /debug/pprof routes.
 const adminToken = "proxybench-token"
@@ -210,12 +211,12 @@ func startLab(c config, dir string) (*lab, error) {
 			l.ps.stopAll()
 		}
 	}()
-	ports, err := freePorts(8)
+	ports, err := freePorts(9)
 	if err != nil {
 		return nil, err
 	}
 	mockAddr, nginxAddr, minAddr, fullAddr, redisAddr := ports[0], ports[1], ports[2], ports[3], ports[4]
-	otlpAddr, queryHTTP, queryGRPC := ports[5], ports[6], ports[7]
+	otlpAddr, queryHTTP, queryGRPC, goAddr := ports[5], ports[6], ports[7], ports[8]
 	env := cleanEnv()
 
 	self, err := os.Executable()
@@ -250,6 +251,15 @@ func startLab(c config, dir string) (*lab, error) {
 		return nil, fmt.Errorf("nginx (pid %d) has no worker processes", ng.pid())
 	}
 	l.add(&target{name: nginx, base: "http://" + nginxAddr, pids: func() []int { return workers }})
+
+	gp, err := l.ps.start(goProxy, self, []string{"goproxy", "-listen", goAddr, "-backend", "http://" + mockAddr}, env, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := gp.waitReady(10*time.Second, func() bool { return httpOK("http://" + goAddr + "/health") }); err != nil {
+		return nil, err
+	}
+	l.add(&target{name: goProxy, base: "http://" + goAddr, pids: func() []int { return []int{gp.pid()} }})
 
 	rd, err := l.ps.start("redis", c.redis, []string{"--port", portOf(redisAddr), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no"}, env, nil)

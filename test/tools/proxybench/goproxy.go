@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// The go-proxy target is the Go standard library's reverse proxy with
+// nothing else: httputil.ReverseProxy over an http.Transport tuned as
+// Vigil's (256 idle connections per host, no compression), FlushInterval
+// -1 so that SSE passes event by event. Vigil is built on the same
+// net/http server and client, so this is the ceiling of what Vigil can
+// reach without replacing them: measured in the same run, it tells how
+// much of the gap to nginx is Vigil's and how much is net/http's.
+
+// runGoProxy serves `proxybench goproxy -listen ADDR -backend URL` until
+// SIGTERM or SIGINT.
+func runGoProxy(args []string) error {
+	fs := flag.NewFlagSet("goproxy", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "listen `address`")
+	backend := fs.String("backend", "", "backend base `URL` (http://host:port)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	u, err := url.Parse(*backend)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return errors.New("goproxy: -backend: want http://host:port")
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.DisableCompression = true
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport:     t,
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
