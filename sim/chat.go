@@ -20,6 +20,9 @@ type chatRequest struct {
 	Logprobs            bool           `json:"logprobs"`
 	TopLogprobs         *int           `json:"top_logprobs"`
 	PromptLogprobs      *int           `json:"prompt_logprobs"`
+	// TokenIDs is vLLM's return_tokens_as_token_ids: logprobs name
+	// tokens "token_id:<id>".
+	TokenIDs bool `json:"return_tokens_as_token_ids"`
 }
 
 type chatMessage struct {
@@ -144,6 +147,7 @@ func (q *chatRequest) generation() ([]promptText, sampling, *apiError) {
 	if e == nil {
 		e = sp.checkLogprobs(q.Logprobs, "top_logprobs", q.TopLogprobs)
 	}
+	sp.tokenIDs = q.TokenIDs
 	return []promptText{{text: text}}, sp, e
 }
 

@@ -18,6 +18,7 @@ type completionRequest struct {
 	N              *int            `json:"n"`
 	Logprobs       *int            `json:"logprobs"`
 	PromptLogprobs *int            `json:"prompt_logprobs"`
+	TokenIDs       bool            `json:"return_tokens_as_token_ids"`
 }
 
 // parsePrompts reads a completions prompt: a string, an array of strings,
@@ -132,6 +133,7 @@ func (q *completionRequest) generation() ([]promptText, sampling, *apiError) {
 	if e == nil {
 		e = sp.checkLogprobs(q.Logprobs != nil, "logprobs", q.Logprobs)
 	}
+	sp.tokenIDs = q.TokenIDs
 	return prompts, sp, e
 }
 

@@ -13,6 +13,14 @@
 //	POST /v1/completions        legacy logprobs: N, prompt_logprobs, streaming
 //	POST /v1/embeddings         deterministic unit vectors, float or base64
 //	GET  /v1/models
+//	POST /tokenize              vLLM's, prompt or chat messages: one token per byte
+//
+// Chat and completions take vLLM's return_tokens_as_token_ids: logprobs then
+// name tokens "token_id:<id>". A prompt that /tokenize tokenized, given back
+// as token ids (with a continuation's ids after it), is the same text and so
+// the same context: prompt_logprobs over it score a generated continuation
+// exactly as it was generated (teacher forcing, as Vigil's precision
+// comparison does it).
 //
 // TGI: POST /generate, POST /generate_stream, GET /info.
 // Operations: GET /health, GET /metrics (vLLM gauge names).

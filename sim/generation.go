@@ -138,7 +138,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, f *openAIForma
 	}
 	ok = generateSteps(rn, choices, maxGen(plans), func(c *choiceState, st step) error {
 		if lp := logprobs[c.index]; lp != nil {
-			lp.add(st, c.offset, sp.topK)
+			lp.add(sp.named(st), c.offset, sp.topK)
 		}
 		return nil
 	})
@@ -178,7 +178,7 @@ func (s *Server) streamGeneration(w http.ResponseWriter, rn *run, f *openAIForma
 		var lp tokenLogprobs
 		if sp.logprobs {
 			lp = f.newLogprobs()
-			lp.add(st, c.offset, sp.topK)
+			lp.add(sp.named(st), c.offset, sp.topK)
 		}
 		var finish *string
 		if c.done == c.plan.gen {

@@ -51,6 +51,12 @@ const (
 	promptIDSpace = 32000
 )
 
+// byteIDBase is the first of 256 token ids that stand for one byte each,
+// between the vocabulary and the prompt pieces: /tokenize answers with
+// them, so that a prompt it tokenized reads back as the same text, and is
+// the same context, when given as token ids (teacher forcing, issue 17).
+const byteIDBase = 700
+
 // Salts keep the generator streams of different draws apart.
 const (
 	saltToken  uint64 = 0x9e3779b97f4a7c15
@@ -321,9 +327,11 @@ func (m lm) score(ctx uint64, id int, text string, k int) step {
 	chosen := min(int(u*u*float64(len(vocab))), len(vocab)-1)
 	p1 := m.topProbability(r)
 	cands := m.alternatives(r, chosen, p1, m.drawn(k))
-	if id == chosen {
+	if i := slices.IndexFunc(cands, func(c candidate) bool { return c.id == id }); i >= 0 {
+		// The model's own choice, or one of its alternatives (a
+		// continuation that another model generated, scored here).
 		m.addNoise(ctx, 0, cands)
-		return rankedStep(cands, 0, k)
+		return rankedStep(cands, i, k)
 	}
 	// The prompt's own token is not among the model's favourites: give it a
 	// rank below the listed ones and a logprob to match. Prompt pieces have
@@ -474,6 +482,9 @@ func (p promptText) pieces() []candidate {
 func idText(id int) string {
 	if id >= 0 && id < len(vocab) {
 		return vocab[id]
+	}
+	if id >= byteIDBase && id < byteIDBase+256 {
+		return string([]byte{byte(id - byteIDBase)})
 	}
 	return "<" + strconv.Itoa(id) + ">"
 }

@@ -167,6 +167,9 @@ type sampling struct {
 	topK int
 	// promptK is prompt_logprobs, -1 when not asked.
 	promptK int
+	// tokenIDs: logprobs name tokens "token_id:<id>" (vLLM's
+	// return_tokens_as_token_ids).
+	tokenIDs bool
 }
 
 // checkCommon validates the fields chat and completions share, with vLLM's

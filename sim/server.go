@@ -92,6 +92,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /generate", s.handleGenerate)
 	mux.HandleFunc("POST /generate_stream", s.handleGenerateStream)
 	mux.HandleFunc("GET /info", s.handleInfo)
