@@ -2,7 +2,6 @@ package analyzers
 
 import (
 	"context"
-	"errors"
 	"math"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -25,14 +24,26 @@ func (p *Pipeline) OnShadow(sh *exchange.Shadow) {
 	if sh.Operation == exchange.OpCompletion {
 		parse = precision.ParseCompletion
 	}
-	b, errB := parse(sh.BackendBody)
-	r, errR := parse(sh.ReferenceBody)
-	if errB != nil || errR != nil {
+	var c precision.Comparison
+	b, err := parse(sh.BackendBody)
+	if err == nil {
+		if sh.Method == exchange.ShadowTeacherForced {
+			var r []precision.Position
+			if r, err = precision.ParsePromptLogprobs(sh.ReferenceBody, sh.PromptTokens); err == nil {
+				c, err = precision.CompareForced(b, r)
+			}
+		} else {
+			var r []precision.Position
+			if r, err = parse(sh.ReferenceBody); err == nil {
+				c = precision.Compare(b, r)
+			}
+		}
+	}
+	if err != nil {
 		p.m.precisionResults.WithLabelValues("unreadable").Inc()
-		p.log.Debug("shadow comparison unreadable", "backend", sh.Backend, "reference", sh.Reference, "err", errors.Join(errB, errR))
+		p.log.Debug("shadow comparison unreadable", "backend", sh.Backend, "reference", sh.Reference, "method", sh.Method, "err", err)
 		return
 	}
-	c := precision.Compare(b, r)
 	if p.prec.Add(sh.Time, precision.Pair{Backend: sh.Backend, Reference: sh.Reference}, &c) {
 		p.m.precisionResults.WithLabelValues("compared").Inc()
 	}

@@ -150,9 +150,28 @@ type Shadow struct {
 	Operation Operation
 	// Time is when the comparison finished.
 	Time time.Time
-	// BackendBody and ReferenceBody are the two non-streaming response bodies.
+	// Method is how the two were compared: ShadowTeacherForced or
+	// ShadowGreedyWalk.
+	Method string
+	// BackendBody is the backend's non-streaming response. ReferenceBody
+	// is, for the greedy walk, the reference's answer to the same greedy
+	// request; for teacher forcing, the reference's scoring of the
+	// prompt and the backend's continuation (a /v1/completions response
+	// with vLLM's prompt_logprobs), whose first PromptTokens positions
+	// are the prompt.
 	BackendBody, ReferenceBody []byte
+	PromptTokens               int
 }
+
+// Methods of a shadow comparison.
+const (
+	// ShadowTeacherForced: the reference scored the backend's own
+	// continuation, token ids aligned, every position compared.
+	ShadowTeacherForced = "teacher_forced"
+	// ShadowGreedyWalk: both generated greedily and the walk stopped at
+	// their first disagreement.
+	ShadowGreedyWalk = "greedy_walk"
+)
 
 // ErrUnknownResponse is what feedback about a response id that is not (or
 // no longer) remembered fails with.

@@ -805,7 +805,11 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		s.disp.response(x.req, &x.pending, resp)
 	}
 	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && s.shadow.sample(x.req.Operation, x.backend) {
-		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, x.shadowAuth)
+		var answer []byte
+		if !x.req.Stream && !x.truncated && bytes.Contains(x.captured, tokenIDMark) {
+			answer = x.captured // its logprobs name token ids: the backend's side (forced.go)
+		}
+		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, answer, x.shadowAuth)
 	}
 	if p != nil {
 		panic(p)

@@ -23,10 +23,12 @@ import (
 
 // Shadow comparison (signal 5, precision divergence): for a sampled share
 // of the successful chat and completions requests served by a backend that
-// names a reference, the gateway sends a greedy copy of the request (with
-// token logprobs and a capped length) to that backend and to its
-// reference, after the client has its response and off its goroutine, and
-// hands both answers to a ShadowSink. The client's request and response
+// names a reference, after the client has its response and off its
+// goroutine, the gateway has the reference score the backend's own
+// continuation (teacher forcing, forced.go) or, where the two cannot do
+// that, sends a greedy copy of the request (with token logprobs and a
+// capped length) to both (the greedy walk), and hands the answers to a
+// ShadowSink. The client's request and response
 // are untouched; a slow or failing reference costs nothing but the
 // comparison. At most precision.concurrency comparisons run at once; a
 // sampled request beyond that, or whose reference is unhealthy (failing its
@@ -45,12 +47,15 @@ const shadowMaxBody = 4 << 20
 var shadowPath = map[exchange.Operation]string{exchange.OpChat: "/v1/chat/completions", exchange.OpCompletion: "/v1/completions"}
 
 type shadower struct {
-	cfg     config.Precision
-	sink    ShadowSink
-	client  *http.Client
-	log     *slog.Logger
-	ref     map[string]*upstream.Backend // backend name → its reference
-	sem     chan struct{}
+	cfg    config.Precision
+	sink   ShadowSink
+	client *http.Client
+	log    *slog.Logger
+	ref    map[string]*upstream.Backend // backend name → its reference
+	sem    chan struct{}
+	// unable holds, by backend or reference name, until when teacher
+	// forcing is not tried with it (forced.go); under mu.
+	unable  map[string]time.Time
 	outcome *prometheus.CounterVec // backend, outcome
 
 	mu     sync.Mutex
@@ -78,7 +83,7 @@ func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream
 	if len(ref) == 0 {
 		return nil
 	}
-	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency),
+	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency), unable: map[string]time.Time{},
 		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_shadow_comparisons_total",
 			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight, or the reference unhealthy), failed (a shadow request failed).",
@@ -106,7 +111,10 @@ func (sh *shadower) sample(op exchange.Operation, backend *upstream.Backend) boo
 
 // start compares backend with its reference on a copy of body in the
 // background; auth is the client's Authorization header, passed on.
-func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body []byte, auth string) {
+// answer is the client's own non-streaming response, or nil: when its
+// logprobs name token ids it is the backend's side of a teacher-forced
+// comparison, and only the reference is asked.
+func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) {
 	ref := sh.ref[backend.Name]
 	if !ref.Healthy() {
 		// Failing health checks or ejected: leave it alone.
@@ -130,7 +138,7 @@ func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body
 	go func() {
 		defer sh.wg.Done()
 		defer func() { <-sh.sem }()
-		if err := sh.compare(backend, ref, op, body, auth); err != nil {
+		if err := sh.compare(backend, ref, op, body, answer, auth); err != nil {
 			sh.outcome.WithLabelValues(backend.Name, "failed").Inc()
 			sh.log.Debug("shadow comparison failed", "backend", backend.Name, "reference", ref.Name, "err", err)
 			return
@@ -139,13 +147,26 @@ func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body
 	}()
 }
 
-func (sh *shadower) compare(backend, ref *upstream.Backend, op exchange.Operation, body []byte, auth string) error {
+// compare runs one comparison: teacher forcing where the backend and the
+// reference support it (forced.go), else the greedy walk.
+func (sh *shadower) compare(backend, ref *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) error {
 	shadow, err := shadowBody(op, body, sh.cfg)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(sh.ctx, sh.cfg.Timeout)
 	defer cancel()
+	if sh.canForce(backend, ref) {
+		res, err := sh.force(ctx, backend, ref, op, body, shadow, answer, auth)
+		if err == nil {
+			sh.sink.OnShadow(res)
+			return nil
+		}
+		if !errors.Is(err, errCannotForce) {
+			return err
+		}
+		sh.log.Debug("teacher forcing unavailable: greedy walk", "backend", backend.Name, "reference", ref.Name, "err", err)
+	}
 	var bodies [2][]byte
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -156,7 +177,7 @@ func (sh *shadower) compare(backend, ref *upstream.Backend, op exchange.Operatio
 	if err := errors.Join(errs[0], errs[1]); err != nil {
 		return err
 	}
-	sh.sink.OnShadow(&exchange.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op,
+	sh.sink.OnShadow(&exchange.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op, Method: exchange.ShadowGreedyWalk,
 		Time: time.Now(), BackendBody: bodies[0], ReferenceBody: bodies[1]})
 	return nil
 }
@@ -181,10 +202,18 @@ func (sh *shadower) post(ctx context.Context, b *upstream.Backend, path string, 
 		return nil, fmt.Errorf("%s: %w", b.Name, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: status %d", b.Name, resp.StatusCode)
+		return nil, &statusError{backend: b.Name, status: resp.StatusCode}
 	}
 	return out, nil
 }
+
+// statusError is a shadow request answered with a status other than 200.
+type statusError struct {
+	backend string
+	status  int
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("%s: status %d", e.backend, e.status) }
 
 // close stops new comparisons, cancels those in flight and waits for them.
 func (sh *shadower) close() {

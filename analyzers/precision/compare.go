@@ -35,6 +35,9 @@ type Position struct {
 	Token   string
 	Logprob float64 // NaN when the server gave none (null, vLLM's -9999 placeholder)
 	Top     []Alt   // most likely first is not assumed
+	// TopK is how many of Top are the server's top-k list (the rest
+	// are other tokens whose logprobs it gave); 0: all of them.
+	TopK int
 }
 
 // Alt is one of the top alternatives at a position.
@@ -131,22 +134,32 @@ func ParseCompletion(body []byte) ([]Position, error) {
 
 // Comparison is what Compare found in one pair of responses.
 type Comparison struct {
-	// Compared is the number of positions measured: those before the
-	// first disagreement on the chosen token where both sides had a
-	// distribution.
+	// Method is MethodTeacherForced or MethodGreedyWalk.
+	Method string
+	// Compared is the number of positions measured where both sides had
+	// a distribution: every position of the backend's continuation when
+	// teacher-forced, those before the first disagreement on the chosen
+	// token in the greedy walk.
 	Compared int
-	// KL, Top1 and Delta hold one value per compared position: the KL
-	// divergence, 1 or 0 for top-1 agreement, and the chosen token's
-	// logprob delta (backend − reference; NaN when either is unknown).
-	KL, Top1, Delta []float64
+	// KL, KLLower, Top1 and Delta hold one value per compared position:
+	// the KL divergence estimate and its lower bound (Divergence), 1 or
+	// 0 for top-1 agreement, and the chosen token's logprob delta
+	// (backend − reference; NaN when either is unknown).
+	KL, KLLower, Top1, Delta []float64
 	// Split reports that the sequences chose different tokens at some
 	// position (or differ in length) before either ended.
 	Split bool
 }
 
+// Methods of a comparison, as /admin/signals names them.
+const (
+	MethodTeacherForced = "teacher_forced"
+	MethodGreedyWalk    = "greedy_walk"
+)
+
 // Compare measures backend against reference (see the package comment).
 func Compare(backend, reference []Position) Comparison {
-	var c Comparison
+	c := Comparison{Method: MethodGreedyWalk}
 	n := min(len(backend), len(reference))
 	c.Split = len(backend) != len(reference)
 	for i := range n {
@@ -159,95 +172,16 @@ func Compare(backend, reference []Position) Comparison {
 			continue
 		}
 		c.Compared++
-		c.KL = append(c.KL, KL(r.Top, b.Top))
+		bs, rs := b.side(), r.side()
+		est, lower := Divergence(rs, bs)
+		c.KL = append(c.KL, est)
+		c.KLLower = append(c.KLLower, lower)
 		agree := 0.0
-		if top1(b.Top) == top1(r.Top) {
+		if Top1(bs) == Top1(rs) {
 			agree = 1
 		}
 		c.Top1 = append(c.Top1, agree)
 		c.Delta = append(c.Delta, b.Logprob-r.Logprob)
 	}
 	return c
-}
-
-// top1 is the most likely alternative's token; ties go to the first listed.
-func top1(alts []Alt) string {
-	best := 0
-	for i, a := range alts {
-		if a.Logprob > alts[best].Logprob {
-			best = i
-		}
-	}
-	return alts[best].Token
-}
-
-// minProb floors every probability of KL, so that a token one side gives no
-// mass to costs a large but finite amount.
-const minProb = 1e-10
-
-// KL is the Kullback–Leibler divergence KL(p ‖ q) in nats between two
-// next-token distributions known through their top-k lists. The support is
-// the union of the listed tokens plus "rest", the probability mass outside
-// the union. A side's mass outside its own list, 1 − Σ its listed
-// probabilities, is spread evenly over the union's tokens it does not list
-// and its "rest" bucket, the least committal assumption consistent with
-// what it reported. Probabilities are floored at 1e-10 and each side is
-// renormalized. Duplicate tokens in a list count once (the first).
-func KL(p, q []Alt) float64 {
-	union := make([]string, 0, len(p)+len(q))
-	idx := make(map[string]int, len(p)+len(q))
-	for _, list := range [2][]Alt{p, q} {
-		for _, a := range list {
-			if _, ok := idx[a.Token]; !ok {
-				idx[a.Token] = len(union)
-				union = append(union, a.Token)
-			}
-		}
-	}
-	pd, qd := spread(p, idx, len(union)), spread(q, idx, len(union))
-	kl := 0.0
-	for i := range pd {
-		kl += pd[i] * math.Log(pd[i]/qd[i])
-	}
-	return max(kl, 0)
-}
-
-// spread is one side's distribution over the union (index by idx) and, last,
-// the rest bucket.
-func spread(alts []Alt, idx map[string]int, n int) []float64 {
-	d := make([]float64, n+1)
-	known := make([]bool, n)
-	mass := 0.0
-	for _, a := range alts {
-		i := idx[a.Token]
-		if known[i] {
-			continue
-		}
-		known[i] = true
-		pr := math.Exp(a.Logprob)
-		d[i] = pr
-		mass += pr
-	}
-	unknown := 1 // the rest bucket
-	for _, k := range known {
-		if !k {
-			unknown++
-		}
-	}
-	share := max(1-mass, 0) / float64(unknown)
-	for i, k := range known {
-		if !k {
-			d[i] = share
-		}
-	}
-	d[n] = share
-	sum := 0.0
-	for i := range d {
-		d[i] = max(d[i], minProb)
-		sum += d[i]
-	}
-	for i := range d {
-		d[i] /= sum
-	}
-	return d
 }

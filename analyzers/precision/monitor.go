@@ -19,15 +19,16 @@ const (
 	StateDivergent = "divergent"
 )
 
-// summary is one bucket of one pair: per-position KL, top-1 agreement and
-// logprob delta, and per-response split counts (1 when the sequences chose
-// different tokens).
+// summary is one bucket of one pair: per-position KL estimate and lower
+// bound, top-1 agreement and logprob delta, and per-response split counts
+// (1 when the sequences chose different tokens) and methods (1 when
+// teacher-forced).
 type summary struct {
-	kl, top1, delta, split window.Moments
+	kl, klLower, top1, delta, split, forced window.Moments
 }
 
 func (s *summary) Merge(o *summary) error {
-	for _, p := range [][2]*window.Moments{{&s.kl, &o.kl}, {&s.top1, &o.top1}, {&s.delta, &o.delta}, {&s.split, &o.split}} {
+	for _, p := range [][2]*window.Moments{{&s.kl, &o.kl}, {&s.klLower, &o.klLower}, {&s.top1, &o.top1}, {&s.delta, &o.delta}, {&s.split, &o.split}, {&s.forced, &o.forced}} {
 		if err := p[0].Merge(p[1]); err != nil {
 			return err
 		}
@@ -38,11 +39,11 @@ func (s *summary) Merge(o *summary) error {
 func (s *summary) Reset() { *s = summary{} }
 
 func (s *summary) MarshalBinary() ([]byte, error) {
-	return window.EncodeParts(&s.kl, &s.top1, &s.delta, &s.split)
+	return window.EncodeParts(&s.kl, &s.klLower, &s.top1, &s.delta, &s.split, &s.forced)
 }
 
 func (s *summary) UnmarshalBinary(b []byte) error {
-	return window.DecodeParts(b, &s.kl, &s.top1, &s.delta, &s.split)
+	return window.DecodeParts(b, &s.kl, &s.klLower, &s.top1, &s.delta, &s.split, &s.forced)
 }
 
 // Pair names a backend and its reference.
@@ -85,6 +86,9 @@ func (m *Monitor) Add(t time.Time, p Pair, c *Comparison) bool {
 	}
 	for i := range c.KL {
 		b.kl.Add(c.KL[i])
+		if i < len(c.KLLower) {
+			b.klLower.Add(c.KLLower[i])
+		}
 		b.top1.Add(c.Top1[i])
 		if !math.IsNaN(c.Delta[i]) {
 			b.delta.Add(c.Delta[i])
@@ -95,6 +99,11 @@ func (m *Monitor) Add(t time.Time, p Pair, c *Comparison) bool {
 		split = 1
 	}
 	b.split.Add(split)
+	forced := 0.0
+	if c.Method == MethodTeacherForced {
+		forced = 1
+	}
+	b.forced.Add(forced)
 	return true
 }
 
@@ -104,7 +113,9 @@ func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.pairs {
-		f("precision/"+p.Backend+"/"+p.Reference, m.buckets[p])
+		// v2: the buckets of issue 17 (lower bound, method) decode
+		// differently from the first version's, which are left alone.
+		f("precision/v2/"+p.Backend+"/"+p.Reference, m.buckets[p])
 	}
 }
 
@@ -113,10 +124,16 @@ type PairResult struct {
 	Backend   string `json:"backend"`
 	Reference string `json:"reference"`
 	State     string `json:"state"`
-	// KL is the mean per-token KL(reference ‖ backend), nats; KLMax is its
-	// largest per-token value in the window.
-	KL    stats.Num `json:"kl"`
-	KLMax stats.Num `json:"kl_max"`
+	// Method is how the window's comparisons were made: teacher_forced,
+	// greedy_walk, mixed (both), or "" before any.
+	Method string `json:"method"`
+	// KL is the mean per-token KL(reference ‖ backend) estimate, nats;
+	// KLMax is its largest per-token value in the window; KLLowerBound is
+	// the mean of the per-token lower bounds, which the top-k lists
+	// guarantee whatever the unlisted tokens' probabilities (Divergence).
+	KL           stats.Num `json:"kl"`
+	KLMax        stats.Num `json:"kl_max"`
+	KLLowerBound stats.Num `json:"kl_lower_bound"`
 	// Top1Agreement is the share of compared positions whose most likely
 	// token is the same on both.
 	Top1Agreement stats.Num `json:"top1_agreement"`
@@ -163,10 +180,20 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 		cur, _ := view.Range(now.Add(-m.cfg.Window), now.Add(m.cfg.Bucket))
 		pr.Responses, pr.Tokens = cur.split.Count(), cur.kl.Count()
 		nan := math.NaN()
-		pr.KL, pr.KLMax, pr.Top1Agreement = stats.Num(nan), stats.Num(nan), stats.Num(nan)
+		pr.KL, pr.KLMax, pr.KLLowerBound, pr.Top1Agreement = stats.Num(nan), stats.Num(nan), stats.Num(nan), stats.Num(nan)
 		pr.LogprobDelta, pr.RMSLogprobDelta, pr.SplitShare = stats.Num(nan), stats.Num(nan), stats.Num(nan)
 		if pr.Tokens > 0 {
 			pr.KL, pr.KLMax, pr.Top1Agreement = stats.Num(cur.kl.Mean()), stats.Num(cur.kl.Max()), stats.Num(cur.top1.Mean())
+			pr.KLLowerBound = stats.Num(cur.klLower.Mean())
+		}
+		switch f := cur.forced; {
+		case f.Count() == 0:
+		case f.Mean() == 1:
+			pr.Method = MethodTeacherForced
+		case f.Mean() == 0:
+			pr.Method = MethodGreedyWalk
+		default:
+			pr.Method = "mixed"
 		}
 		if cur.delta.Count() > 0 {
 			mean := cur.delta.Mean()

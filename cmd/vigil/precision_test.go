@@ -69,14 +69,21 @@ func TestPrecisionEndToEnd(t *testing.T) {
 		return p["copy"].State != precision.StateUnknown && p["int8"].State != precision.StateUnknown
 	})
 	p := pairs()
-	if c := p["copy"]; c.State != precision.StateOK || c.KL != 0 || c.Top1Agreement != 1 || c.SplitShare != 0 || c.Reference != "fp16" {
+	for _, name := range []string{"copy", "int8"} {
+		// The simulator tokenizes and scores prompts as vLLM does.
+		if m := p[name].Method; m != precision.MethodTeacherForced {
+			t.Errorf("%s: method %q, want teacher_forced", name, m)
+		}
+	}
+	if c := p["copy"]; c.State != precision.StateOK || c.KL != 0 || c.KLLowerBound != 0 || c.Top1Agreement != 1 || c.SplitShare != 0 || c.Reference != "fp16" {
 		t.Errorf("copy: %+v, want identical to its reference", c)
 	}
-	if q := p["int8"]; q.State != precision.StateDivergent || !(float64(q.KL) > pc.MaxKL) || !(q.Top1Agreement < 1) {
+	if q := p["int8"]; q.State != precision.StateDivergent || !(float64(q.KL) > pc.MaxKL) || !(q.Top1Agreement < 1) ||
+		!(q.KLLowerBound > 0 && q.KLLowerBound <= q.KL) {
 		t.Errorf("int8: %+v, want divergent", q)
 	}
-	t.Logf("copy: kl %.4g top1 %.3f tokens %d; int8: kl %.4g top1 %.3f rms delta %.3f split %.2f tokens %d",
-		p["copy"].KL, p["copy"].Top1Agreement, p["copy"].Tokens, p["int8"].KL, p["int8"].Top1Agreement,
+	t.Logf("copy: kl %.4g top1 %.3f tokens %d; int8: kl %.4g (lower bound %.4g) top1 %.3f rms delta %.3f split %.2f tokens %d",
+		p["copy"].KL, p["copy"].Top1Agreement, p["copy"].Tokens, p["int8"].KL, p["int8"].KLLowerBound, p["int8"].Top1Agreement,
 		p["int8"].RMSLogprobDelta, p["int8"].SplitShare, p["int8"].Tokens)
 
 	resp, err := http.Get(gwURL + "/admin/signals")

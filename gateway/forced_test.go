@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vigil-gw/vigil/analyzers/precision"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// calls records the path and body of every request a server received;
+// refuse lists paths it answers 404 without passing them on.
+type calls struct {
+	mu     sync.Mutex
+	got    []string // "PATH BODY"
+	refuse map[string]bool
+}
+
+func (c *calls) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		c.mu.Lock()
+		c.got = append(c.got, r.URL.Path+" "+string(b))
+		refused := c.refuse[r.URL.Path]
+		c.mu.Unlock()
+		if refused {
+			http.NotFound(w, r)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// list returns the requests received so far whose "PATH BODY" contains sub.
+func (c *calls) list(sub string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, g := range c.got {
+		if strings.Contains(g, sub) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// startCalledSim serves a simulator of model m1 behind calls.
+func startCalledSim(t *testing.T, knobs func(*sim.Knobs), refuse ...string) (*calls, string) {
+	t.Helper()
+	s, _ := startSim(t, "m1", knobs)
+	c := &calls{refuse: map[string]bool{}}
+	for _, p := range refuse {
+		c.refuse[p] = true
+	}
+	srv := httptest.NewServer(c.wrap(s.Handler()))
+	t.Cleanup(srv.Close)
+	return c, srv.URL
+}
+
+// shadows is a ShadowSink that keeps every comparison.
+type shadows struct {
+	mu  sync.Mutex
+	got []*exchange.Shadow
+}
+
+func (s *shadows) OnShadow(sh *exchange.Shadow) {
+	s.mu.Lock()
+	s.got = append(s.got, sh)
+	s.mu.Unlock()
+}
+
+func (s *shadows) wait(t *testing.T, n int) []*exchange.Shadow {
+	t.Helper()
+	var out []*exchange.Shadow
+	waitFor(t, "the shadow comparisons", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		out = append(out[:0], s.got...)
+		return len(out) >= n
+	})
+	return out
+}
+
+// precisionPair starts a gateway with backend q (knobs) naming ref as its
+// reference, every request compared with up to 8 tokens.
+func precisionPair(t *testing.T, q, ref string) (*testGateway, *shadows) {
+	t.Helper()
+	sink := &shadows{}
+	b := backend("q", q, "m1")
+	b.Reference = "ref"
+	// Clients' m1 requests go to q only; shadow requests reach ref
+	// directly, for the model the client asked (m1, which it serves).
+	r := backend("ref", ref, "unrouted")
+	gw := startGateway(t, []config.Backend{b, r}, func(c *config.Config) {
+		c.Balancer.Strategy = config.StrategyRoundRobin
+		p := &c.Analyzers.Precision
+		p.SampleRatio, p.MaxTokens, p.TopLogprobs = 1, 8, 5
+	}, func(o *Options) { o.Shadow = sink })
+	return gw, sink
+}
+
+// TestShadowTeacherForced: the reference scores the backend's own greedy
+// continuation, by token id, on the prompt as it tokenized it; it generates
+// nothing. Where the client's answer names token ids, the backend is not
+// asked again: one extra request in all.
+func TestShadowTeacherForced(t *testing.T) {
+	qc, q := startCalledSim(t, func(k *sim.Knobs) { k.Noise = 0.5 })
+	rc, ref := startCalledSim(t, nil)
+	gw, sink := precisionPair(t, q, ref)
+
+	chat := `{"model":"m1","max_tokens":6,"messages":[{"role":"user","content":"Tell me about the sea"}]}`
+	if code, _, b := post(t, gw.URL+"/v1/chat/completions", chat); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	sh := sink.wait(t, 1)[0]
+	if sh.Method != exchange.ShadowTeacherForced {
+		t.Fatalf("method %q, want teacher_forced", sh.Method)
+	}
+	if got := rc.list("/v1/chat/completions"); len(got) != 0 {
+		t.Errorf("the reference generated: %q", got)
+	}
+	tok, scored := rc.list("/tokenize"), rc.list("/v1/completions")
+	if len(tok) != 1 || !strings.Contains(tok[0], `"messages":[{"role":"user","content":"Tell me about the sea"}]`) || len(scored) != 1 {
+		t.Fatalf("reference requests: tokenize %q, completions %q", tok, scored)
+	}
+	var score struct {
+		Prompt         []int `json:"prompt"`
+		MaxTokens      int   `json:"max_tokens"`
+		PromptLogprobs int   `json:"prompt_logprobs"`
+	}
+	json.Unmarshal([]byte(strings.TrimPrefix(scored[0], "/v1/completions ")), &score)
+	if score.MaxTokens != 1 || score.PromptLogprobs != 5 || len(score.Prompt) != sh.PromptTokens+8 {
+		t.Errorf("scoring request %+v: want max_tokens 1, prompt_logprobs 5, %d prompt + 8 continuation ids", score, sh.PromptTokens)
+	}
+	if shadow := qc.list(`"return_tokens_as_token_ids":true`); len(shadow) != 1 {
+		t.Errorf("backend shadow requests naming token ids: %d, want 1", len(shadow))
+	}
+
+	b, err := precision.ParseChat(sh.BackendBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := precision.ParsePromptLogprobs(sh.ReferenceBody, sh.PromptTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := precision.CompareForced(b, r)
+	if err != nil || c.Compared != 8 || c.Method != precision.MethodTeacherForced {
+		t.Fatalf("CompareForced: %+v, %v; want 8 positions compared", c, err)
+	}
+
+	// The client asks for logprobs by token id itself: its answer is the
+	// backend's side, and the backend sees no shadow request.
+	own := `{"model":"m1","max_tokens":6,"logprobs":true,"top_logprobs":5,"return_tokens_as_token_ids":true,"messages":[{"role":"user","content":"And the mountains?"}]}`
+	if code, _, b := post(t, gw.URL+"/v1/chat/completions", own); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	sh = sink.wait(t, 2)[1]
+	if sh.Method != exchange.ShadowTeacherForced {
+		t.Fatalf("method %q, want teacher_forced", sh.Method)
+	}
+	if n := len(qc.list("/v1/chat/completions")); n != 3 {
+		t.Errorf("backend chat requests: %d, want 3 (two clients', one shadow)", n)
+	}
+	if !strings.Contains(string(sh.BackendBody), `"content":`) || !bytes.Contains(sh.BackendBody, tokenIDMark) {
+		t.Errorf("backend side is not the client's answer: %s", sh.BackendBody)
+	}
+}
+
+// TestShadowFallsBackToWalk: a reference without /tokenize is compared by
+// the greedy walk, and is not asked to tokenize again for forcingRetry.
+func TestShadowFallsBackToWalk(t *testing.T) {
+	_, q := startCalledSim(t, func(k *sim.Knobs) { k.Noise = 0.5 })
+	rc, ref := startCalledSim(t, nil, "/tokenize")
+	gw, sink := precisionPair(t, q, ref)
+	for i := range 2 {
+		body := `{"model":"m1","max_tokens":6,"messages":[{"role":"user","content":"question ` + string(rune('a'+i)) + `"}]}`
+		if code, _, b := post(t, gw.URL+"/v1/chat/completions", body); code != 200 {
+			t.Fatalf("%d %s", code, b)
+		}
+		sink.wait(t, i+1)
+	}
+	for i, sh := range sink.wait(t, 2) {
+		if sh.Method != exchange.ShadowGreedyWalk {
+			t.Errorf("comparison %d: method %q, want greedy_walk", i, sh.Method)
+		}
+		if _, err := precision.ParseChat(sh.ReferenceBody); err != nil {
+			t.Errorf("comparison %d: reference body: %v", i, err)
+		}
+	}
+	if n := len(rc.list("/tokenize")); n != 1 {
+		t.Errorf("/tokenize asked %d times, want once (then left alone)", n)
+	}
+}
