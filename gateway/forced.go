@@ -64,8 +64,37 @@ func (sh *shadower) canForce(backend, ref *upstream.Backend) bool {
 func (sh *shadower) cannot(b *upstream.Backend, why error) error {
 	sh.mu.Lock()
 	sh.unable[b.Name] = time.Now().Add(forcingRetry)
+	delete(sh.ids, b.Name)
 	sh.mu.Unlock()
 	return fmt.Errorf("%w: %s: %w", errCannotForce, b.Name, why)
+}
+
+// namesIDs reports whether backend's answers named token ids when a
+// comparison asked it to: its clients' sampled requests may then ask for
+// logprobs by id themselves, and the answer serves as the backend's side.
+func (sh *shadower) namesIDs(backend *upstream.Backend) bool {
+	if sh == nil || backend == nil {
+		return false
+	}
+	ref := sh.ref[backend.Name]
+	if ref == nil {
+		return false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.ids[backend.Name] && !time.Now().Before(sh.unable[ref.Name])
+}
+
+// injection returns the members that ask a client's request of operation
+// op for the comparison's logprobs (precision.top_logprobs alternatives),
+// without and with return_tokens_as_token_ids, each starting with a comma.
+func (sh *shadower) injection(op exchange.Operation) (plain, ids string) {
+	k := strconv.Itoa(sh.cfg.TopLogprobs)
+	plain = `,"logprobs":` + k
+	if op == exchange.OpChat {
+		plain = `,"logprobs":true,"top_logprobs":` + k
+	}
+	return plain, plain + `,"return_tokens_as_token_ids":true`
 }
 
 // force runs a teacher-forced comparison. An error wrapping errCannotForce
@@ -97,10 +126,15 @@ func (sh *shadower) force(ctx context.Context, backend, ref *upstream.Backend, o
 			return nil, sh.cannot(backend, errors.New("its logprobs do not name token ids (return_tokens_as_token_ids)"))
 		}
 		answer = out
+		sh.mu.Lock()
+		sh.ids[backend.Name] = true
+		sh.mu.Unlock()
 	}
 	if len(cont) == 0 {
 		return nil, fmt.Errorf("%s: no tokens generated", backend.Name)
 	}
+	// A client's answer may be long: its first max_tokens are compared.
+	cont = cont[:min(len(cont), sh.cfg.MaxTokens)]
 	prompt, err := sh.promptIDs(ctx, ref, op, req.Model, req.Messages, req.Prompt, auth)
 	if err != nil {
 		return nil, err

@@ -174,6 +174,31 @@ func TestShadowTeacherForced(t *testing.T) {
 	if !strings.Contains(string(sh.BackendBody), `"content":`) || !bytes.Contains(sh.BackendBody, tokenIDMark) {
 		t.Errorf("backend side is not the client's answer: %s", sh.BackendBody)
 	}
+
+	// The backend named ids when asked: a client that asks for no
+	// logprobs gets them asked for by id upstream and stripped from its
+	// answer, which is the backend's side; its first max_tokens (8) are
+	// compared.
+	plain := `{"model":"m1","max_tokens":20,"messages":[{"role":"user","content":"And the rivers?"}]}`
+	code, _, body := post(t, gw.URL+"/v1/chat/completions", plain)
+	if code != 200 || bytes.Contains(body, tokenIDMark) || !strings.Contains(string(body), `"logprobs":null`) {
+		t.Fatalf("client got %d %s: want its answer without logprobs", code, body)
+	}
+	sh = sink.wait(t, 3)[2]
+	if n := len(qc.list("/v1/chat/completions")); n != 4 {
+		t.Errorf("backend chat requests: %d, want 4 (three clients', one shadow)", n)
+	}
+	if up := qc.list("And the rivers?"); len(up) != 1 || !strings.Contains(up[0], `"return_tokens_as_token_ids":true`) {
+		t.Errorf("the client's request upstream: %q, want logprobs asked by token id", up)
+	}
+	b, _ = precision.ParseChat(sh.BackendBody)
+	r, err = precision.ParsePromptLogprobs(sh.ReferenceBody, sh.PromptTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := precision.CompareForced(b, r); err != nil || len(b) != 20 || c.Compared != 8 {
+		t.Errorf("CompareForced over a 20-token answer: %d compared, %v; want 8", c.Compared, err)
+	}
 }
 
 // TestShadowFallsBackToWalk: a reference without /tokenize is compared by

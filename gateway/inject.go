@@ -45,9 +45,12 @@ func newInjector(c config.Inject) injector {
 // false; legacy completions with "logprobs" absent or null (0 asks for the
 // chosen token's logprob, so it is the client asking).
 func (in injector) sample(op exchange.Operation, f *requestFields) bool {
-	if in.ratio == 0 {
-		return false
-	}
+	return in.ratio > 0 && eligible(op, f) && rand.Float64() < in.ratio
+}
+
+// eligible reports whether logprobs may be injected into a request of
+// operation op with fields f: its client did not ask for any (sample).
+func eligible(op exchange.Operation, f *requestFields) bool {
 	switch op {
 	case exchange.OpChat:
 		if (f.Logprobs.present() && f.Logprobs != 'f') || f.TopLogprobs.present() {
@@ -60,7 +63,7 @@ func (in injector) sample(op exchange.Operation, f *requestFields) bool {
 	default:
 		return false
 	}
-	return rand.Float64() < in.ratio
+	return true
 }
 
 // rewrite returns body, a JSON object, with the logprob members for op
@@ -72,6 +75,12 @@ func (in injector) rewrite(op exchange.Operation, body []byte) []byte {
 	if op == exchange.OpChat {
 		add = in.chat
 	}
+	return appendMembers(body, add)
+}
+
+// appendMembers returns body, a JSON object, with add (members, starting
+// with a comma) appended before its final '}'.
+func appendMembers(body []byte, add string) []byte {
 	end := len(body) - 1
 	for end >= 0 && isSpace(body[end]) {
 		end--

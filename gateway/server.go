@@ -339,6 +339,12 @@ type call struct {
 	// shadow-compared; finish decides whether this request is.
 	shadowBody []byte
 	shadowAuth string
+	// shadowPicked: the request was sampled for a shadow comparison.
+	// idsBody is the body that asks idsBackend for logprobs by token id
+	// (forward).
+	shadowPicked bool
+	idsBody      []byte
+	idsBackend   *upstream.Backend
 	// From the response, for the inference span, read only when it
 	// records (spanned, set with the answering attempt's response).
 	spanned                   bool
@@ -465,7 +471,23 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			return
 		}
 	}
-	if f != nil && s.inject.sample(op, f) {
+	// A shadow comparison is decided now, so that the client's answer can
+	// serve as the backend's side of it (forced.go).
+	x.shadowPicked = f != nil && s.shadow.sample(op, x.backend)
+	if s.shadow != nil {
+		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
+	}
+	switch {
+	case x.shadowPicked && !req.Stream && eligible(op, f) && s.shadow.namesIDs(x.backend):
+		// The backend named token ids in a comparison before: ask for
+		// this answer's logprobs by id, stripped from the client's bytes
+		// as injected logprobs are. Another backend, on a retry, gets
+		// the logprobs without the ids member it may not know.
+		plain, ids := s.shadow.injection(op)
+		body, x.idsBody, x.idsBackend = appendMembers(body, plain), appendMembers(body, ids), x.backend
+		req.Injected = true
+		s.metrics.injections.Inc()
+	case f != nil && s.inject.sample(op, f):
 		// req.Body stays the client's body; Injected tells the analyzers.
 		body = s.inject.rewrite(op, body)
 		req.Injected = true
@@ -477,13 +499,14 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			s.metrics.usageInjections.Inc()
 		}
 	}
-	if s.shadow != nil {
-		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
-	}
 	x.forwardedHeaders(r)
 	x.tried = x.triedBuf[:0]
 	for {
-		s.attempt(ctx, w, r, x, f, body)
+		b := body
+		if x.idsBody != nil && x.backend == x.idsBackend {
+			b = x.idsBody
+		}
+		s.attempt(ctx, w, r, x, f, b)
 		if x.next == nil {
 			return
 		}
@@ -804,7 +827,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		}
 		s.disp.response(x.req, &x.pending, resp)
 	}
-	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && s.shadow.sample(x.req.Operation, x.backend) {
+	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadowPicked && s.shadow.paired(x.backend) {
 		var answer []byte
 		if !x.req.Stream && !x.truncated && bytes.Contains(x.captured, tokenIDMark) {
 			answer = x.captured // its logprobs name token ids: the backend's side (forced.go)

@@ -54,8 +54,10 @@ type shadower struct {
 	ref    map[string]*upstream.Backend // backend name → its reference
 	sem    chan struct{}
 	// unable holds, by backend or reference name, until when teacher
-	// forcing is not tried with it (forced.go); under mu.
+	// forcing is not tried with it; ids holds the backends whose answers
+	// named token ids when asked (forced.go). Both under mu.
 	unable  map[string]time.Time
+	ids     map[string]bool
 	outcome *prometheus.CounterVec // backend, outcome
 
 	mu     sync.Mutex
@@ -83,7 +85,7 @@ func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream
 	if len(ref) == 0 {
 		return nil
 	}
-	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency), unable: map[string]time.Time{},
+	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency), unable: map[string]time.Time{}, ids: map[string]bool{},
 		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_shadow_comparisons_total",
 			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight, or the reference unhealthy), failed (a shadow request failed).",
@@ -107,6 +109,11 @@ func (sh *shadower) sample(op exchange.Operation, backend *upstream.Backend) boo
 		return false
 	}
 	return rand.Float64() < sh.cfg.SampleRatio
+}
+
+// paired reports whether backend has a reference to be compared with.
+func (sh *shadower) paired(backend *upstream.Backend) bool {
+	return sh != nil && backend != nil && sh.ref[backend.Name] != nil
 }
 
 // start compares backend with its reference on a copy of body in the

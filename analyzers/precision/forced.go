@@ -77,7 +77,7 @@ func ParsePromptLogprobs(body []byte, from int) ([]Position, error) {
 // backend's continuation, which the reference scored: position i of the
 // reference is the distribution the backend's token i was drawn from.
 func alignForced(backend, reference []Position) error {
-	if len(backend) != len(reference) {
+	if len(backend) < len(reference) {
 		return fmt.Errorf("precision: %d continuation tokens, %d scored positions", len(backend), len(reference))
 	}
 	for i := range reference {
@@ -110,7 +110,8 @@ func tokenIDOf(tok string) string {
 }
 
 // CompareForced measures backend against reference at every position of
-// the backend's continuation: backend are the positions of its response
+// the backend's continuation that the reference scored (all of it, or its
+// first precision.max_tokens): backend are the positions of its response
 // (tokens as "token_id:<id>"), reference those of the reference's
 // prompt_logprobs over the continuation (ParsePromptLogprobs). At each it
 // records the KL(reference ‖ backend) estimate and lower bound
@@ -123,6 +124,9 @@ func CompareForced(backend, reference []Position) (Comparison, error) {
 	if err := alignForced(backend, reference); err != nil {
 		return c, err
 	}
+	// The reference may have scored only the first tokens of a long
+	// answer.
+	backend = backend[:len(reference)]
 	for i := range backend {
 		b, r := &backend[i], &reference[i]
 		if len(b.Top) == 0 || len(r.Top) == 0 {

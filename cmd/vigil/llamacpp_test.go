@@ -61,7 +61,7 @@ func TestPrecisionLlamaCpp(t *testing.T) {
 	const rounds = 2 // 2 × 10 prompts: 10 comparisons of 32 tokens per backend
 	for r := range rounds {
 		for i, p := range llamaPrompts {
-			body := fmt.Sprintf(`{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":%q}]}`, model, fmt.Sprintf("%s (%d)", p, r*len(llamaPrompts)+i))
+			body := fmt.Sprintf(`{"model":%q,"max_tokens":32,"messages":[{"role":"user","content":%q}]}`, model, fmt.Sprintf("%s (%d)", p, r*len(llamaPrompts)+i))
 			resp, err := http.Post(gwURL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
