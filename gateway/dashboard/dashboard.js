@@ -236,6 +236,8 @@
     const worst = pairs.slice().sort((a, b) => rank(b) - rank(a))[0];
     if (!isNum(worst.kl)) return { big: DASH, reason: "waiting for data (" + count(pairs.reduce((n, q) => n + (q.tokens || 0), 0)) + " compared tokens)" };
     let reason = worst.backend + " KL " + nats(worst.kl) + ", top-1 " + pct(worst.top1_agreement);
+    // Teacher forcing is the norm; the walk stops at the first disagreement.
+    if (worst.method === "greedy_walk" || worst.method === "mixed") reason += " (" + worst.method.replace("_", " ") + ")";
     if (pairs.length > 1) reason += " (+" + (pairs.length - 1) + " more)";
     return { big: nats(worst.kl), reason };
   }
