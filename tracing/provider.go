@@ -141,7 +141,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if exp != nil {
 		ce := &countingExporter{next: exp, m: p.m, warn: p.warn, abort: abortCtx}
 		// Not WithBlocking: a full queue drops spans rather than stall a request.
-		opts = append(opts, sdktrace.WithBatcher(ce))
+		opts = append(opts, sdktrace.WithBatcher(ce, batchOptions(getenv)...))
 	}
 
 	p.tp = sdktrace.NewTracerProvider(opts...)
@@ -243,4 +243,21 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		}
 	})
 	return p.shutdownErr
+}
+
+// exportBatch is the most spans one export carries unless
+// OTEL_BSP_MAX_EXPORT_BATCH_SIZE says otherwise. The SDK's default, 512,
+// makes each export a burst of several milliseconds of encoding here and of
+// ingestion in the collector; on a 2-core machine at 1000 req/s (three
+// spans each) those bursts stalled requests behind them, and 64 took
+// 1–2 ms off the p99 for the same CPU per request (issue 15).
+const exportBatch = 64
+
+// batchOptions are the span batcher's options: exportBatch unless the
+// environment sets the batch size (the SDK reads it).
+func batchOptions(getenv func(string) string) []sdktrace.BatchSpanProcessorOption {
+	if getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") != "" {
+		return nil
+	}
+	return []sdktrace.BatchSpanProcessorOption{sdktrace.WithMaxExportBatchSize(exportBatch)}
 }

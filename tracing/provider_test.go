@@ -477,3 +477,20 @@ func TestErrorHandlerRoutesToNewestProvider(t *testing.T) {
 		t.Errorf("older Provider's warnings (-want +got):\n%s", diff)
 	}
 }
+
+// TestBatchOptions: exports carry exportBatch spans unless the environment
+// sets the batch size, which the SDK then reads.
+func TestBatchOptions(t *testing.T) {
+	if got := batchOptions(func(string) string { return "" }); len(got) != 1 {
+		t.Errorf("no environment: %d options, want the batch size", len(got))
+	}
+	env := func(k string) string {
+		if k == "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" {
+			return "256"
+		}
+		return ""
+	}
+	if got := batchOptions(env); len(got) != 0 {
+		t.Errorf("OTEL_BSP_MAX_EXPORT_BATCH_SIZE set: %d options, want none (the SDK reads it)", len(got))
+	}
+}
