@@ -19,6 +19,7 @@
 //
 //	proxybench -vigil BIN -jaeger BIN [-out DIR] [-rounds N] [-duration D] ...
 //	proxybench -suite balance -vigil BIN [-out DIR] [-balance-duration D] ...
+//	proxybench -suite soak -vigil BIN -jaeger BIN [-soak-duration D] ...
 //	proxybench mock -listen ADDR [-chunks N] [-gap D]
 //	proxybench goproxy -listen ADDR -backend URL
 //	proxybench report DIR      rewrite DIR/results.md and .png from DIR/results.json
@@ -56,6 +57,12 @@ type config struct {
 	// balance.go), which needs no nginx, wrk, Redis or Jaeger.
 	suite   string
 	balance balanceSettings
+	soak    soakSettings
+}
+
+// soakSettings are the soak suite's (soak.go).
+type soakSettings struct {
+	duration, warmup time.Duration
 }
 
 func main() {
@@ -88,8 +95,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	runSuite := run
-	if c.suite == suiteBalance {
+	switch c.suite {
+	case suiteBalance:
 		runSuite = runBalance
+	case suiteSoak:
+		runSuite = runSoak
 	}
 	if err := runSuite(ctx, c); err != nil {
 		if ctx.Err() != nil {
@@ -142,7 +152,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.wrkConns, "wrk-connections", envInt("BENCH_WRK_CONNECTIONS", 64), "wrk connections ($BENCH_WRK_CONNECTIONS)")
 	fs.BoolVar(&c.profile, "profile", env("BENCH_PROFILE", "1") != "0", "take CPU and heap profiles of vigil-full after the rounds ($BENCH_PROFILE=0: no)")
 	fs.BoolVar(&c.keepWork, "keep", env("BENCH_KEEP", "0") == "1", "keep the work directory (configs, logs, access log) ($BENCH_KEEP=1)")
-	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx) or balance (balancing strategies against simulated backends) ($BENCH_SUITE)")
+	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx), balance (balancing strategies against simulated backends) or soak (vigil-full's memory over a long run) ($BENCH_SUITE)")
+	fs.DurationVar(&c.soak.duration, "soak-duration", envDur("BENCH_SOAK_DURATION", 4*time.Minute), "soak suite: length of the load after the warm-up ($BENCH_SOAK_DURATION)")
+	fs.DurationVar(&c.soak.warmup, "soak-warmup", envDur("BENCH_SOAK_WARMUP", 10*time.Second), "soak suite: warm-up before the first sample ($BENCH_SOAK_WARMUP)")
 	fs.DurationVar(&c.balance.duration, "balance-duration", envDur("BENCH_BALANCE_DURATION", 10*time.Second), "balance suite: measured part of each run; case d's slow phase lasts twice as long ($BENCH_BALANCE_DURATION)")
 	fs.IntVar(&c.balance.clients, "balance-clients", envInt("BENCH_BALANCE_CLIENTS", 16), "balance suite: concurrent closed-loop clients ($BENCH_BALANCE_CLIENTS)")
 	fs.StringVar(&c.balance.cases, "balance-cases", env("BENCH_BALANCE_CASES", "a,b,c,d,e"), "balance suite: cases run, comma-separated ($BENCH_BALANCE_CASES)")
@@ -158,7 +170,7 @@ func parseFlags(args []string) (config, error) {
 	}
 	var errs []error
 	switch c.suite {
-	case "proxy":
+	case "proxy", suiteSoak:
 		if c.jaeger == "" {
 			errs = append(errs, errors.New("-jaeger (or $VIGIL_JAEGER_BIN) is required: test/toolbin jaeger builds it"))
 		}
@@ -168,7 +180,7 @@ func parseFlags(args []string) (config, error) {
 		c.jaeger, c.nginx, c.wrk, c.redis = "", "", "", ""
 		errs = append(errs, c.balance.validate())
 	default:
-		errs = append(errs, fmt.Errorf("-suite: want proxy or balance, got %q", c.suite))
+		errs = append(errs, fmt.Errorf("-suite: want proxy, balance or soak, got %q", c.suite))
 	}
 	if c.rounds < 1 {
 		errs = append(errs, errors.New("-rounds must be at least 1"))
