@@ -3,8 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -16,54 +14,18 @@ import (
 	"github.com/vigil-gw/vigil/sim"
 )
 
-// calls records the path and body of every request a server received;
-// refuse lists paths it answers 404 without passing them on.
-type calls struct {
-	mu     sync.Mutex
-	got    []string // "PATH BODY"
-	refuse map[string]bool
-}
-
-func (c *calls) wrap(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		c.mu.Lock()
-		c.got = append(c.got, r.URL.Path+" "+string(b))
-		refused := c.refuse[r.URL.Path]
-		c.mu.Unlock()
-		if refused {
-			http.NotFound(w, r)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		h.ServeHTTP(w, r)
-	})
-}
-
-// list returns the requests received so far whose "PATH BODY" contains sub.
-func (c *calls) list(sub string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, g := range c.got {
-		if strings.Contains(g, sub) {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-// startCalledSim serves a simulator of model m1 behind calls.
-func startCalledSim(t *testing.T, knobs func(*sim.Knobs), refuse ...string) (*calls, string) {
+// startCalledSim serves a simulator of model m1 behind a spy that answers
+// 404 on the refused paths.
+func startCalledSim(t *testing.T, knobs func(*sim.Knobs), refuse ...string) (*spy, string) {
 	t.Helper()
 	s, _ := startSim(t, "m1", knobs)
-	c := &calls{refuse: map[string]bool{}}
+	sp := &spy{refuse: map[string]bool{}}
 	for _, p := range refuse {
-		c.refuse[p] = true
+		sp.refuse[p] = true
 	}
-	srv := httptest.NewServer(c.wrap(s.Handler()))
+	srv := httptest.NewServer(sp.wrap(s.Handler()))
 	t.Cleanup(srv.Close)
-	return c, srv.URL
+	return sp, srv.URL
 }
 
 // shadows is a ShadowSink that keeps every comparison.

@@ -16,11 +16,27 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 )
 
-// spy records the request bodies a backend receives.
+// spy records the request bodies a backend receives; refuse lists paths
+// it answers 404 without passing them on.
 type spy struct {
 	mu        sync.Mutex
 	bodies    []string
 	encodings []string // the Accept-Encoding of each request
+	calls     []string // "PATH BODY" of each request
+	refuse    map[string]bool
+}
+
+// list returns the requests received so far whose "PATH BODY" contains sub.
+func (s *spy) list(sub string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, c := range s.calls {
+		if strings.Contains(c, sub) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (s *spy) last() string {
@@ -39,7 +55,13 @@ func (s *spy) wrap(h http.Handler) http.Handler {
 		s.mu.Lock()
 		s.bodies = append(s.bodies, string(b))
 		s.encodings = append(s.encodings, r.Header.Get("Accept-Encoding"))
+		s.calls = append(s.calls, r.URL.Path+" "+string(b))
+		refused := s.refuse[r.URL.Path]
 		s.mu.Unlock()
+		if refused {
+			http.NotFound(w, r)
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		h.ServeHTTP(w, r)
 	})

@@ -73,18 +73,9 @@ func TestPrecisionLlamaCpp(t *testing.T) {
 			}
 		}
 	}
-	pairs := func() map[string]precision.PairResult {
-		out := map[string]precision.PairResult{}
-		if r := a.pipeline.Evaluate().Precision; r != nil {
-			for _, p := range r.Pairs {
-				out[p.Backend] = p
-			}
-		}
-		return out
-	}
 	var p map[string]precision.PairResult
 	deadline := time.Now().Add(2 * time.Minute)
-	for p = pairs(); p["q8_0"].Responses < int64(rounds*len(llamaPrompts)/2) || p["q4_0"].Responses < int64(rounds*len(llamaPrompts)/2); p = pairs() {
+	for p = precisionPairs(a); p["q8_0"].Responses < int64(rounds*len(llamaPrompts)/2) || p["q4_0"].Responses < int64(rounds*len(llamaPrompts)/2); p = precisionPairs(a) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for the comparisons: %+v", p)
 		}

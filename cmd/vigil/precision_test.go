@@ -55,20 +55,11 @@ func TestPrecisionEndToEnd(t *testing.T) {
 			t.Fatalf("client got %d %s: the shadow must not touch the client's exchange", resp.StatusCode, b)
 		}
 	}
-	pairs := func() map[string]precision.PairResult {
-		out := map[string]precision.PairResult{}
-		if r := a.pipeline.Evaluate().Precision; r != nil {
-			for _, p := range r.Pairs {
-				out[p.Backend] = p
-			}
-		}
-		return out
-	}
 	waitUntil(t, "both pairs to be judged", func() bool {
-		p := pairs()
+		p := precisionPairs(a)
 		return p["copy"].State != precision.StateUnknown && p["int8"].State != precision.StateUnknown
 	})
-	p := pairs()
+	p := precisionPairs(a)
 	for _, name := range []string{"copy", "int8"} {
 		// The simulator tokenizes and scores prompts as vLLM does.
 		if m := p[name].Method; m != precision.MethodTeacherForced {
@@ -125,6 +116,18 @@ func TestPrecisionEndToEnd(t *testing.T) {
 	if len(fired) != 1 || fired[0]["backend"] != "int8" || fired[0]["model"] != "m" || fired[0]["tier"] != "gold" || fired[0]["severity"] != "critical" {
 		t.Errorf("precision alerts firing: %v, want one for int8 (model m, tier gold, severity critical)", fired)
 	}
+}
+
+// precisionPairs evaluates the signals and returns the precision pairs by
+// backend.
+func precisionPairs(a *app) map[string]precision.PairResult {
+	out := map[string]precision.PairResult{}
+	if r := a.pipeline.Evaluate().Precision; r != nil {
+		for _, p := range r.Pairs {
+			out[p.Backend] = p
+		}
+	}
+	return out
 }
 
 // TestShadowReferenceDown: a reference that refuses connections costs the

@@ -144,11 +144,13 @@ func runMock(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           newMock(*chunks, *gap).handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
+	return serveUntilSignal(ln, newMock(*chunks, *gap).handler())
+}
+
+// serveUntilSignal serves h on ln until SIGTERM or SIGINT: the mock's and
+// go-proxy's processes.
+func serveUntilSignal(ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

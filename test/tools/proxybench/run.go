@@ -70,18 +70,11 @@ func run(ctx context.Context, c config) error {
 			os.Remove(f)
 		}
 	}
-	dir, err := os.MkdirTemp("", "proxybench-")
+	dir, cleanup, err := workDir(c)
 	if err != nil {
 		return err
 	}
-	// nginx's workers run as nobody when started as root and must reach
-	// their temp paths.
-	os.Chmod(dir, 0o755)
-	if c.keepWork {
-		fmt.Println("work directory (kept):", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 
 	phase("starting the mock backend, nginx, go-proxy, Redis, Jaeger, vigil-min and vigil-full")
 	l, err := startLab(c, dir)
@@ -199,6 +192,23 @@ func run(ctx context.Context, c config) error {
 	res.printChecks(os.Stdout)
 	fmt.Printf("\nwrote %s/results.md, results.json, results.png in %s\n", c.out, time.Since(began).Round(time.Second))
 	return nil
+}
+
+// workDir makes the run's work directory (configs, logs) and returns the
+// function that removes it, unless -keep.
+func workDir(c config) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "proxybench-")
+	if err != nil {
+		return "", nil, err
+	}
+	// nginx's workers run as nobody when started as root and must reach
+	// their temp paths.
+	os.Chmod(dir, 0o755)
+	if c.keepWork {
+		fmt.Println("work directory (kept):", dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

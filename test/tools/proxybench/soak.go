@@ -77,16 +77,11 @@ func runSoak(ctx context.Context, c config) error {
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "proxybench-soak-")
+	dir, cleanup, err := workDir(c)
 	if err != nil {
 		return err
 	}
-	os.Chmod(dir, 0o755)
-	if c.keepWork {
-		fmt.Println("work directory (kept):", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	// Short streams without pauses, so that the run makes about a
 	// million requests in 4 minutes; BENCH_CHUNKS and BENCH_GAP still
 	// choose.
