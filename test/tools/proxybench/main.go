@@ -4,7 +4,8 @@
 // (vegeta, open loop), streaming time to first token and chunk gaps, CPU
 // time per request and resident memory, for five targets: the backend
 // directly, nginx, the Go standard library's reverse proxy alone
-// ("go-proxy", the ceiling of a net/http proxy; goproxy.go), Vigil with its
+// ("go-proxy", the ceiling of a net/http proxy; goproxy.go), a bare proxy on
+// fasthttp ("fast-proxy", the ceiling without net/http; fastproxy.go), Vigil with its
 // analyzers, tracing and access log off ("vigil-min") and Vigil with
 // everything on ("vigil-full"). Targets are
 // measured interleaved in rounds and summarized by medians over rounds; the
@@ -22,6 +23,7 @@
 //	proxybench -suite soak -vigil BIN -jaeger BIN [-soak-duration D] ...
 //	proxybench mock -listen ADDR [-chunks N] [-gap D]
 //	proxybench goproxy -listen ADDR -backend URL
+//	proxybench fastproxy -listen ADDR -backend URL
 //	proxybench report DIR      rewrite DIR/results.md and .png from DIR/results.json
 package main
 
@@ -76,6 +78,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "goproxy" {
 		if err := runGoProxy(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "proxybench goproxy:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fastproxy" {
+		if err := runFastProxy(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench fastproxy:", err)
 			os.Exit(1)
 		}
 		return

@@ -17,7 +17,7 @@ import (
 // target, then for the proxies the added p99 at each fixed rate, CPU per
 // request and the streaming added TTFT.
 func (r *results) plot(path string) error {
-	proxies := []string{nginx, goProxy, vigilMin, vigilFull}
+	proxies := []string{nginx, goProxy, fastProxyName, vigilMin, vigilFull}
 	values := func(names []string, f func(targetSummary) float64) plotter.Values {
 		var v plotter.Values
 		for _, n := range names {

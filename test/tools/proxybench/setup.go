@@ -13,14 +13,15 @@ import (
 
 // Target names, in the order of every table.
 const (
-	direct    = "direct"
-	nginx     = "nginx"
-	goProxy   = "go-proxy"
-	vigilMin  = "vigil-min"
-	vigilFull = "vigil-full"
+	direct        = "direct"
+	nginx         = "nginx"
+	goProxy       = "go-proxy"
+	fastProxyName = "fast-proxy"
+	vigilMin      = "vigil-min"
+	vigilFull     = "vigil-full"
 )
 
-var targetNames = []string{direct, nginx, goProxy, vigilMin, vigilFull}
+var targetNames = []string{direct, nginx, goProxy, fastProxyName, vigilMin, vigilFull}
 
 // adminToken guards both Vigils' /admin and /debug/pprof routes.
 const adminToken = "proxybench-token"
@@ -211,12 +212,12 @@ func startLab(c config, dir string) (*lab, error) {
 			l.ps.stopAll()
 		}
 	}()
-	ports, err := freePorts(9)
+	ports, err := freePorts(10)
 	if err != nil {
 		return nil, err
 	}
 	mockAddr, nginxAddr, minAddr, fullAddr, redisAddr := ports[0], ports[1], ports[2], ports[3], ports[4]
-	otlpAddr, queryHTTP, queryGRPC, goAddr := ports[5], ports[6], ports[7], ports[8]
+	otlpAddr, queryHTTP, queryGRPC, goAddr, fastAddr := ports[5], ports[6], ports[7], ports[8], ports[9]
 	env := cleanEnv()
 
 	self, err := os.Executable()
@@ -260,6 +261,15 @@ func startLab(c config, dir string) (*lab, error) {
 		return nil, err
 	}
 	l.add(&target{name: goProxy, base: "http://" + goAddr, pids: func() []int { return []int{gp.pid()} }})
+
+	fp, err := l.ps.start(fastProxyName, self, []string{"fastproxy", "-listen", fastAddr, "-backend", "http://" + mockAddr}, env, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := fp.waitReady(10*time.Second, func() bool { return httpOK("http://" + fastAddr + "/health") }); err != nil {
+		return nil, err
+	}
+	l.add(&target{name: fastProxyName, base: "http://" + fastAddr, pids: func() []int { return []int{fp.pid()} }})
 
 	rd, err := l.ps.start("redis", c.redis, []string{"--port", portOf(redisAddr), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no"}, env, nil)
