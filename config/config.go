@@ -30,6 +30,7 @@
 //	VIGIL_LISTEN            listen
 //	VIGIL_REDIS_URL         state.redis.url
 //	VIGIL_ADMIN_TOKEN       admin.token
+//	VIGIL_ADMIN_OPEN        admin.open
 //	VIGIL_BACKENDS          backends, replaced: comma-separated [name=]url[#kind]
 //	VIGIL_MAX_BODY_BYTES    limits.max_body_bytes
 //	VIGIL_UPSTREAM_TIMEOUT  limits.upstream_timeout
@@ -49,21 +50,42 @@ import (
 // Config is the whole of Vigil's configuration. The zero value is not usable;
 // start from [Default] or [Load].
 type Config struct {
-	Listen    string    `yaml:"listen"`
+	Listen string `yaml:"listen"`
+	// ListenTLS, when set, serves listen over TLS (HTTP/2 and HTTP/1.1).
+	ListenTLS ListenTLS `yaml:"listen_tls"`
 	Backends  []Backend `yaml:"backends"`
-	Balancer  Balancer  `yaml:"balancer"`
-	State     State     `yaml:"state"`
-	Tracing   Tracing   `yaml:"tracing"`
-	Retrieval Retrieval `yaml:"retrieval"`
-	Analyzers Analyzers `yaml:"analyzers"`
-	Alerts    Alerts    `yaml:"alerts"`
-	Admin     Admin     `yaml:"admin"`
-	Limits    Limits    `yaml:"limits"`
-	Health    Health    `yaml:"health"`
-	Retries   Retries   `yaml:"retries"`
-	Cache     Cache     `yaml:"cache"`
-	Usage     Usage     `yaml:"usage"`
-	Log       Log       `yaml:"log"`
+	// BackendTLS configures TLS to https:// backends (and their agents,
+	// metrics endpoints, the retrieval hook).
+	BackendTLS BackendTLS `yaml:"backend_tls"`
+	Balancer   Balancer   `yaml:"balancer"`
+	State      State      `yaml:"state"`
+	Tracing    Tracing    `yaml:"tracing"`
+	Retrieval  Retrieval  `yaml:"retrieval"`
+	Analyzers  Analyzers  `yaml:"analyzers"`
+	Alerts     Alerts     `yaml:"alerts"`
+	Admin      Admin      `yaml:"admin"`
+	Limits     Limits     `yaml:"limits"`
+	Health     Health     `yaml:"health"`
+	Retries    Retries    `yaml:"retries"`
+	Cache      Cache      `yaml:"cache"`
+	Usage      Usage      `yaml:"usage"`
+	Log        Log        `yaml:"log"`
+}
+
+// ListenTLS is the gateway's certificate. Both files or neither.
+type ListenTLS struct {
+	// CertFile is the PEM certificate chain, KeyFile its private key; both
+	// are read again when they change (at most once a second).
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// BackendTLS configures the gateway as a TLS client of its backends.
+type BackendTLS struct {
+	// CAFile is a PEM bundle of CA certificates trusted besides the
+	// system's, for backends whose certificates a private CA signed.
+	// Empty: the system's roots alone.
+	CAFile string `yaml:"ca_file"`
 }
 
 // Backend is one inference server.
@@ -448,8 +470,13 @@ var AlertRules = []string{
 // Admin configures the admin API.
 type Admin struct {
 	// Token, when set, is required as a bearer token on /admin routes
-	// and on /debug/pprof. Empty: the admin API is open.
+	// and on /debug/pprof. Empty: the admin API is open, which `vigil
+	// serve` accepts only on a loopback listen address or with Open set.
 	Token string `yaml:"token"`
+	// Open serves the admin API without a token on any address. Without
+	// it, `vigil serve` refuses to start when Token is empty and listen
+	// is not a loopback address ([Config.ValidateServe]).
+	Open bool `yaml:"open"`
 	// Pprof serves the Go runtime's profiles (net/http/pprof) on
 	// GET /debug/pprof/*, behind Token like the admin routes. False (the
 	// default): those paths answer 404. A CPU profile or an execution
@@ -465,6 +492,31 @@ type Limits struct {
 	// UpstreamTimeout bounds the wait for a backend's response headers: the
 	// whole generation of a non-streaming request, the first byte of a stream. > 0.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// ReadHeaderTimeout bounds the time a client takes to send a
+	// request's line and headers (slowloris), > 0.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds the time a client takes to send a request's
+	// body once its headers are in (a body trickled slower gets a 408), > 0.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds a write to a client that stops reading: a
+	// response (a stream) that cannot be written for this long is cut and
+	// its backend request cancelled. It is not a limit on a stream's
+	// length. > 0.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection idle for this long, > 0.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's line and headers; over it: 431. > 0.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections bounds the client connections open at once; further
+	// ones wait in the listen backlog until one closes. 0: no bound.
+	MaxConnections int `yaml:"max_connections"`
+	// ShutdownDelay: on SIGTERM, /readyz answers 503 at once and the
+	// gateway keeps serving for this long (while load balancers take it
+	// out of rotation), then stops accepting connections. >= 0.
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
+	// ShutdownGrace bounds how long requests and streams in flight then
+	// get to finish before they are cut, > 0.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
 
 // Health configures active health checks of backends and passive ejection.
@@ -575,7 +627,13 @@ func Default() Config {
 				{Long: 6 * time.Hour, Short: 30 * time.Minute, Burn: 6, Severity: "warning"},
 			}},
 		},
-		Limits: Limits{MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second},
+		Limits: Limits{
+			MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second,
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+			WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
+			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
+			ShutdownDelay: 5 * time.Second, ShutdownGrace: 60 * time.Second,
+		},
 		Health: Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
 			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,

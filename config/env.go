@@ -37,6 +37,14 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		n.Admin.Token = v
 		return checkToken(v)
 	})
+	env("VIGIL_ADMIN_OPEN", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("invalid boolean %q (want true or false)", v)
+		}
+		n.Admin.Open = b
+		return nil
+	})
 	env("VIGIL_BACKENDS", func(v string) error {
 		var bs []Backend
 		var bl errList

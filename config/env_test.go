@@ -31,6 +31,7 @@ func TestApplyEnv(t *testing.T) {
 				"VIGIL_LISTEN":           "127.0.0.1:9000",
 				"VIGIL_REDIS_URL":        "redis://redis:6379/1",
 				"VIGIL_ADMIN_TOKEN":      "t0k3n",
+				"VIGIL_ADMIN_OPEN":       "true",
 				"VIGIL_BACKENDS":         "a=http://10.0.0.1:8000, http://10.0.0.2:8080#tgi",
 				"VIGIL_MAX_BODY_BYTES":   "1024",
 				"VIGIL_UPSTREAM_TIMEOUT": "2m",
@@ -42,6 +43,7 @@ func TestApplyEnv(t *testing.T) {
 				c.Listen = "127.0.0.1:9000"
 				c.State.Redis.URL = "redis://redis:6379/1"
 				c.Admin.Token = "t0k3n"
+				c.Admin.Open = true
 				c.Backends = []config.Backend{
 					{Name: "a", URL: "http://10.0.0.1:8000", Kind: "openai", Weight: 100},
 					{Name: "b1", URL: "http://10.0.0.2:8080", Kind: "tgi", Weight: 100},
@@ -81,6 +83,8 @@ func TestApplyEnvErrors(t *testing.T) {
 			`VIGIL_REDIS_URL: scheme must be redis, rediss or unix, got "localhost"`},
 		{"admin token", map[string]string{"VIGIL_ADMIN_TOKEN": "two words"},
 			`VIGIL_ADMIN_TOKEN: must not contain whitespace or control characters`},
+		{"admin open", map[string]string{"VIGIL_ADMIN_OPEN": "yes"},
+			`VIGIL_ADMIN_OPEN: invalid boolean "yes" (want true or false)`},
 		{"backend url", map[string]string{"VIGIL_BACKENDS": "http://ok:1,b=ftp://h"},
 			`VIGIL_BACKENDS[1].url: must be an absolute http or https URL, got "ftp://h"`},
 		{"backend kind", map[string]string{"VIGIL_BACKENDS": "http://h:1#vllm"},

@@ -21,8 +21,15 @@ func TestExampleYAMLLoadsAndValidates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load(example.yaml): %v", err)
 	}
-	if err := c.ValidateServe(); err != nil {
-		t.Errorf("ValidateServe(example.yaml) = %v, want nil", err)
+	// Every default, listen ":8080" without a token among them: serve
+	// refuses the open admin API until a token (or admin.open) is given.
+	if err := c.ValidateServe(); err == nil || !strings.HasPrefix(err.Error(), "admin.token: is empty and listen \":8080\"") {
+		t.Errorf("ValidateServe(example.yaml) = %v, want the admin.token refusal alone", err)
+	}
+	withToken := c
+	withToken.Admin.Token = "t0k3n"
+	if err := withToken.ValidateServe(); err != nil {
+		t.Errorf("ValidateServe(example.yaml with a token) = %v, want nil", err)
 	}
 
 	wantBackends := []config.Backend{{

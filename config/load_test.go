@@ -48,7 +48,12 @@ func TestDefault(t *testing.T) {
 				{Long: time.Hour, Short: 5 * time.Minute, Burn: 14.4, Severity: "critical"},
 				{Long: 6 * time.Hour, Short: 30 * time.Minute, Burn: 6, Severity: "warning"},
 			}}},
-		Limits: config.Limits{MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second},
+		Limits: config.Limits{
+			MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second,
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536, MaxConnections: 10000,
+			ShutdownDelay: 5 * time.Second, ShutdownGrace: time.Minute,
+		},
 		Health: config.Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
 			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
@@ -142,8 +147,12 @@ log: {level: debug, access: false}
 					a.AlertmanagerURL, a.Period = "http://127.0.0.1:9093", 90*time.Second
 					return a
 				}(),
-				Admin:  config.Admin{Token: "s3cret"},
-				Limits: config.Limits{MaxBodyBytes: 1048576, UpstreamTimeout: 90 * time.Second},
+				Admin: config.Admin{Token: "s3cret"},
+				Limits: func() config.Limits {
+					l := config.Default().Limits
+					l.MaxBodyBytes, l.UpstreamTimeout = 1048576, 90*time.Second
+					return l
+				}(),
 				Health: config.Health{
 					Path: "/healthz", Interval: 0, Timeout: 500 * time.Millisecond,
 					Failures: 5, Backoff: time.Second, MaxBackoff: 10 * time.Second,

@@ -28,6 +28,9 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 func (c *Config) Validate() error {
 	var l errList
 	l.add("listen", checkListen(c.Listen))
+	if (c.ListenTLS.CertFile == "") != (c.ListenTLS.KeyFile == "") {
+		l.add("listen_tls", errors.New("cert_file and key_file go together: set both or neither"))
+	}
 	l.nest("backends", validateBackends(c.Backends))
 	l.nest("balancer", c.Balancer.Validate())
 	l.nest("state", c.State.Validate())
@@ -57,6 +60,11 @@ func (c *Config) ValidateServe() error {
 	var l errList
 	if len(c.Backends) == 0 {
 		l.add("backends", errors.New("at least one backend is required"))
+	}
+	if c.Admin.Token == "" && !c.Admin.Open && checkListen(c.Listen) == nil && !loopback(c.Listen) {
+		l.add("admin.token", fmt.Errorf("is empty and listen %q is not a loopback address: anyone who reaches it could "+
+			"read and change the admin API; set admin.token (or VIGIL_ADMIN_TOKEN), listen on 127.0.0.1, "+
+			"or set admin.open: true (VIGIL_ADMIN_OPEN=true) to serve it without a token", c.Listen))
 	}
 	l.nest("", c.Validate())
 	return l.err()
@@ -424,6 +432,18 @@ func (lim *Limits) Validate() error {
 	var l errList
 	l.add("max_body_bytes", checkPositiveInt(lim.MaxBodyBytes))
 	l.add("upstream_timeout", checkPositiveDuration(lim.UpstreamTimeout))
+	l.add("read_header_timeout", checkPositiveDuration(lim.ReadHeaderTimeout))
+	l.add("read_timeout", checkPositiveDuration(lim.ReadTimeout))
+	l.add("write_timeout", checkPositiveDuration(lim.WriteTimeout))
+	l.add("idle_timeout", checkPositiveDuration(lim.IdleTimeout))
+	l.add("max_header_bytes", checkPositiveInt(int64(lim.MaxHeaderBytes)))
+	if lim.MaxConnections < 0 {
+		l.add("max_connections", fmt.Errorf("must be >= 0 (0: no bound), got %d", lim.MaxConnections))
+	}
+	if lim.ShutdownDelay < 0 {
+		l.add("shutdown_delay", fmt.Errorf("must be >= 0, got %v", lim.ShutdownDelay))
+	}
+	l.add("shutdown_grace", checkPositiveDuration(lim.ShutdownGrace))
 	return l.err()
 }
 
@@ -472,6 +492,21 @@ func oneOf(s string, allowed []string) error {
 		}
 	}
 	return fmt.Errorf("%q is not one of %s", s, strings.Join(allowed, ", "))
+}
+
+// loopback reports whether the listen address s (host:port) accepts
+// connections from this machine only: localhost or a loopback IP. An
+// empty host listens on every interface.
+func loopback(s string) bool {
+	host, _, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func checkListen(s string) error {

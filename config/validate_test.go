@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -134,6 +135,24 @@ func TestValidate(t *testing.T) {
 			`limits.max_body_bytes: must be > 0, got 0`},
 		{"upstream timeout", func(c *config.Config) { c.Limits.UpstreamTimeout = -1 },
 			`limits.upstream_timeout: must be > 0, got -1ns`},
+		{"listen tls half", func(c *config.Config) { c.ListenTLS.CertFile = "/etc/tls.crt" },
+			`listen_tls: cert_file and key_file go together: set both or neither`},
+		{"read header timeout", func(c *config.Config) { c.Limits.ReadHeaderTimeout = 0 },
+			`limits.read_header_timeout: must be > 0, got 0s`},
+		{"read timeout", func(c *config.Config) { c.Limits.ReadTimeout = 0 },
+			`limits.read_timeout: must be > 0, got 0s`},
+		{"write timeout", func(c *config.Config) { c.Limits.WriteTimeout = -time.Second },
+			`limits.write_timeout: must be > 0, got -1s`},
+		{"idle timeout", func(c *config.Config) { c.Limits.IdleTimeout = 0 },
+			`limits.idle_timeout: must be > 0, got 0s`},
+		{"max header bytes", func(c *config.Config) { c.Limits.MaxHeaderBytes = 0 },
+			`limits.max_header_bytes: must be > 0, got 0`},
+		{"max connections", func(c *config.Config) { c.Limits.MaxConnections = -1 },
+			`limits.max_connections: must be >= 0 (0: no bound), got -1`},
+		{"shutdown delay", func(c *config.Config) { c.Limits.ShutdownDelay = -time.Second },
+			`limits.shutdown_delay: must be >= 0, got -1s`},
+		{"shutdown grace", func(c *config.Config) { c.Limits.ShutdownGrace = 0 },
+			`limits.shutdown_grace: must be > 0, got 0s`},
 		{"health path", func(c *config.Config) { c.Health.Path = "health" },
 			`health.path: must start with "/", got "health"`},
 		{"health interval", func(c *config.Config) { c.Health.Interval = -1 },
@@ -250,6 +269,7 @@ func TestValidateJoinsAllErrors(t *testing.T) {
 
 func TestValidateServe(t *testing.T) {
 	c := config.Default()
+	c.Admin.Token = "t0k3n" // TestValidateServeAdminOpen covers its absence
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() without backends = %v, want nil", err)
 	}
@@ -263,6 +283,42 @@ func TestValidateServe(t *testing.T) {
 		`log.level: "loud" is not one of debug, info, warn, error`
 	if diff := cmp.Diff(want, errString(c.ValidateServe())); diff != "" {
 		t.Errorf("ValidateServe() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestValidateServeAdminOpen: without admin.token, `vigil serve` starts on
+// a loopback address only, unless admin.open says the open admin API is
+// meant; the error names the key and the ways out.
+func TestValidateServeAdminOpen(t *testing.T) {
+	refused := `admin.token: is empty and listen "%s" is not a loopback address: anyone who reaches it could ` +
+		`read and change the admin API; set admin.token (or VIGIL_ADMIN_TOKEN), listen on 127.0.0.1, ` +
+		`or set admin.open: true (VIGIL_ADMIN_OPEN=true) to serve it without a token`
+	for _, tc := range []struct {
+		listen, token string
+		open          bool
+		want          string
+	}{
+		{":8080", "", false, fmt.Sprintf(refused, ":8080")},
+		{"0.0.0.0:8080", "", false, fmt.Sprintf(refused, "0.0.0.0:8080")},
+		{"10.1.2.3:8080", "", false, fmt.Sprintf(refused, "10.1.2.3:8080")},
+		{"[::]:8080", "", false, fmt.Sprintf(refused, "[::]:8080")},
+		{"example.com:8080", "", false, fmt.Sprintf(refused, "example.com:8080")},
+		{":8080", "", true, "<nil>"},
+		{":8080", "t0k3n", false, "<nil>"},
+		{"127.0.0.1:8080", "", false, "<nil>"},
+		{"127.0.0.2:8080", "", false, "<nil>"},
+		{"localhost:8080", "", false, "<nil>"},
+		{"[::1]:8080", "", false, "<nil>"},
+	} {
+		c := config.Default()
+		c.Backends = []config.Backend{{Name: "a", URL: "http://127.0.0.1:8000", Kind: "openai", Weight: 100}}
+		c.Listen, c.Admin.Token, c.Admin.Open = tc.listen, tc.token, tc.open
+		if got := errString(c.ValidateServe()); got != tc.want {
+			t.Errorf("listen %q, token %q, open %v: ValidateServe() = %s, want %s", tc.listen, tc.token, tc.open, got, tc.want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("listen %q: Validate() = %v; the rule is serve's alone (vigil check of a file for any address)", tc.listen, err)
+		}
 	}
 }
 

@@ -303,7 +303,7 @@ func (s *Server) postBaseline(c *gin.Context) {
 }
 
 func (s *Server) postFeedback(c *gin.Context) {
-	body, aerr := readBody(c.Request, c.Writer, 64<<10)
+	body, aerr := readBody(c.Request, c.Writer, 64<<10, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
 		writeError(c.Writer, aerr)
 		return

@@ -61,7 +61,8 @@ func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 	t.Helper()
 	cfg := config.Default()
 	cfg.Backends = backends
-	cfg.Health.Interval = 0 // tests drive health explicitly
+	cfg.Listen = "127.0.0.1:0" // loopback: the admin API may go without a token
+	cfg.Health.Interval = 0    // tests drive health explicitly
 	if mutate != nil {
 		mutate(&cfg)
 	}

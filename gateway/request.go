@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
 )
@@ -51,6 +54,15 @@ type requestFields struct {
 		Temperature  optNum
 		TopP         optNum
 	}
+	// Folded: a root key of the body is one of the fields' keys only
+	// without regard to case ("STREAM", "ſtream"). encoding/json reads it
+	// into the field, the backend (Python's json, vLLM) does not, so the
+	// two read different requests: nothing is injected into such a body
+	// (inject.go, usageinject.go), or a client could lose the logprobs or
+	// usage it asked for, or get stream_options refused on a request the
+	// backend does not stream (issue 18, FuzzParseRequest). Set on the
+	// encoding/json path, which every such body takes.
+	Folded bool
 }
 
 // optNum is an optional JSON number: ok is false when the member is
@@ -196,14 +208,21 @@ func scanRequest(body []byte, f *requestFields) bool {
 	return d.end()
 }
 
-// readBody reads the whole request body, at most limit bytes. A body over the
-// limit is a 413; any other read failure is a 400.
-func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, *apiError) {
+// readBody reads the whole request body, at most limit bytes, within
+// timeout (limits.read_timeout; under HTTPServer's server only). A body
+// over the limit is a 413, one not in time a 408; any other read failure
+// is a 400.
+func readBody(r *http.Request, w http.ResponseWriter, limit int64, timeout time.Duration) ([]byte, *apiError) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
+	}
+	if dl := deadlinesOf(w, r); dl != nil && timeout > 0 {
+		// net/http lifts it when the body is read, as it starts reading
+		// the connection in the background to notice a client leaving.
+		_ = dl.SetReadDeadline(time.Now().Add(timeout))
 	}
 	var body []byte
 	var err error
@@ -218,6 +237,14 @@ func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, *api
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge(limit)
+		}
+		// The rest of the body will not be read: the connection closes
+		// after the answer (net/http would otherwise wait for it, to
+		// read the next request).
+		w.Header().Set("Connection", "close")
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{http.StatusRequestTimeout, "invalid_request_error", "request_timeout",
+				"the request body did not arrive within limits.read_timeout", exchange.ClassBadRequest}
 		}
 		return nil, badRequest("could not read request body: " + err.Error())
 	}
@@ -243,6 +270,7 @@ func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError)
 		if err != nil {
 			return f, decodeError(err)
 		}
+		f.Folded = foldedKeys(body)
 	}
 	need := func(k jsonKind, name string, kinds string) *apiError {
 		if !k.present() {
@@ -266,6 +294,24 @@ func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError)
 		return f, need(f.Inputs, "inputs", "\"")
 	}
 	return f, nil
+}
+
+// foldedKeys reports whether a root key of body, a JSON object, matches
+// one of requestKeys only without regard to case, as encoding/json matches
+// keys to fields (Unicode simple folding: "ſ" is an "s").
+func foldedKeys(body []byte) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return false
+	}
+	for k := range m {
+		for _, n := range requestKeys {
+			if k != n && strings.EqualFold(k, n) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // decodeError is the 400 for a body encoding/json could not decode into

@@ -6,6 +6,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -114,6 +116,10 @@ type Server struct {
 	usage         UsageSource
 	baseline      Baseliner
 	feedback      FeedbackSink
+
+	certs    *certReloader  // listen_tls; nil: plain HTTP
+	draining atomic.Bool    // shutting down: /readyz answers 503 (Drain)
+	inflight sync.WaitGroup // proxied requests being served (Wait)
 }
 
 // New builds a gateway from opts.
@@ -169,7 +175,20 @@ func New(opts Options) (*Server, error) {
 		t.ResponseHeaderTimeout = cfg.Limits.UpstreamTimeout
 		// Bodies go to the client as the backend encoded them.
 		t.DisableCompression = true
+		if cfg.BackendTLS.CAFile != "" {
+			roots, err := rootCAs(cfg.BackendTLS.CAFile)
+			if err != nil {
+				return nil, err
+			}
+			t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		}
 		transport = t
+	}
+	if cfg.ListenTLS.CertFile != "" {
+		var err error
+		if s.certs, err = newCertReloader(cfg.ListenTLS.CertFile, cfg.ListenTLS.KeyFile, s.log); err != nil {
+			return nil, err
+		}
 	}
 	s.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
 	if cfg.Cache.Enabled {
@@ -365,6 +384,12 @@ type call struct {
 	contexts     [inlineAttempts]callContext
 	tap          tap
 	tapped       bool
+	// The client's deadlines (listen.go): where they are set (nil under
+	// a server other than HTTPServer's), limits.write_timeout and the
+	// write deadline set last.
+	dl            deadliner
+	writeTimeout  time.Duration
+	writeDeadline time.Time
 }
 
 // inlineAttempts is how many attempts have their body reader and context
@@ -421,7 +446,9 @@ func (s *Server) proxyRoute(method, route string, op exchange.Operation, kinds .
 }
 
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, ss *serverSpan, op exchange.Operation, kinds []string) {
-	x := &call{disp: s.disp}
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	x := &call{disp: s.disp, dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}
 	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.of(r)}
 	req := x.req
 	ctx, server := s.startServer(r, route, ss, x)
@@ -597,7 +624,7 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 // the backend. f is nil for passed-through routes.
 func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*requestFields, []byte, *apiError) {
 	req := x.req
-	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes)
+	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
 		return nil, nil, aerr
 	}
@@ -891,6 +918,10 @@ func isPromptTooLong(body []byte) bool {
 }
 
 func (s *Server) readyz(c *gin.Context) {
+	if s.draining.Load() {
+		c.String(http.StatusServiceUnavailable, "shutting down\n")
+		return
+	}
 	if s.pool.Ready() {
 		c.String(http.StatusOK, "ready\n")
 		return

@@ -66,6 +66,7 @@ func (t *tap) Read(p []byte) (int, error) {
 	if n > 0 {
 		x := t.x
 		now := time.Now()
+		x.extendWrite(now)
 		t.at = now.Sub(x.req.Start)
 		if x.firstByte.IsZero() {
 			x.firstByte = now

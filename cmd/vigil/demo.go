@@ -187,6 +187,10 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	seeds := map[string]int64{"sim-a": 1, "sim-b": 2, "sim-a-int8": 1}
 	cfg := config.Default()
 	cfg.Listen = o.listen
+	// The demo runs on a laptop, behind no load balancer: Ctrl-C stops it
+	// without the delay that lets one take a replica out of rotation.
+	cfg.Limits.ShutdownDelay = 0
+	cfg.Limits.ShutdownGrace = 5 * time.Second
 	// The demo needs no collector; set OTEL_EXPORTER_OTLP_ENDPOINT to send
 	// its spans to one (e.g. Jaeger's OTLP port).
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {

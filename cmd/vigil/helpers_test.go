@@ -35,6 +35,8 @@ func testConfig(backendURL string) config.Config {
 	cfg.Tracing.Exporter = "none"
 	cfg.Backends = []config.Backend{{Name: "a", URL: backendURL, Kind: "openai", Weight: 100}}
 	cfg.Health.Interval = 0
+	cfg.Listen = "127.0.0.1:0"   // loopback: the admin API may go without a token
+	cfg.Limits.ShutdownDelay = 0 // tests that need the delay set it
 	return cfg
 }
 

@@ -27,7 +27,9 @@ func TestCheck(t *testing.T) {
 		name, body string
 		wantErr    string // empty: valid
 	}{
-		{"valid", "backends:\n  - url: http://127.0.0.1:8000\n", ""},
+		{"valid", "listen: 127.0.0.1:8080\nbackends:\n  - url: http://127.0.0.1:8000\n", ""},
+		{"open admin API", "listen: \":8080\"\nbackends:\n  - url: http://127.0.0.1:8000\n", "admin.token: is empty"},
+		{"admin.open", "listen: \":8080\"\nadmin:\n  open: true\nbackends:\n  - url: http://127.0.0.1:8000\n", ""},
 		{"unknown key", "backends:\n  - url: http://127.0.0.1:8000\n    urll: x\n", "backends[0].urll"},
 		{"bad value", "backends:\n  - url: http://127.0.0.1:8000\nlimits:\n  upstream_timeout: 5 minutes\n", "limits.upstream_timeout"},
 		{"no backends", "listen: \":9000\"\n", "backends"},

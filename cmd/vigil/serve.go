@@ -98,7 +98,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	gc := setDefaultGC(os.Getenv)
-	log.Info("vigil serving", "listen", ln.Addr().String(), "backends", len(cfg.Backends), "version", buildVersion(), "gogc", gc)
+	log.Info("vigil serving", "listen", ln.Addr().String(), "tls", cfg.ListenTLS.CertFile != "",
+		"backends", len(cfg.Backends), "version", buildVersion(), "gogc", gc)
 	return app.serve(ctx, ln)
 }
 
@@ -128,12 +129,13 @@ type app struct {
 	tracing  *tracing.Provider // nil until built
 	closers  []io.Closer       // closed last, after the tracer
 	log      *slog.Logger
+	limits   config.Limits // the shutdown's delay and grace
 }
 
 // build wires the parts of a gateway from a validated config. Whatever it
 // opened before a failing step is closed again.
 func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
-	a := &app{log: log}
+	a := &app{log: log, limits: cfg.Limits}
 	defer func() {
 		if err != nil {
 			a.close()
@@ -198,7 +200,7 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 // (see serveGateway) and closes it.
 func (a *app) serve(ctx context.Context, ln net.Listener) error {
 	defer a.close()
-	return serveGateway(ctx, ln, a.gw, a.log, a.pipeline.Run)
+	return serveGateway(ctx, ln, a.gw, a.limits, a.log, a.pipeline.Run)
 }
 
 // close flushes the spans still queued, for at most five seconds, then
@@ -238,18 +240,23 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// serveGateway serves gw on ln until ctx is done, then shuts down in order:
-// the HTTP server first (in-flight requests finish), then the gateway's
-// background work (its observer queue drains into the analyzers, shadow
-// comparisons stop), and only then the analyzers (which evaluate and
-// flush their windows once more). Either analysis is nil or it runs
-// until its context is cancelled.
-func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log *slog.Logger, analysis func(context.Context) error) error {
-	srv := &http.Server{
-		Handler:           gw.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+// serveGateway serves gw on ln until ctx is done, then shuts down in order,
+// as Kubernetes expects of a pod it stops (limits.*):
+//
+//  1. /readyz answers 503 at once and responses ask clients to close
+//     their connections, while requests are still served for
+//     shutdown_delay (load balancers take the replica out of rotation);
+//  2. the listener closes (new connections are refused) and requests and
+//     streams in flight get shutdown_grace to finish; those still running
+//     then are cut;
+//  3. the gateway's background work stops (its observer queue drains into
+//     the analyzers, shadow comparisons stop), and only then the analyzers
+//     (which evaluate and flush their windows once more).
+//
+// Either analysis is nil or it runs until its context is cancelled.
+func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, lim config.Limits, log *slog.Logger, analysis func(context.Context) error) error {
+	srv := gw.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelDebug))
+	ln = gw.Listener(ln)
 	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
 	anCtx, stopAnalysis := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopGateway()
@@ -270,16 +277,37 @@ func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, log 
 			stopAnalysis()
 		}()
 		errc := make(chan error, 1)
-		go func() { errc <- srv.Serve(ln) }()
+		go func() { errc <- gw.Serve(srv, ln) }()
 		select {
 		case err := <-errc:
 			return err
 		case <-ctx.Done():
 		}
-		log.Info("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		log.Info("shutting down: /readyz answers 503", "shutdown_delay", lim.ShutdownDelay.String(),
+			"shutdown_grace", lim.ShutdownGrace.String())
+		gw.Drain()
+		srv.SetKeepAlivesEnabled(false)
+		if lim.ShutdownDelay > 0 {
+			t := time.NewTimer(lim.ShutdownDelay)
+			select {
+			case <-t.C:
+			case err := <-errc:
+				t.Stop()
+				return err
+			}
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), lim.ShutdownGrace)
 		defer cancel()
 		err := srv.Shutdown(sctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The grace is over: cut what is still in flight, and give
+			// the handlers a moment to record what they served.
+			log.Warn("shutdown grace over: cutting the requests still in flight")
+			err = srv.Close()
+			wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = gw.Wait(wctx)
+			wcancel()
+		}
 		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 			err = errors.Join(err, serr)
 		}

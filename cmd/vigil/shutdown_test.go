@@ -104,7 +104,7 @@ func TestServeGatewayOrder(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveGateway(ctx, ln, gw, slog.New(slog.DiscardHandler), analysis) }()
+	go func() { done <- serveGateway(ctx, ln, gw, cfg.Limits, slog.New(slog.DiscardHandler), analysis) }()
 	const n = 20
 	for i := range n {
 		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
@@ -121,5 +121,145 @@ func TestServeGatewayOrder(t *testing.T) {
 	}
 	if got := <-seenAtStop; got != n {
 		t.Errorf("the analysis was stopped when the observer had %d of %d responses", got, n)
+	}
+}
+
+// TestGracefulShutdown stops a gateway as Kubernetes stops a pod, with 50
+// streams in flight: on the signal /readyz answers 503 at once while the
+// gateway still serves; after limits.shutdown_delay new connections are
+// refused; every stream in flight is served to its end; then the final
+// flush hands every response to the analyzers.
+func TestGracefulShutdown(t *testing.T) {
+	const n, tokens = 50, 40
+	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens, k.ITL = tokens, 50*time.Millisecond }))
+	const delay = 700 * time.Millisecond
+	cfg.Limits.ShutdownDelay, cfg.Limits.ShutdownGrace = delay, 60*time.Second
+	cfg.Analyzers.MinRequests, cfg.Analyzers.Window = 1_000_000, time.Hour
+	a, base, stop := serveApp(t, cfg)
+	addr := strings.TrimPrefix(base, "http://")
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	defer client.CloseIdleConnections()
+	started := make(chan struct{}, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			body := fmt.Sprintf(`{"model":"m","stream":true,"messages":[{"role":"user","content":"q%d"}]}`, i)
+			resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				started <- struct{}{}
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			first := make([]byte, 1)
+			_, err = io.ReadFull(resp.Body, first)
+			started <- struct{}{}
+			rest, rerr := io.ReadAll(resp.Body)
+			stream := string(first) + string(rest)
+			switch {
+			case err != nil || rerr != nil:
+				errs <- fmt.Errorf("stream %d: %v %v", i, err, rerr)
+			case !strings.HasSuffix(strings.TrimSpace(stream), "data: [DONE]") || strings.Count(stream, `"content":`) < tokens:
+				errs <- fmt.Errorf("stream %d cut: %d content chunks of %d, ends %q", i, strings.Count(stream, `"content":`), tokens, stream[max(0, len(stream)-80):])
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range n {
+		<-started
+	}
+
+	signalled := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }() // what SIGTERM does (main)
+
+	// /readyz turns 503 at once, served (not refused) while the delay runs.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	for {
+		resp, err := fresh.Get(base + "/readyz")
+		if err != nil {
+			t.Fatalf("GET /readyz %v after the signal: %v (want a 503 while shutdown_delay %v runs)", time.Since(signalled), err, delay)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			t.Logf("/readyz answered 503 %v after the signal", time.Since(signalled))
+			break
+		}
+		if time.Since(signalled) > delay/2 {
+			t.Fatalf("/readyz still answers %d %v after the signal", resp.StatusCode, time.Since(signalled))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// After the delay, new connections are refused.
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			refused := time.Since(signalled)
+			if refused < delay {
+				t.Errorf("connections refused %v after the signal, before shutdown_delay %v", refused, delay)
+			}
+			t.Logf("new connections refused %v after the signal (shutdown_delay %v)", refused, delay)
+			break
+		}
+		c.Close()
+		if time.Since(signalled) > delay+10*time.Second {
+			t.Fatalf("connections still accepted %v after the signal (shutdown_delay %v)", time.Since(signalled), delay)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	lost := 0
+	for range n {
+		if err := <-errs; err != nil {
+			lost++
+			t.Error(err)
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	t.Logf("%d streams in flight at the signal, %d lost; serve returned %v after it", n, lost, time.Since(signalled))
+	if got := a.pipeline.Evaluate().Latency.Responses; got != n {
+		t.Errorf("the analyzers were handed %d responses of the %d served", got, n)
+	}
+}
+
+// TestShutdownGraceCuts: streams still running when limits.shutdown_grace
+// is over are cut, recorded, and serve returns.
+func TestShutdownGraceCuts(t *testing.T) {
+	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens, k.ITL = 1000, 50*time.Millisecond }))
+	cfg.Limits.ShutdownDelay, cfg.Limits.ShutdownGrace = 0, 300*time.Millisecond
+	cfg.Analyzers.MinRequests, cfg.Analyzers.Window = 1_000_000, time.Hour
+	a, base, stop := serveApp(t, cfg)
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"q"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	took := time.Since(signalled)
+	t.Logf("a 50-s stream at the signal: serve returned after %v (shutdown_grace 300ms)", took)
+	if took > 20*time.Second {
+		t.Errorf("serve returned %v after the signal; the stream should have been cut at shutdown_grace 300ms", took)
+	}
+	// The cut stream was recorded (as its client's cancel: it did not end
+	// well, and the latency windows leave it out), with the tokens it got.
+	u, err := a.pipeline.Usage(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := u.Hour.Totals; tot.Requests != 1 || tot.CompletionTokens == 0 {
+		t.Errorf("usage after the cut: %+v, want the cut stream with the tokens it got", tot)
+	} else {
+		t.Logf("the cut stream was recorded with %d of its 1000 tokens", tot.CompletionTokens)
 	}
 }
