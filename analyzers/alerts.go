@@ -45,6 +45,7 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Sent), "sent")
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Failed), "failed")
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Dropped), "dropped")
+		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Retried), "retried")
 	}))
 	return e
 }

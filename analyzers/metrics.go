@@ -193,7 +193,7 @@ func (m *metrics) publishPrecision(r *precision.Result) {
 
 var (
 	alertsFiringDesc = prometheus.NewDesc("vigil_alerts_firing", "Alerts in the firing state.", nil, nil)
-	alertsSentDesc   = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome (sent, failed, dropped).", []string{"outcome"}, nil)
+	alertsSentDesc   = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome: sent; retried (a failed delivery tried again, once per attempt); failed (given up on); dropped (the delivery queue was full).", []string{"outcome"}, nil)
 )
 
 // collectorFunc is an unchecked prometheus.Collector made of a function

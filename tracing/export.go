@@ -63,6 +63,7 @@ type countingExporter struct {
 	m     *metrics
 	warn  *limiter
 	abort context.Context // canceled when Shutdown's deadline passed
+	gate  *queueGate      // told of every span that leaves; nil: none
 }
 
 var _ sdktrace.SpanExporter = (*countingExporter)(nil)
@@ -77,6 +78,7 @@ func (e *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.Rea
 	if len(spans) == 0 {
 		return nil
 	}
+	defer e.gate.release(len(spans))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(e.abort, func() { cancel(errAborted) })

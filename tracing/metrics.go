@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_tracing_spans_dropped_total",
-			Help: "Spans lost because their export failed (collector unreachable, timeout, rejected).",
+			Help: "Spans lost because their export failed (collector unreachable, timeout, rejected) or the export queue was full.",
 		}),
 	}
 	if reg == nil {

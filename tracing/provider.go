@@ -95,7 +95,7 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 //
 // Spans go through a batch span processor with the SDK's bounded queue
 // (2048 spans, OTEL_BSP_MAX_QUEUE_SIZE) that never blocks: when the queue
-// is full a finished span is dropped.
+// is full a finished span is dropped, and counted.
 //
 // New installs, once per process, an otel global error handler that routes
 // SDK errors to the newest live Provider's rate-limited logger.
@@ -139,9 +139,13 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	abortCtx, abort := context.WithCancel(context.Background())
 	p.abort = abort
 	if exp != nil {
-		ce := &countingExporter{next: exp, m: p.m, warn: p.warn, abort: abortCtx}
-		// Not WithBlocking: a full queue drops spans rather than stall a request.
-		opts = append(opts, sdktrace.WithBatcher(ce, batchOptions(getenv)...))
+		// Not WithBlocking: a full queue drops spans rather than stall a
+		// request; the gate counts them (queue.go).
+		size := queueSize(getenv)
+		gate := &queueGate{max: int64(size), m: p.m, warn: p.warn}
+		ce := &countingExporter{next: exp, m: p.m, warn: p.warn, abort: abortCtx, gate: gate}
+		gate.next = sdktrace.NewBatchSpanProcessor(ce, append(batchOptions(getenv), sdktrace.WithMaxQueueSize(size))...)
+		opts = append(opts, sdktrace.WithSpanProcessor(gate))
 	}
 
 	p.tp = sdktrace.NewTracerProvider(opts...)

@@ -14,7 +14,7 @@ type Delivery struct {
 	Resolved  bool              `json:"resolved"`
 	Labels    map[string]string `json:"labels"`
 	Summary   string            `json:"summary,omitempty"`
-	Outcome   string            `json:"outcome"` // sent, failed, dropped or no_receiver
+	Outcome   string            `json:"outcome"` // sent, retrying, failed, dropped or no_receiver
 	Error     string            `json:"error,omitempty"`
 	StartedAt time.Time         `json:"started_at"`
 }
@@ -22,7 +22,8 @@ type Delivery struct {
 // Delivery outcomes.
 const (
 	OutcomeSent       = "sent"
-	OutcomeFailed     = "failed"
+	OutcomeRetrying   = "retrying"    // failed, and will be sent again
+	OutcomeFailed     = "failed"      // failed for good
 	OutcomeDropped    = "dropped"     // the delivery queue was full
 	OutcomeNoReceiver = "no_receiver" // no Alertmanager or webhook configured: listed here only
 )

@@ -203,6 +203,7 @@ type Engine struct {
 	thresholds                        atomic.Pointer[[]Threshold]
 	deliveries                        deliveryLog
 	sent, failed, dropped, storeFails atomic.Int64
+	retried                           atomic.Int64
 }
 
 // series is the state of one rule and label set.
@@ -648,50 +649,141 @@ func (e *Engine) Thresholds() []Threshold {
 // again.
 func (e *Engine) Alerts() []Alert { return slices.Clone(*e.snapshot.Load()) }
 
-// Stats are the engine's delivery counters.
+// Stats are the engine's delivery counters, in notifications: Sent
+// delivered; Failed given up on (a permanent error, or still failing after
+// Silence or at shutdown); Dropped not queued (the queue was full);
+// Retried failed deliveries that were tried again, once per attempt.
 type Stats struct {
-	Sent, Failed, Dropped int64 // notifications
-	StoreErrors           int64
+	Sent, Failed, Dropped, Retried int64
+	StoreErrors                    int64
 }
 
 // Stats returns the delivery counters.
 func (e *Engine) Stats() Stats {
-	return Stats{Sent: e.sent.Load(), Failed: e.failed.Load(), Dropped: e.dropped.Load(), StoreErrors: e.storeFails.Load()}
+	return Stats{Sent: e.sent.Load(), Failed: e.failed.Load(), Dropped: e.dropped.Load(), Retried: e.retried.Load(),
+		StoreErrors: e.storeFails.Load()}
 }
 
-// Run delivers the queued notifications until ctx is done, then tries what
-// is still queued for a short while. Each batch's delivery, retries
-// included, is bounded; a failed batch is logged, counted and dropped.
+// Redelivery of a batch whose delivery failed with an error that may pass
+// (Alertmanager down, answering 5xx or not answering): the first wait, and
+// the longest. A firing notification is sent once per Silence, so a batch
+// dropped after one failed delivery lost its alert for half an hour (issue
+// 18: Alertmanager answering 500 for a few seconds). Variables for the
+// tests.
+var (
+	redeliverWait    = time.Second
+	redeliverMaxWait = 30 * time.Second
+)
+
+// pending is a batch being delivered and the notifiers that have not taken
+// it yet (each member of a Multi on its own, so that the ones that took it
+// do not get it twice).
+type pending struct {
+	ns    []Notification
+	to    []Notifier
+	first time.Time // of the first attempt
+}
+
+// Run delivers the queued notifications, in order, until ctx is done, then
+// tries what is left for a short while. Each delivery, retries included,
+// is bounded (sendTimeout). A batch that failed with an error that may
+// pass is sent again to the notifiers that did not take it, after a wait
+// that doubles from redeliverWait to redeliverMaxWait, until it goes
+// through or is Silence old (by then a firing alert is notified afresh);
+// the batches behind it wait in the queue, so that a firing notification
+// never follows its resolution, and beyond the queue's bound are dropped
+// and counted. A batch that failed for good (PermanentError) is logged,
+// counted and dropped.
 func (e *Engine) Run(ctx context.Context) error {
+	var p *pending
+	wait := redeliverWait
+	for {
+		if p == nil {
+			select {
+			case b := <-e.queue:
+				p = e.pending(b)
+			case <-ctx.Done():
+				return e.drain(p)
+			}
+		}
+		if e.deliver(ctx, p, false) {
+			p, wait = nil, redeliverWait
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return e.drain(p)
+		}
+		wait = min(2*wait, redeliverMaxWait)
+	}
+}
+
+// drain tries p (if any) and the queued batches once more, for at most two
+// seconds in all; what fails is counted as failed.
+func (e *Engine) drain(p *pending) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if p != nil {
+		e.deliver(ctx, p, true)
+	}
 	for {
 		select {
 		case b := <-e.queue:
-			e.send(ctx, b)
-		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			for {
-				select {
-				case b := <-e.queue:
-					e.send(dctx, b)
-				default:
-					return nil
-				}
-			}
+			e.deliver(ctx, e.pending(b), true)
+		default:
+			return nil
 		}
 	}
 }
 
-func (e *Engine) send(ctx context.Context, b []Notification) {
-	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
-	defer cancel()
-	if err := e.notifier.Notify(ctx, b); err != nil {
-		e.failed.Add(int64(len(b)))
-		e.deliveries.add(time.Now(), b, OutcomeFailed, err)
-		e.log.Warn("alert notification failed", "alerts", len(b), "err", err)
-		return
+func (e *Engine) pending(b []Notification) *pending {
+	to := []Notifier{e.notifier}
+	if m, ok := e.notifier.(Multi); ok {
+		to = slices.Clone(m)
 	}
-	e.sent.Add(int64(len(b)))
+	return &pending{ns: b, to: to, first: time.Now()}
+}
+
+// deliver sends p to the notifiers that have not taken it and reports
+// whether p is done with: taken by all, or failed for good (a permanent
+// error, p older than Silence, or final).
+func (e *Engine) deliver(parent context.Context, p *pending, final bool) bool {
+	ctx, cancel := context.WithTimeout(parent, sendTimeout)
+	defer cancel()
+	var left []Notifier
+	var errs []error
+	for _, n := range p.to {
+		err := n.Notify(ctx, p.ns)
+		if err != nil {
+			errs = append(errs, err)
+			if !permanent(err) {
+				left = append(left, n)
+			}
+		}
+	}
+	p.to = left
 	// The wall clock: e.now belongs to the goroutine that observes.
-	e.deliveries.add(time.Now(), b, OutcomeSent, nil)
+	now := time.Now()
+	err := errors.Join(errs...)
+	switch {
+	case err == nil:
+		e.sent.Add(int64(len(p.ns)))
+		e.deliveries.add(now, p.ns, OutcomeSent, nil)
+		return true
+	case len(left) > 0 && !final && parent.Err() != nil:
+		return false // shutting down: drain tries once more and counts the outcome
+	case len(left) > 0 && !final && now.Sub(p.first) < e.cfg.Silence:
+		e.retried.Add(int64(len(p.ns)))
+		e.deliveries.add(now, p.ns, OutcomeRetrying, err)
+		e.log.Warn("alert notification failed; sending again", "alerts", len(p.ns), "err", err)
+		return false
+	default:
+		e.failed.Add(int64(len(p.ns)))
+		e.deliveries.add(now, p.ns, OutcomeFailed, err)
+		e.log.Warn("alert notification failed", "alerts", len(p.ns), "err", err)
+		return true
+	}
 }

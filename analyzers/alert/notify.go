@@ -77,7 +77,7 @@ var _ Notifier = (*AlertmanagerNotifier)(nil)
 func (a *AlertmanagerNotifier) Notify(ctx context.Context, ns []Notification) error {
 	body, err := json.Marshal(ns)
 	if err != nil {
-		return err
+		return &PermanentError{err}
 	}
 	return post(ctx, a.Client, a.Retry, strings.TrimRight(a.URL, "/")+"/api/v2/alerts", body)
 }
@@ -114,14 +114,31 @@ func (w *WebhookNotifier) Notify(ctx context.Context, ns []Notification) error {
 	}
 	body, err := json.Marshal(WebhookBody{Receiver: "vigil", Status: status, Alerts: ns})
 	if err != nil {
-		return err
+		return &PermanentError{err}
 	}
 	return post(ctx, w.Client, w.Retry, w.URL, body)
 }
 
 var defaultClient = &http.Client{Timeout: 10 * time.Second}
 
+// PermanentError wraps a delivery error that sending the same
+// notifications again cannot cure: the receiver rejected them (an HTTP
+// 4xx other than 429) or the request could not be made. The engine sends
+// again after any other error.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// permanent reports whether err, or one of the errors it joins, is a
+// PermanentError.
+func permanent(err error) bool {
+	_, ok := errors.AsType[*PermanentError](err)
+	return ok
+}
+
 // post sends body with retries and exponential back-off, honouring ctx.
+// An error no retry can cure is a PermanentError.
 func post(ctx context.Context, c *http.Client, r Retry, url string, body []byte) error {
 	if c == nil {
 		c = defaultClient
@@ -140,6 +157,9 @@ func post(ctx context.Context, c *http.Client, r Retry, url string, body []byte)
 	for attempt := 1; ; attempt++ {
 		var retry bool
 		retry, err = postOnce(ctx, c, url, body)
+		if err != nil && !retry && ctx.Err() == nil {
+			return &PermanentError{err}
+		}
 		if err == nil || !retry || attempt >= r.Attempts {
 			break
 		}

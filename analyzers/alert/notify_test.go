@@ -291,3 +291,129 @@ func TestAlertJSON(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 }
+
+// fastRedelivery makes Run send a failed batch again after a millisecond
+// for the rest of the test.
+func fastRedelivery(t *testing.T) {
+	w, m := redeliverWait, redeliverMaxWait
+	redeliverWait, redeliverMaxWait = time.Millisecond, 4*time.Millisecond
+	t.Cleanup(func() { redeliverWait, redeliverMaxWait = w, m })
+}
+
+// runEngine runs e.Run until the test ends.
+func runEngine(t *testing.T, e *Engine) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestRedelivery (issue 18): Alertmanager answers 500 to more posts than
+// one delivery retries; the firing notification is sent again until it
+// goes through, and the one fired after it arrives after it, not lost.
+func TestRedelivery(t *testing.T) {
+	fastRedelivery(t)
+	var mu sync.Mutex
+	var got []string // alertnames' backends, in the order received
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if posts.Add(1) <= 10 { // two and a half deliveries of 4 attempts
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		var ns []Notification
+		json.NewDecoder(r.Body).Decode(&ns)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range ns {
+			got = append(got, n.Labels["backend"])
+		}
+	}))
+	defer srv.Close()
+	c := &clock{t: t0}
+	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now,
+		&AlertmanagerNotifier{URL: srv.URL, Retry: fastRetry}, quiet)
+	runEngine(t, e)
+	fire(e, c, map[string]string{"backend": "a"})
+	fire(e, c, map[string]string{"backend": "b"})
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Sent < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if d := cmp.Diff([]string{"a", "b"}, got); d != "" {
+		t.Errorf("received (-want +got):\n%s", d)
+	}
+	if st := e.Stats(); st.Sent != 2 || st.Failed != 0 || st.Retried != 2 {
+		t.Errorf("stats %+v, want 2 sent and 2 retried (the first batch's two failed deliveries), none failed", st)
+	}
+	var outcomes []string
+	for _, d := range e.Deliveries() {
+		outcomes = append(outcomes, d.Labels["backend"]+" "+d.Outcome)
+	}
+	if d := cmp.Diff([]string{"a retrying", "a retrying", "a sent", "b sent"}, outcomes); d != "" {
+		t.Errorf("deliveries (-want +got):\n%s", d)
+	}
+}
+
+// TestNoRedeliveryOfRejected: a batch the receiver rejects (400) is not
+// sent again: it is counted as failed at once.
+func TestNoRedeliveryOfRejected(t *testing.T) {
+	fastRedelivery(t)
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		http.Error(w, "bad alert", http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	c := &clock{t: t0}
+	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now,
+		&AlertmanagerNotifier{URL: srv.URL, Retry: fastRetry}, quiet)
+	runEngine(t, e)
+	fire(e, c, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Failed == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // room for a wrong redelivery
+	if st, n := e.Stats(), posts.Load(); st.Failed != 1 || st.Retried != 0 || n != 1 {
+		t.Errorf("stats %+v after %d posts, want 1 failed after 1 post", st, n)
+	}
+}
+
+// failTimes fails its first n deliveries with a transient error, then
+// records like a recorder.
+type failTimes struct {
+	recorder
+	n atomic.Int32
+}
+
+func (f *failTimes) Notify(ctx context.Context, ns []Notification) error {
+	if f.n.Add(-1) >= 0 {
+		return errors.New("unreachable")
+	}
+	return f.recorder.Notify(ctx, ns)
+}
+
+// TestRedeliveryMulti: with two receivers, only the one that failed gets
+// the batch again; the other gets it once.
+func TestRedeliveryMulti(t *testing.T) {
+	fastRedelivery(t)
+	ok, flaky := &recorder{}, &failTimes{}
+	flaky.n.Store(3)
+	c := &clock{t: t0}
+	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, Multi{ok, flaky}, quiet)
+	runEngine(t, e)
+	fire(e, c, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Sent == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if ok.count() != 1 || flaky.count() != 1 {
+		t.Errorf("received %d and %d times, want once each", ok.count(), flaky.count())
+	}
+	if st := e.Stats(); st.Sent != 1 || st.Retried != 3 || st.Failed != 0 {
+		t.Errorf("stats %+v, want 1 sent after 3 retried attempts", st)
+	}
+}

@@ -100,11 +100,17 @@ func (res *storyResult) alertCell(pr *phaseResult, e expectation) string {
 	// The notification is queued when the alert fires; it may show a
 	// little before the poll that saw the state.
 	from := fa.at.Add(-5 * time.Second)
+	// A delivery that failed and was retried logs "retrying" first: a
+	// later "sent" for the same alert is what happened to it.
 	outcome := "not sent"
 	for _, d := range res.deliveries {
 		if d.Name == fa.name && !d.Resolved && !d.Time.Before(from) && alertKey(d.Labels) == alertKey(fa.labels) {
-			outcome = d.Outcome
-			break
+			if outcome == "not sent" || d.Outcome == alert.OutcomeSent {
+				outcome = d.Outcome
+			}
+			if d.Outcome == alert.OutcomeSent {
+				break
+			}
 		}
 	}
 	got := "receiver missed it"

@@ -332,7 +332,7 @@
     }), 7, "no alerts");
   }
 
-  const OUTCOME_CLASS = { sent: "ok", failed: "alarm", dropped: "warn", no_receiver: "unknown" };
+  const OUTCOME_CLASS = { sent: "ok", retrying: "warn", failed: "alarm", dropped: "warn", no_receiver: "unknown" };
   function renderNotifications(list) {
     const sorted = (list || []).slice().sort((a, b) => String(b.time).localeCompare(String(a.time))).slice(0, 25);
     fillBody($("notifications"), sorted.map(n => row => {
