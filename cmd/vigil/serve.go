@@ -283,7 +283,7 @@ func serveGateway(ctx context.Context, ln net.Listener, gw *gateway.Server, lim 
 			return err
 		case <-ctx.Done():
 		}
-		log.Info("shutting down: /readyz answers 503", "shutdown_delay", lim.ShutdownDelay.String(),
+		log.Info("shutting down: /readyz answers 503 (a second signal exits at once)", "shutdown_delay", lim.ShutdownDelay.String(),
 			"shutdown_grace", lim.ShutdownGrace.String())
 		gw.Drain()
 		srv.SetKeepAlivesEnabled(false)
