@@ -6,13 +6,19 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # keeping Go's default flags; test/run sets the same.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build test bench bench-proxy bench-balance soak lint demo clean
+.PHONY: build test fuzz bench bench-proxy bench-balance soak lint demo clean
 
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/vigil ./cmd/vigil
 
 test:
 	./test/run
+
+# Every fuzz target for 60 s, one after the other (issue 18); an input that
+# fails lands in its package's testdata/fuzz/<target>/. Quick:
+# VIGIL_FUZZTIME=10s make fuzz; one package: ./test/run -fuzz ./gateway/.
+fuzz:
+	./test/run -fuzz
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...

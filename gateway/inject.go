@@ -49,8 +49,12 @@ func (in injector) sample(op exchange.Operation, f *requestFields) bool {
 }
 
 // eligible reports whether logprobs may be injected into a request of
-// operation op with fields f: its client did not ask for any (sample).
+// operation op with fields f: its client did not ask for any (sample), as
+// the backend reads the body (f.Folded).
 func eligible(op exchange.Operation, f *requestFields) bool {
+	if f.Folded {
+		return false
+	}
 	switch op {
 	case exchange.OpChat:
 		if (f.Logprobs.present() && f.Logprobs != 'f') || f.TopLogprobs.present() {

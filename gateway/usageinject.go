@@ -25,14 +25,15 @@ const usageMember = `,"stream_options":{"include_usage":true}`
 // whose "include_usage" is false or null. An object without
 // "include_usage" is left alone: vLLM then defaults include_usage to true
 // and OpenAI to false, so the gateway cannot know which bytes the client
-// expects. An object stream_options gets a second "stream_options" member
-// appended, the client's object with "include_usage":true added last; the
-// later key wins in Python's json module (vLLM), in Go's encoding/json,
-// and among duplicate members inside the object alike. Anything else
-// (include_usage true or malformed, stream_options not an object) returns
-// body unchanged and false.
+// expects. Nor is a body whose keys the backend reads otherwise than
+// encoding/json does (f.Folded). An object stream_options gets a second
+// "stream_options" member appended, the client's object with
+// "include_usage":true added last; the later key wins in Python's json
+// module (vLLM), in Go's encoding/json, and among duplicate members inside
+// the object alike. Anything else (include_usage true or malformed,
+// stream_options not an object) returns body unchanged and false.
 func injectUsage(op exchange.Operation, f *requestFields, body []byte) ([]byte, bool) {
-	if (op != exchange.OpChat && op != exchange.OpCompletion) || !f.Stream {
+	if (op != exchange.OpChat && op != exchange.OpCompletion) || !f.Stream || f.Folded {
 		return body, false
 	}
 	so := f.StreamOptions
