@@ -76,7 +76,7 @@ type optNum struct {
 // that the fast path (scanRequest) follows and falls back on.
 type requestJSON struct {
 	Model               string          `json:"model"`
-	Stream              bool            `json:"stream"`
+	Stream              *bool           `json:"stream"` // a later null unsets it, as the backend reads it
 	Messages            jsonKind        `json:"messages"`
 	Prompt              jsonKind        `json:"prompt"`
 	Input               jsonKind        `json:"input"`
@@ -104,7 +104,7 @@ func (j *requestJSON) fields() requestFields {
 		return optNum{*p, true}
 	}
 	f := requestFields{
-		Model: j.Model, Stream: j.Stream, Messages: j.Messages, Prompt: j.Prompt, Input: j.Input, Inputs: j.Inputs,
+		Model: j.Model, Stream: j.Stream != nil && *j.Stream, Messages: j.Messages, Prompt: j.Prompt, Input: j.Input, Inputs: j.Inputs,
 		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
 		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
 		Temperature: num(j.Temperature), TopP: num(j.TopP), Seed: j.Seed,
@@ -143,6 +143,12 @@ func scanRequest(body []byte, f *requestFields) bool {
 				f.Stream = false
 			case 'n':
 				d.lit("null")
+				// encoding/json would keep an earlier true here; the
+				// backend (Python's json: the later key wins) reads no
+				// stream, and so does requestJSON (issue 18,
+				// FuzzParseRequest: usage was injected into a request
+				// the backend does not stream, and refuses).
+				f.Stream = false
 			default:
 				d.giveUp = true
 			}
