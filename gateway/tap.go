@@ -125,9 +125,13 @@ func (t *tap) errorEvent() []byte {
 	var b []byte
 	switch {
 	case t.ntail == 0 || hasSuffix(tail, "\n\n") || hasSuffix(tail, "\r\n\r\n") || hasSuffix(tail, "\r\r"):
-	case hasSuffix(tail, "\n") || hasSuffix(tail, "\r"):
+	case hasSuffix(tail, "\n") || hasSuffix(tail, "\n\r"):
+		// After a line ending, one more is the blank line. After "\n\r" the
+		// event has ended already; the '\n' only completes a CRLF.
 		b = append(b, '\n')
 	default:
+		// In a line, or after a lone '\r' that ends one: a single '\n' would
+		// only make that '\r' a CRLF.
 		b = append(b, "\n\n"...)
 	}
 	msg, _ := json.Marshal("the stream from backend " + t.x.backend.Name + " broke before it ended")
