@@ -492,6 +492,12 @@ type Limits struct {
 	// UpstreamTimeout bounds the wait for a backend's response headers: the
 	// whole generation of a non-streaming request, the first byte of a stream. > 0.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// StreamIdleTimeout bounds how long a response body (a stream, after
+	// its headers; the wait for its first token included) may go without
+	// a byte while the gateway waits on the backend: the attempt is then
+	// cancelled, a stream ends with an error event and the backend is
+	// counted a failure. 0: no bound. >= 0.
+	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
 	// ReadHeaderTimeout bounds the time a client takes to send a
 	// request's line and headers (slowloris), > 0.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
@@ -628,7 +634,7 @@ func Default() Config {
 			}},
 		},
 		Limits: Limits{
-			MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second,
+			MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second, StreamIdleTimeout: 300 * time.Second,
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
 			WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
 			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,

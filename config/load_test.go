@@ -49,7 +49,7 @@ func TestDefault(t *testing.T) {
 				{Long: 6 * time.Hour, Short: 30 * time.Minute, Burn: 6, Severity: "warning"},
 			}}},
 		Limits: config.Limits{
-			MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second,
+			MaxBodyBytes: 8388608, UpstreamTimeout: 300 * time.Second, StreamIdleTimeout: 300 * time.Second,
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536, MaxConnections: 10000,
 			ShutdownDelay: 5 * time.Second, ShutdownGrace: time.Minute,

@@ -432,6 +432,9 @@ func (lim *Limits) Validate() error {
 	var l errList
 	l.add("max_body_bytes", checkPositiveInt(lim.MaxBodyBytes))
 	l.add("upstream_timeout", checkPositiveDuration(lim.UpstreamTimeout))
+	if lim.StreamIdleTimeout < 0 {
+		l.add("stream_idle_timeout", fmt.Errorf("must be >= 0 (0: no bound), got %v", lim.StreamIdleTimeout))
+	}
 	l.add("read_header_timeout", checkPositiveDuration(lim.ReadHeaderTimeout))
 	l.add("read_timeout", checkPositiveDuration(lim.ReadTimeout))
 	l.add("write_timeout", checkPositiveDuration(lim.WriteTimeout))

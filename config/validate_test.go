@@ -143,6 +143,8 @@ func TestValidate(t *testing.T) {
 			`limits.read_timeout: must be > 0, got 0s`},
 		{"write timeout", func(c *config.Config) { c.Limits.WriteTimeout = -time.Second },
 			`limits.write_timeout: must be > 0, got -1s`},
+		{"stream idle timeout", func(c *config.Config) { c.Limits.StreamIdleTimeout = -time.Second },
+			`limits.stream_idle_timeout: must be >= 0 (0: no bound), got -1s`},
 		{"idle timeout", func(c *config.Config) { c.Limits.IdleTimeout = 0 },
 			`limits.idle_timeout: must be > 0, got 0s`},
 		{"max header bytes", func(c *config.Config) { c.Limits.MaxHeaderBytes = 0 },

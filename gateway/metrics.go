@@ -40,6 +40,9 @@ type metrics struct {
 	cacheMiss       prometheus.Counter
 	// retries counts attempts retried on another backend, by reason.
 	retries *prometheus.CounterVec
+	// cancels counts attempts the gateway cancelled (cancel.go), by
+	// backend and reason.
+	cancels *prometheus.CounterVec
 	// ejections counts passive ejections by backend.
 	ejections *prometheus.CounterVec
 	// scrapeErrors counts failed reads of agents and metrics endpoints.
@@ -112,8 +115,12 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_retries_total",
-			Help: "Attempts that failed before anything reached the client and were retried on another backend, by reason (connect, transport, status_5xx).",
+			Help: "Attempts that failed before anything reached the client and were retried on another backend, by reason (connect, transport, status_5xx, backend_down).",
 		}, []string{"reason"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_attempts_cancelled_total",
+			Help: "Attempts the gateway cancelled, by backend and reason: backend_down (marked down before it answered; moved to another backend), stream_idle (the response body sent nothing for limits.stream_idle_timeout).",
+		}, []string{"backend", "reason"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_backend_ejections_total",
 			Help: "Passive ejections of the backend after consecutive failed requests.",
@@ -131,7 +138,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current dynamic balancing weight: base × (1 − load), at least 1% of base.", []string{"backend"}, nil)
 	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors; blend: the node load of cpu, mem, gpu, gpu_mem and kv_cache that sets the weight); absent when unknown or stale.", []string{"backend", "signal"}, nil)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.usage, m.maxGap, m.dropped, m.injections, m.usageInjections, m.cacheHits, m.cacheMiss,
-		m.retries, m.ejections, m.scrapeErrors,
+		m.retries, m.cancels, m.ejections, m.scrapeErrors,
 		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load}, collect: func(ch chan<- prometheus.Metric) {
 			snap := bal.Snapshot()
 			for i, b := range pool.Backends() {

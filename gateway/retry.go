@@ -83,16 +83,24 @@ func (s *Server) recordSuccess(b *upstream.Backend) {
 }
 
 // observeBackend feeds the finished attempt to the backend's passive health
-// and latency average: a stream that broke after its headers is a failure;
-// the time to the first body byte of a good answer is its latency.
+// and latency average: a stream that broke after its headers (or went idle
+// for limits.stream_idle_timeout) is a failure, one that ended (or whose
+// client left) a success; the time to the first body byte of a good
+// answer is its latency.
 func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 	b := x.backend
 	if b == nil || x.attempts == 0 || x.apiErr != nil {
 		return
 	}
 	if x.readErr != nil && ctx.Err() == nil {
+		if x.ctl != nil && x.ctl.idled.Load() {
+			s.metrics.cancels.WithLabelValues(b.Name, "stream_idle").Inc()
+		}
 		s.recordFailure(b)
 		return
+	}
+	if x.tapped && x.tap.sse && x.status < 500 {
+		s.recordSuccess(b) // a stream's success is its end (modifyResponse)
 	}
 	if !x.firstByte.IsZero() && x.status < 500 {
 		b.ObserveLatency(x.firstByte.Sub(x.attemptStart), now)

@@ -335,6 +335,7 @@ type call struct {
 	tried        []*upstream.Backend // backends that failed this request, over triedBuf
 	triedBuf     [maxAttempts]*upstream.Backend
 	next         *upstream.Backend // set when the attempt failed and goes on there
+	ctl          *attemptCtl       // cancels the current attempt (cancel.go)
 	settled      bool              // the observer has the request (settle)
 
 	status           int
@@ -616,7 +617,8 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	r.ContentLength = int64(len(body))
 	ictx, infer := s.startInference(ctx, x, f)
 	x.infer = infer
-	*cc = callContext{Context: ictx, x: x}
+	*cc = callContext{Context: s.startAttempt(ictx, x), x: x}
+	defer x.ctl.end()
 	s.proxy.ServeHTTP(w, r.WithContext(cc))
 }
 
@@ -733,18 +735,28 @@ func (x *call) forwardedHeaders(r *http.Request) {
 
 func (s *Server) modifyResponse(resp *http.Response) error {
 	x := callFrom(resp.Request.Context())
-	if resp.StatusCode >= 500 {
+	if !x.ctl.answered() {
+		return errBackendDown // the proxy closes the body and calls proxyError
+	}
+	h := resp.Header
+	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
+	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
+	switch {
+	case resp.StatusCode >= 500:
 		s.recordFailure(x.backend)
 		if s.retry(x, retryStatus, resp.StatusCode) {
 			return errRetry // the proxy closes the body and calls proxyError
 		}
-	} else {
+	case !isSSE:
 		s.recordSuccess(x.backend)
+		// A stream succeeds when it ends (observeBackend): one that
+		// breaks or stalls after its headers is a failure, and its
+		// headers must not reset the count that ejects its backend.
 	}
 	x.settle()
+	x.ctl.watchIdle()
 	x.status = resp.StatusCode
 	x.spanned = x.infer != nil && x.infer.IsRecording()
-	h := resp.Header
 	x.hdr[hdrBackend] = x.backend.Name
 	h["X-Vigil-Backend"] = x.header(hdrBackend)
 	// The writer has ours already (serveProxy), and ReverseProxy adds the
@@ -752,8 +764,6 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	// X-Request-Id) would make a second value.
 	h.Del("X-Vigil-Trace-Id")
 	h.Del("X-Request-Id")
-	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
-	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
 	tp := x.newTap(resp.Body, isSSE, s.captureBytes())
 	if isSSE {
 		tp.tgi = x.req.Operation == exchange.OpGenerate
@@ -800,6 +810,21 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	x := callFrom(r.Context())
 	if errors.Is(err, errRetry) {
 		return // modifyResponse chose another backend; nothing was written
+	}
+	if x.ctl.cancelledDown() {
+		s.metrics.cancels.WithLabelValues(x.backend.Name, retryDown).Inc()
+		s.recordFailure(x.backend)
+		s.log.Warn("request moved off a backend marked down before it answered", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.attempts)
+		if s.retry(x, retryDown, 0) {
+			return
+		}
+		// Another backend was healthy when the attempt was cancelled, and
+		// is no longer.
+		x.settle()
+		x.apiErr = &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable",
+			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx}
+		writeError(w, x.apiErr)
+		return
 	}
 	e := upstreamError(r.Context(), err)
 	if e.status != statusClientClosed {

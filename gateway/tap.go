@@ -62,7 +62,14 @@ func (t *tap) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+	c := t.x.ctl
+	if c != nil && c.idleFor > 0 {
+		c.reading(time.Now())
+	}
 	n, err := t.body.Read(p)
+	if c != nil && c.idleFor > 0 {
+		c.read()
+	}
 	if n > 0 {
 		x := t.x
 		now := time.Now()
@@ -134,7 +141,11 @@ func (t *tap) errorEvent() []byte {
 		// only make that '\r' a CRLF.
 		b = append(b, "\n\n"...)
 	}
-	msg, _ := json.Marshal("the stream from backend " + t.x.backend.Name + " broke before it ended")
+	text, code := "the stream from backend "+t.x.backend.Name+" broke before it ended", "upstream_stream_broken"
+	if c := t.x.ctl; c != nil && c.idled.Load() {
+		text, code = "the stream from backend "+t.x.backend.Name+" sent nothing for "+c.idleFor.String(), "upstream_stream_idle"
+	}
+	msg, _ := json.Marshal(text)
 	if t.tgi {
 		// TGI's own error events: {"error": "...", "error_type": "..."}.
 		b = append(b, `data:{"error":`...)
@@ -143,7 +154,7 @@ func (t *tap) errorEvent() []byte {
 	} else {
 		b = append(b, `data: {"error":{"message":`...)
 		b = append(b, msg...)
-		b = append(b, `,"type":"upstream_error","code":"upstream_stream_broken"}}`...)
+		b = append(b, `,"type":"upstream_error","code":"`+code+`"}}`...)
 	}
 	return append(b, "\n\n"...)
 }

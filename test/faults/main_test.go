@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,22 @@ func (g *gateway) responses(t *testing.T) int64 {
 	}
 	g.getJSON(t, "/admin/signals", &s)
 	return s.Latency.Responses
+}
+
+// metric returns the value of one series of the gateway's /metrics, as
+// the exposition writes it (name{labels}); 0 when it is not there.
+func (g *gateway) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	for line := range strings.Lines(string(g.get(t, "/metrics"))) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", series, line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // backendState is the part of /admin/backends the tests read.
