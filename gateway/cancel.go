@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
 // Attempts the gateway cancels itself (issue 18). Two faults would
@@ -18,13 +20,17 @@ import (
 //     cancelled when its backend is marked down, if another backend can take
 //     the request, and retried there like a refused connection.
 //   - A response body that stops coming (a stream stalled after its
-//     headers): the attempt is cancelled after limits.stream_idle_timeout
-//     without a byte while the gateway waits on the backend. The stream
-//     ends with an error event (tap.go) and the backend gets a failure for
-//     passive ejection.
+//     headers): the attempt is cancelled once a body read has waited
+//     limits.stream_idle_timeout on the backend. The stream ends with an
+//     error event (tap.go) and the backend gets a failure for passive
+//     ejection. Time spent waiting on a slow client does not count.
 //
 // Both cancel the attempt's own context, with a cause that the error
-// handler and the tap tell apart from a client that went away.
+// handler and the tap tell apart from a client that went away. The
+// attempts in flight are kept in one intrusive list per backend, so that
+// watching them costs no allocation: the health check's OnChange and
+// passive ejection walk a backend's list; one goroutine (sweepIdle) walks
+// them all a few times per stream_idle_timeout.
 
 // Causes of an attempt cancelled by the gateway.
 var (
@@ -38,58 +44,113 @@ const retryDown = "backend_down"
 // States of an attempt's response headers, for attemptCtl.state.
 const (
 	ctlWaiting  = iota // no headers yet
-	ctlAnswered        // headers arrived: no longer cancelled for its backend going down
+	ctlAnswered        // headers arrived: no longer moved off a backend going down
 	ctlDown            // cancelled: the backend was marked down
 )
 
-// attemptCtl holds what cancels one attempt from outside the request's
-// goroutine. The request's goroutine owns it; the callbacks touch only the
-// atomics, the cancel function and, under mu, the timer.
+// attemptCtl is one attempt as the watchers see it. The request's
+// goroutine sets it up before it is listed and takes it off the list when
+// the attempt ends; the watchers touch only the atomics and cancel, under
+// the list's lock.
 type attemptCtl struct {
-	cancel   context.CancelCauseFunc
-	state    atomic.Int32
-	stopDown func() bool // stops the watch of the backend's Down context; nil: none
-
-	// The idle watch of the response body. waiting is when the current
-	// body read began (unix ns), or -1 between reads: while the client
-	// is slow to take what was read, the backend is not idle.
+	cancel context.CancelCauseFunc
+	state  atomic.Int32
+	// For the backend-down watch: the request may go on (a retry is left)
+	// to a backend that serves model on a route of kinds, other than
+	// tried and the attempt's own backend.
+	retry   bool
+	backend *upstream.Backend
+	model   string
+	kinds   []string
+	tried   []*upstream.Backend
+	// idleFor is limits.stream_idle_timeout when the idle watch is on.
+	// waiting is when the current read of the response body began (unix
+	// ns), -1 outside reads (set by the tap when idleFor > 0).
 	idleFor time.Duration
 	waiting atomic.Int64
-	idled   atomic.Bool // the attempt was cancelled by errStreamIdle
-	mu      sync.Mutex
-	idle    *time.Timer
-	ended   bool
+	idled   atomic.Bool // cancelled by errStreamIdle
+
+	list       *attemptList // nil: not listed
+	prev, next *attemptCtl
+}
+
+// attemptList is the attempts in flight on one backend: a circular list
+// through a sentinel.
+type attemptList struct {
+	mu   sync.Mutex
+	head attemptCtl
+}
+
+func newAttemptLists(pool *upstream.Pool) map[*upstream.Backend]*attemptList {
+	m := make(map[*upstream.Backend]*attemptList, len(pool.Backends()))
+	for _, b := range pool.Backends() {
+		l := &attemptList{}
+		l.head.prev, l.head.next = &l.head, &l.head
+		m[b] = l
+	}
+	return m
 }
 
 // startAttempt gives the attempt on x.backend its context, derived from
-// ctx, and arms the backend-down watch when the request has a retry left.
-func (s *Server) startAttempt(ctx context.Context, x *call) context.Context {
-	c := &attemptCtl{idleFor: s.cfg.Limits.StreamIdleTimeout}
-	c.waiting.Store(-1)
+// ctx, and lists it for the watchers that apply: the backend-down watch
+// when the request has a retry left, the idle watch when
+// limits.stream_idle_timeout is on.
+func (s *Server) startAttempt(ctx context.Context, x *call, c *attemptCtl) context.Context {
+	*c = attemptCtl{}
 	ctx, c.cancel = context.WithCancelCause(ctx)
+	c.waiting.Store(-1)
 	x.ctl = c
-	if x.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
+	c.retry = x.attempts < min(s.cfg.Retries.Attempts, maxAttempts)
+	if !c.retry && s.cfg.Limits.StreamIdleTimeout <= 0 {
 		return ctx
 	}
-	// What the callback needs, copied: it runs on the goroutine that marks
-	// the backend down. x.tried only grows past this length meanwhile.
-	b, model, kinds, tried := x.backend, x.req.Model, x.kinds, slices.Clip(x.tried)
-	down := func() {
-		if c.state.Load() != ctlWaiting {
-			return
-		}
-		if _, err := s.balancer.Pick(model, kinds, append(tried, b)...); err != nil {
-			return // nowhere else to go: the backend may still answer
-		}
-		if c.state.CompareAndSwap(ctlWaiting, ctlDown) {
-			c.cancel(errBackendDown)
-		}
+	b := x.backend
+	l := s.attemptLists[b]
+	if l == nil {
+		return ctx // a backend not in the pool (tests)
 	}
-	c.stopDown = context.AfterFunc(b.Down(), down)
-	if !b.Healthy() { // marked down between the pick and the watch
-		down()
+	c.backend, c.model, c.kinds, c.tried = b, x.req.Model, x.kinds, slices.Clip(x.tried)
+	c.idleFor = s.cfg.Limits.StreamIdleTimeout
+	l.mu.Lock()
+	c.list, c.prev, c.next = l, l.head.prev, &l.head
+	l.head.prev.next = c
+	l.head.prev = c
+	if c.retry && !b.Healthy() { // marked down between the pick and now
+		s.moveOff(c)
 	}
+	l.mu.Unlock()
 	return ctx
+}
+
+// backendDown moves the attempts waiting on b, which was just marked down,
+// to other backends.
+func (s *Server) backendDown(b *upstream.Backend) {
+	l := s.attemptLists[b]
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := l.head.next; c != &l.head; c = c.next {
+		if c.retry {
+			s.moveOff(c)
+		}
+	}
+}
+
+// moveOff cancels an attempt that has no headers yet, if another backend
+// can take its request (with none, the backend may still answer: it is
+// left waiting). The caller holds the attempt's list lock.
+func (s *Server) moveOff(c *attemptCtl) {
+	if c.state.Load() != ctlWaiting {
+		return
+	}
+	if _, err := s.balancer.Pick(c.model, c.kinds, append(c.tried, c.backend)...); err != nil {
+		return
+	}
+	if c.state.CompareAndSwap(ctlWaiting, ctlDown) {
+		c.cancel(errBackendDown)
+	}
 }
 
 // answered records that the attempt's response headers arrived. It
@@ -99,9 +160,6 @@ func (c *attemptCtl) answered() bool {
 	if c == nil {
 		return true
 	}
-	if c.stopDown != nil {
-		c.stopDown()
-	}
 	return c.state.CompareAndSwap(ctlWaiting, ctlAnswered) || c.state.Load() == ctlAnswered
 }
 
@@ -109,53 +167,38 @@ func (c *attemptCtl) answered() bool {
 // backend went down.
 func (c *attemptCtl) cancelledDown() bool { return c != nil && c.state.Load() == ctlDown }
 
-// watchIdle arms the idle watch of the response body; the tap brackets its
-// reads with reading and read.
-func (c *attemptCtl) watchIdle() {
-	if c == nil || c.idleFor <= 0 {
-		return
-	}
-	c.mu.Lock()
-	if !c.ended {
-		c.idle = time.AfterFunc(c.idleFor, c.checkIdle)
-	}
-	c.mu.Unlock()
-}
-
-func (c *attemptCtl) reading(now time.Time) { c.waiting.Store(now.UnixNano()) }
-func (c *attemptCtl) read()                 { c.waiting.Store(-1) }
-
-// checkIdle cancels the attempt if its current body read has waited
-// idleFor, and otherwise arms the timer for the rest of that time.
-func (c *attemptCtl) checkIdle() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended {
-		return
-	}
-	next := c.idleFor
-	if since := c.waiting.Load(); since >= 0 {
-		waited := time.Duration(time.Now().UnixNano() - since)
-		if waited >= c.idleFor {
-			c.idled.Store(true)
-			c.cancel(errStreamIdle)
-			return
-		}
-		next = c.idleFor - waited
-	}
-	c.idle.Reset(next)
-}
-
-// end releases the attempt's watches and context once it is over.
+// end takes the attempt off its list and releases its context.
 func (c *attemptCtl) end() {
-	if c.stopDown != nil {
-		c.stopDown()
+	if l := c.list; l != nil {
+		l.mu.Lock()
+		c.prev.next, c.next.prev = c.next, c.prev
+		c.prev, c.next, c.list = nil, nil, nil
+		l.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.ended = true
-	if c.idle != nil {
-		c.idle.Stop()
-	}
-	c.mu.Unlock()
 	c.cancel(nil)
+}
+
+// sweepIdle cancels, every idle/8 (at most every second), the attempts
+// whose current body read has waited idle, until ctx is done.
+func (s *Server) sweepIdle(ctx context.Context, idle time.Duration) error {
+	t := time.NewTicker(min(max(idle/8, time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			limit := now.Add(-idle).UnixNano()
+			for _, l := range s.attemptLists {
+				l.mu.Lock()
+				for c := l.head.next; c != &l.head; c = c.next {
+					if w := c.waiting.Load(); w >= 0 && w <= limit && !c.idled.Load() {
+						c.idled.Store(true)
+						c.cancel(errStreamIdle)
+					}
+				}
+				l.mu.Unlock()
+			}
+		}
+	}
 }

@@ -96,8 +96,9 @@ func TestStreamIdleIsNotASlowClient(t *testing.T) {
 }
 
 // hangingBackend accepts requests and never answers them until the test
-// ends (or the gateway gives up on them); its health path answers 200
-// until fail is set, then 503.
+// ends (or the gateway gives up on them), except those with an X-Fail
+// header, which get a 500; its health path answers 200 until fail is set,
+// then 503.
 type hangingBackend struct {
 	URL     string
 	fail    atomic.Bool
@@ -116,6 +117,10 @@ func startHanging(t *testing.T) *hangingBackend {
 			return
 		}
 		io.Copy(io.Discard, r.Body) // then the server sees the client leave
+		if r.Header.Get("X-Fail") != "" {
+			http.Error(w, `{"error":"failing"}`, http.StatusInternalServerError)
+			return
+		}
 		h.waiting.Add(1)
 		defer h.waiting.Add(-1)
 		select {
@@ -207,5 +212,55 @@ func TestBackendDownNowhereElse(t *testing.T) {
 	wg.Wait()
 	if code != http.StatusGatewayTimeout || took < time.Second {
 		t.Errorf("status %d after %v, want 504 after upstream_timeout (1.5s)", code, took)
+	}
+}
+
+// TestEjectionMovesWaitingRequests: passive ejection marks a backend down
+// too: a request waiting on it moves to another backend when other
+// requests' failures eject it.
+func TestEjectionMovesWaitingRequests(t *testing.T) {
+	hang := startHanging(t)
+	_, good := startSim(t, "m", nil)
+	gw := startGateway(t, []config.Backend{backend("hang", hang.URL), backend("good", good)}, func(c *config.Config) {
+		c.Balancer.Strategy = "round_robin"
+		c.Limits.UpstreamTimeout = time.Minute
+		c.Health.Failures = 2
+	})
+	send := func(fail bool) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		if fail {
+			req.Header.Set("X-Fail", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return -1, err.Error()
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Header.Get("X-Vigil-Backend")
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range 2 { // round robin: one each; the one on hang waits
+		wg.Go(func() { codes[i], _ = send(false) })
+	}
+	waitFor(t, "a request waiting on the hung backend", func() bool { return hang.waiting.Load() == 1 })
+	start := time.Now()
+	for range 4 { // the 500s of hang are retried on good; the second ejects hang
+		if code, b := send(true); code != http.StatusOK || b != "good" {
+			t.Fatalf("failing request: %d from %q", code, b)
+		}
+	}
+	wg.Wait()
+	if codes[0] != http.StatusOK || codes[1] != http.StatusOK {
+		t.Fatalf("statuses %v, want the waiting request moved and answered", codes)
+	}
+	t.Logf("the waiting request was answered %v after the failures began (upstream_timeout 1m)", time.Since(start))
+	if v := metricValue(t, gw.URL, `vigil_retries_total{reason="backend_down"}`); v != 1 {
+		t.Errorf("vigil_retries_total{backend_down} = %v, want 1", v)
+	}
+	if v := metricValue(t, gw.URL, `vigil_backend_ejections_total{backend="hang"}`); v != 1 {
+		t.Errorf("vigil_backend_ejections_total{hang} = %v, want 1", v)
 	}
 }

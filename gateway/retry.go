@@ -73,6 +73,7 @@ func (s *Server) recordFailure(b *upstream.Backend) {
 		s.metrics.ejections.WithLabelValues(b.Name).Inc()
 		s.log.Warn("backend ejected after consecutive failures", "backend", b.Name,
 			"failures", b.ConsecutiveFailures(), "until", until.Format(time.RFC3339Nano))
+		s.backendDown(b)
 	}
 }
 

@@ -95,13 +95,15 @@ type Server struct {
 	balancer *balance.Balancer
 	checker  *upstream.Checker
 	scraper  *upstream.Scraper
-	proxy    *httputil.ReverseProxy
-	client   *http.Client
-	disp     *dispatcher
-	metrics  *metrics
-	engine   *gin.Engine
-	inject   injector
-	tenants  *tenants
+	// attemptLists holds the attempts in flight by backend (cancel.go).
+	attemptLists map[*upstream.Backend]*attemptList
+	proxy        *httputil.ReverseProxy
+	client       *http.Client
+	disp         *dispatcher
+	metrics      *metrics
+	engine       *gin.Engine
+	inject       injector
+	tenants      *tenants
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
@@ -201,9 +203,15 @@ func New(opts Options) (*Server, error) {
 	if cfg.Retrieval.URL != "" {
 		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
 	}
+	s.attemptLists = newAttemptLists(pool)
 	s.checker = &upstream.Checker{
 		Pool: pool, Client: s.client, Path: cfg.Health.Path,
 		Interval: cfg.Health.Interval, Timeout: cfg.Health.Timeout, Log: s.log,
+		OnChange: func(b *upstream.Backend, healthy bool) {
+			if !healthy {
+				s.backendDown(b)
+			}
+		},
 	}
 	s.scraper = &upstream.Scraper{
 		Pool: pool, Client: s.client, Timeout: cfg.Balancer.ScrapeInterval,
@@ -240,6 +248,9 @@ func (s *Server) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.checker.Run(ctx) })
 	g.Go(func() error { return s.runBalancer(ctx) })
+	if idle := s.cfg.Limits.StreamIdleTimeout; idle > 0 {
+		g.Go(func() error { return s.sweepIdle(ctx, idle) })
+	}
 	if s.disp != nil {
 		g.Go(func() error { return s.disp.Run(ctx) })
 	}
@@ -383,6 +394,7 @@ type call struct {
 	forwardedFor bool
 	bodies       [inlineAttempts]bytes.Reader
 	contexts     [inlineAttempts]callContext
+	ctls         [inlineAttempts]attemptCtl
 	tap          tap
 	tapped       bool
 	// The client's deadlines (listen.go): where they are set (nil under
@@ -605,10 +617,11 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// still read the last attempt's body after its response came.
 	var rd *bytes.Reader
 	var cc *callContext
+	var ctl *attemptCtl
 	if i := x.attempts - 1; i < inlineAttempts {
-		rd, cc = &x.bodies[i], &x.contexts[i]
+		rd, cc, ctl = &x.bodies[i], &x.contexts[i], &x.ctls[i]
 	} else {
-		rd, cc = new(bytes.Reader), new(callContext)
+		rd, cc, ctl = new(bytes.Reader), new(callContext), new(attemptCtl)
 	}
 	rd.Reset(body)
 	// A NopCloser over a *bytes.Reader: the transport knows it for an
@@ -617,8 +630,8 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	r.ContentLength = int64(len(body))
 	ictx, infer := s.startInference(ctx, x, f)
 	x.infer = infer
-	*cc = callContext{Context: s.startAttempt(ictx, x), x: x}
-	defer x.ctl.end()
+	*cc = callContext{Context: s.startAttempt(ictx, x, ctl), x: x}
+	defer ctl.end()
 	s.proxy.ServeHTTP(w, r.WithContext(cc))
 }
 
@@ -754,7 +767,6 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		// headers must not reset the count that ejects its backend.
 	}
 	x.settle()
-	x.ctl.watchIdle()
 	x.status = resp.StatusCode
 	x.spanned = x.infer != nil && x.infer.IsRecording()
 	x.hdr[hdrBackend] = x.backend.Name

@@ -32,47 +32,8 @@ func (b *Backend) Healthy() bool {
 func (b *Backend) ActiveHealthy() bool { return b.healthy.Load() }
 
 // SetHealthy records the result of an active check and reports whether it
-// changed; the change is made by compare-and-swap so that it is reported
-// once. A change to unhealthy cancels the context of [Backend.Down].
-func (b *Backend) SetHealthy(v bool) bool {
-	if !b.healthy.CompareAndSwap(!v, v) {
-		return false
-	}
-	if !v {
-		b.markDown()
-	}
-	return true
-}
-
-// downSignal is a context cancelled when its backend is marked down.
-type downSignal struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-func newDownSignal() *downSignal {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &downSignal{ctx, cancel}
-}
-
-// Down returns a context that is cancelled the next time the backend is
-// marked down: its active check fails, or passive ejection takes it out.
-// Requests waiting on the backend use it to go elsewhere (context.AfterFunc;
-// the caller must stop what it registers). Each marking cancels the
-// context and puts a fresh one in its place.
-func (b *Backend) Down() context.Context {
-	if d := b.down.Load(); d != nil {
-		return d.ctx
-	}
-	b.down.CompareAndSwap(nil, newDownSignal()) // a Backend not made by NewPool
-	return b.down.Load().ctx
-}
-
-func (b *Backend) markDown() {
-	if old := b.down.Swap(newDownSignal()); old != nil {
-		old.cancel()
-	}
-}
+// changed; the change is made by compare-and-swap so that it is reported once.
+func (b *Backend) SetHealthy(v bool) bool { return b.healthy.CompareAndSwap(!v, v) }
 
 // ConsecutiveFailures returns the number of failed requests since the last
 // successful one.
@@ -105,7 +66,7 @@ func (b *Backend) RecordSuccess(now time.Time) (readmitted bool) {
 // RecordFailure records a failed request (connect error, timeout, 5xx
 // answer, broken stream). It reports whether this failure ejected the
 // backend, and until when; only the caller whose compare-and-swap ejected it
-// gets true, and an ejection cancels the context of [Backend.Down]. Failures while the backend is already ejected (requests that
+// gets true. Failures while the backend is already ejected (requests that
 // were in flight) do not extend the ejection.
 func (b *Backend) RecordFailure(now time.Time) (ejected bool, until time.Time) {
 	b.errRate.observe(1, errorAlpha, now)
@@ -133,7 +94,6 @@ func (b *Backend) RecordFailure(now time.Time) (ejected bool, until time.Time) {
 		return false, time.Time{}
 	}
 	b.ejections.Add(1)
-	b.markDown()
 	return true, time.Unix(0, u)
 }
 

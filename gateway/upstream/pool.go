@@ -59,10 +59,6 @@ type Backend struct {
 	ejections    atomic.Int64 // ejections since the last successful request
 	ejectedUntil atomic.Int64 // unix nanoseconds; 0: not ejected
 
-	// down is cancelled, and replaced, each time the backend is marked
-	// down (health.go).
-	down atomic.Pointer[downSignal]
-
 	agentLoad  atomic.Pointer[AgentLoad]
 	serverLoad atomic.Pointer[ServerLoad]
 	latency    peakEWMA // seconds to the first response byte
@@ -157,7 +153,6 @@ func NewPool(cfgs []config.Backend, health config.Health, latencyDecay time.Dura
 			}
 		}
 		b.healthy.Store(true)
-		b.down.Store(newDownSignal())
 		b.errRate.reset()
 		p.backends = append(p.backends, b)
 	}

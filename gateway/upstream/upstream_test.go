@@ -155,50 +155,6 @@ func TestPassiveBackoff(t *testing.T) {
 	}
 }
 
-// TestDown: Down's context is cancelled when the backend is marked down —
-// a failed active check, or an ejection — and not by failures short of
-// one, a passing check or a repeated failed one; each marking leaves a
-// fresh context for the requests that come after.
-func TestDown(t *testing.T) {
-	h := config.Default().Health
-	h.Failures, h.Backoff = 2, time.Hour
-	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, h, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := p.Backends()[0]
-	done := func(ctx context.Context) bool { return ctx.Err() != nil }
-
-	d := b.Down()
-	b.SetHealthy(true)
-	b.RecordFailure(time.Now())
-	if done(d) {
-		t.Fatal("cancelled by a passing check or one failure of two")
-	}
-	b.SetHealthy(false)
-	if !done(d) {
-		t.Fatal("a failed active check did not cancel Down")
-	}
-	d = b.Down()
-	if done(d) {
-		t.Fatal("the context after a marking is already cancelled")
-	}
-	b.SetHealthy(false) // still down: no new marking
-	if done(d) {
-		t.Error("a repeated failed check cancelled Down again")
-	}
-	b.SetHealthy(true)
-	if ej, _ := b.RecordFailure(time.Now()); !ej {
-		t.Fatal("the second failure did not eject")
-	}
-	if !done(d) {
-		t.Error("an ejection did not cancel Down")
-	}
-	if done(b.Down()) {
-		t.Error("the context after an ejection is already cancelled")
-	}
-}
-
 // TestPeakEWMA: a slower answer replaces the estimate at once, faster ones
 // are blended in by the time since the previous observation, and without
 // observations the estimate decays toward zero with the decay time.
