@@ -22,7 +22,7 @@ var scanCorpus = []string{
 	`{"model":"m1","stream":false,"prompt":"x","logprobs":0,"top_logprobs":null,"seed":7}`,
 	`{"model":null,"stream":null,"messages":null}`,
 	`{"model":1}`, `{"model":true}`, `{"model":[]}`, `{"stream":"yes"}`, `{"stream":1}`, `{"stream":tru}`,
-	`{"model":"a","model":"b"}`, `{"stream":true,"stream":null}`, `{"stream":true,"stream":false}`,
+	`{"model":"a","model":"b"}`, `{"model":"a","model":null}`, `{"stream":true,"stream":null}`, `{"stream":true,"stream":false}`,
 	`{"max_tokens":1,"max_tokens":null}`, `{"max_tokens":null,"max_tokens":3}`,
 	`{"max_tokens":"1"}`, `{"max_tokens":1e400}`, `{"max_tokens":-0}`, `{"max_tokens":1.5e3}`, `{"max_tokens":01}`,
 	`{"max_tokens":-}`, `{"max_tokens":1.}`, `{"max_tokens":.5}`, `{"max_tokens":1e}`, `{"max_tokens":1E+2}`,
@@ -125,6 +125,25 @@ func TestScanMatchesEncodingJSON(t *testing.T) {
 
 // TestParseRequestErrors: the bodies the fast path leaves to
 // encoding/json get today's messages.
+// TestLaterNullUnsets: a later null takes a key back as the backend reads
+// the body (Python's json keeps the last of duplicate keys), where
+// encoding/json alone would keep the earlier value: the request is routed
+// and streamed as the backend takes it.
+func TestLaterNullUnsets(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"a","stream":true,"messages":[],"model":null,"stream":null}`,
+		`{"model":"\u0061","stream":true,"messages":[],"model":null,"stream":null}`, // encoding/json's path
+	} {
+		f, err := parseRequest(exchange.OpChat, []byte(body))
+		if err != nil || f.Model != "" || f.Stream {
+			t.Errorf("%s: model %q, stream %v, %v; want no model, no stream", body, f.Model, f.Stream, err)
+		}
+	}
+	if m := sniffModel([]byte(`{"model":"a","model":null}`)); m != "" {
+		t.Errorf("sniffModel: %q, want none", m)
+	}
+}
+
 func TestParseRequestErrors(t *testing.T) {
 	tests := []struct{ body, want string }{
 		{`[]`, "request body must be a JSON object"},

@@ -75,7 +75,7 @@ type optNum struct {
 // requestJSON is requestFields as encoding/json decodes it, the reference
 // that the fast path (scanRequest) follows and falls back on.
 type requestJSON struct {
-	Model               string          `json:"model"`
+	Model               *string         `json:"model"`  // a later null unsets it, as the backend reads it
 	Stream              *bool           `json:"stream"` // a later null unsets it, as the backend reads it
 	Messages            jsonKind        `json:"messages"`
 	Prompt              jsonKind        `json:"prompt"`
@@ -104,7 +104,7 @@ func (j *requestJSON) fields() requestFields {
 		return optNum{*p, true}
 	}
 	f := requestFields{
-		Model: j.Model, Stream: j.Stream != nil && *j.Stream, Messages: j.Messages, Prompt: j.Prompt, Input: j.Input, Inputs: j.Inputs,
+		Model: deref(j.Model), Stream: j.Stream != nil && *j.Stream, Messages: j.Messages, Prompt: j.Prompt, Input: j.Input, Inputs: j.Inputs,
 		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
 		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
 		Temperature: num(j.Temperature), TopP: num(j.TopP), Seed: j.Seed,
@@ -132,6 +132,14 @@ func scanRequest(body []byte, f *requestFields) bool {
 	for n := 0; d.member(n); n++ {
 		switch string(d.k) {
 		case "model":
+			if d.peek() == 'n' {
+				// As "stream": null below: the backend reads the later
+				// null (vLLM: its default model), and so does
+				// requestJSON; routing follows it.
+				d.lit("null")
+				f.Model = ""
+				break
+			}
 			d.string(&f.Model)
 		case "stream":
 			switch d.peek() {
@@ -330,4 +338,12 @@ func decodeError(err error) *apiError {
 		return badRequest(fmt.Sprintf("'%s': expected %s, got %s", te.Field, te.Type.Kind(), te.Value))
 	}
 	return badRequest("request body is not valid JSON: " + err.Error())
+}
+
+// deref returns *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

@@ -687,10 +687,10 @@ func pickError(err error, model string, kinds []string) *apiError {
 // sniffModel reads the "model" field of a passed-through JSON body, if any.
 func sniffModel(body []byte) string {
 	var f struct {
-		Model string `json:"model"`
+		Model *string `json:"model"` // a later null unsets it (requestJSON)
 	}
 	_ = jsonUnmarshal(body, &f)
-	return f.Model
+	return deref(f.Model)
 }
 
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
