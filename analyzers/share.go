@@ -268,31 +268,40 @@ func (s *sharer) readFrom(name string, sh window.Sharer, from, to int64) int64 {
 	return max(from, min(last, to)-lag)
 }
 
-// exchange writes each batch to the store and reads the replicas'
-// buckets readFrom..to (when the batch says so), holding no monitor lock.
-// It stops at the first failure: the batches not written are exported
-// again next time, and the next flush reads every span whole.
+// exchange writes every batch to the store and reads the replicas'
+// buckets readFrom..to of those that say so, in one Store.Exchange (one
+// round trip to Redis, whatever the number of series), holding no monitor
+// lock. After a failure no batch counts as written: all are exported
+// again next time (a snapshot written twice is applied once, by its
+// sequence), and the next flush reads every span whole.
 func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*batch) error {
+	puts := make([]state.SeriesBuckets, 0, len(batches))
+	var reads []state.SeriesSpan
+	var readNames []string
 	for name, b := range batches {
 		bs := make([]state.Bucket, len(b.enc))
 		for i, e := range b.enc {
 			bs[i] = state.Bucket{Start: e.Start, Payload: e.Payload}
 		}
-		if err := s.cfg.Store.PutBuckets(ctx, name, s.cfg.Replica, seq, bs, b.ttl); err != nil {
-			return err
+		puts = append(puts, state.SeriesBuckets{Signal: name, Buckets: bs, TTL: b.ttl})
+		if b.read {
+			reads = append(reads, state.SeriesSpan{Signal: name, From: b.readFrom, To: b.to})
+			readNames = append(readNames, name)
 		}
+	}
+	remote, err := s.cfg.Store.Exchange(ctx, s.cfg.Replica, seq, puts, reads)
+	if err != nil {
+		return err
+	}
+	for _, b := range batches {
 		b.put = true
-		if !b.read {
-			continue
-		}
-		rb, err := s.cfg.Store.Buckets(ctx, name, b.readFrom, b.to)
-		if err != nil {
-			return err
-		}
-		b.remote = rb
-		if s.readTo == nil {
-			s.readTo = map[string]int64{}
-		}
+	}
+	if s.readTo == nil {
+		s.readTo = map[string]int64{}
+	}
+	for i, name := range readNames {
+		b := batches[name]
+		b.remote = remote[i]
 		s.readTo[name] = b.to
 	}
 	return nil

@@ -383,6 +383,11 @@ func (s *countingStore) PutBuckets(ctx context.Context, signal, replica string, 
 	return err
 }
 
+// Exchange goes through PutBuckets and Buckets, to count them.
+func (s *countingStore) Exchange(ctx context.Context, replica string, seq uint64, puts []state.SeriesBuckets, reads []state.SeriesSpan) ([][]state.ReplicaBucket, error) {
+	return state.ExchangeEach(ctx, s, replica, seq, puts, reads)
+}
+
 func (s *countingStore) Buckets(ctx context.Context, signal string, from, to int64) ([]state.ReplicaBucket, error) {
 	if s.isDown() {
 		return nil, errStoreDown

@@ -448,6 +448,11 @@ func (s *recordingStore) PutBuckets(ctx context.Context, signal, replica string,
 	return s.Store.PutBuckets(ctx, signal, replica, seq, bs, ttl)
 }
 
+// Exchange goes through PutBuckets and Buckets, to record them.
+func (s *recordingStore) Exchange(ctx context.Context, replica string, seq uint64, puts []state.SeriesBuckets, reads []state.SeriesSpan) ([][]state.ReplicaBucket, error) {
+	return state.ExchangeEach(ctx, s, replica, seq, puts, reads)
+}
+
 func (s *recordingStore) Buckets(ctx context.Context, signal string, from, to int64) ([]state.ReplicaBucket, error) {
 	s.mu.Lock()
 	s.reads[signal]++

@@ -90,6 +90,11 @@ func (m *Memory) Buckets(_ context.Context, signal string, from, to int64) ([]Re
 	return out, nil
 }
 
+// Exchange implements Store.
+func (m *Memory) Exchange(ctx context.Context, replica string, seq uint64, puts []SeriesBuckets, reads []SeriesSpan) ([][]ReplicaBucket, error) {
+	return ExchangeEach(ctx, m, replica, seq, puts, reads)
+}
+
 // Get implements Store.
 func (m *Memory) Get(_ context.Context, key string) ([]byte, error) {
 	m.mu.Lock()

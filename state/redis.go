@@ -84,44 +84,57 @@ return 1
 
 // PutBuckets implements Store, in one pipeline.
 func (r *Redis) PutBuckets(ctx context.Context, signal, replica string, seq uint64, bs []Bucket, ttl time.Duration) error {
-	if len(bs) == 0 {
-		return nil
-	}
-	pipe := r.c.Pipeline()
-	for _, b := range bs {
-		v := make([]byte, 8+len(b.Payload))
-		binary.BigEndian.PutUint64(v, seq) // big-endian: byte order is numeric order
-		copy(v[8:], b.Payload)
-		// Eval, not EvalSha: a pipeline cannot fall back on NOSCRIPT.
-		putBucket.Eval(ctx, pipe, []string{r.bucketKey(signal, b.Start)}, replica, v, ttl.Milliseconds())
-	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && errors.Is(err, redis.Nil) {
-		err = nil
-	}
+	_, err := r.Exchange(ctx, replica, seq, []SeriesBuckets{{Signal: signal, Buckets: bs, TTL: ttl}}, nil)
 	return err
 }
 
 // Buckets implements Store, in one pipeline of HGETALLs.
 func (r *Redis) Buckets(ctx context.Context, signal string, from, to int64) ([]ReplicaBucket, error) {
-	if to < from {
-		return nil, nil
+	out, err := r.Exchange(ctx, "", 0, nil, []SeriesSpan{{Signal: signal, From: from, To: to}})
+	if err != nil {
+		return nil, err
 	}
+	return out[0], nil
+}
+
+// Exchange implements Store, in one pipeline: a script call per bucket
+// written, then an HGETALL per bucket read. In Redis Cluster go-redis
+// sends each node its part of the pipeline.
+func (r *Redis) Exchange(ctx context.Context, replica string, seq uint64, puts []SeriesBuckets, reads []SeriesSpan) ([][]ReplicaBucket, error) {
 	pipe := r.c.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, 0, to-from+1)
-	for s := from; s <= to; s++ {
-		cmds = append(cmds, pipe.HGetAll(ctx, r.bucketKey(signal, s)))
+	n := 0
+	for _, p := range puts {
+		for _, b := range p.Buckets {
+			v := make([]byte, 8+len(b.Payload))
+			binary.BigEndian.PutUint64(v, seq) // big-endian: byte order is numeric order
+			copy(v[8:], b.Payload)
+			// Eval, not EvalSha: a pipeline cannot fall back on NOSCRIPT.
+			putBucket.Eval(ctx, pipe, []string{r.bucketKey(p.Signal, b.Start)}, replica, v, p.TTL.Milliseconds())
+			n++
+		}
+	}
+	cmds := make([][]*redis.MapStringStringCmd, len(reads))
+	for i, rd := range reads {
+		for s := rd.From; s <= rd.To; s++ {
+			cmds[i] = append(cmds[i], pipe.HGetAll(ctx, r.bucketKey(rd.Signal, s)))
+			n++
+		}
+	}
+	out := make([][]ReplicaBucket, len(reads))
+	if n == 0 {
+		return out, nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	var out []ReplicaBucket
-	for i, c := range cmds {
-		for rep, v := range c.Val() {
-			if len(v) < 8 {
-				continue
+	for i, rd := range reads {
+		for j, c := range cmds[i] {
+			for rep, v := range c.Val() {
+				if len(v) < 8 {
+					continue
+				}
+				out[i] = append(out[i], ReplicaBucket{Replica: rep, Bucket: Bucket{Start: rd.From + int64(j), Payload: []byte(v[8:])}})
 			}
-			out = append(out, ReplicaBucket{Replica: rep, Bucket: Bucket{Start: from + int64(i), Payload: []byte(v[8:])}})
 		}
 	}
 	return out, nil

@@ -39,6 +39,11 @@ type Store interface {
 	// Buckets returns every replica's latest snapshot of the buckets of
 	// signal numbered from..to (inclusive).
 	Buckets(ctx context.Context, signal string, from, to int64) ([]ReplicaBucket, error)
+	// Exchange does PutBuckets for each of puts (replica, seq), then
+	// Buckets for each of reads, whose results it returns in order, in
+	// one round trip where the store can (Redis: one pipeline). After an
+	// error some of the puts may have been stored.
+	Exchange(ctx context.Context, replica string, seq uint64, puts []SeriesBuckets, reads []SeriesSpan) ([][]ReplicaBucket, error)
 	// Get returns the document at key, or ErrNotFound.
 	Get(ctx context.Context, key string) ([]byte, error)
 	// Set stores a document; ttl 0 keeps it until overwritten.
@@ -48,6 +53,41 @@ type Store interface {
 	// Acquire takes or renews the lease key for owner; it reports whether
 	// owner holds it for ttl from now.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+}
+
+// SeriesBuckets is what Exchange writes of one signal.
+type SeriesBuckets struct {
+	Signal  string
+	Buckets []Bucket
+	TTL     time.Duration
+}
+
+// SeriesSpan is what Exchange reads of one signal: buckets From..To.
+type SeriesSpan struct {
+	Signal   string
+	From, To int64
+}
+
+// ExchangeEach implements Store.Exchange with one PutBuckets and one
+// Buckets call per series, for stores that have no cheaper way.
+func ExchangeEach(ctx context.Context, s interface {
+	PutBuckets(ctx context.Context, signal, replica string, seq uint64, buckets []Bucket, ttl time.Duration) error
+	Buckets(ctx context.Context, signal string, from, to int64) ([]ReplicaBucket, error)
+}, replica string, seq uint64, puts []SeriesBuckets, reads []SeriesSpan) ([][]ReplicaBucket, error) {
+	for _, p := range puts {
+		if err := s.PutBuckets(ctx, p.Signal, replica, seq, p.Buckets, p.TTL); err != nil {
+			return nil, err
+		}
+	}
+	out := make([][]ReplicaBucket, len(reads))
+	for i, r := range reads {
+		rb, err := s.Buckets(ctx, r.Signal, r.From, r.To)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = rb
+	}
+	return out, nil
 }
 
 // ErrNotFound is returned by Get for a missing key.

@@ -3,9 +3,13 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/state/redistest"
@@ -67,6 +71,108 @@ func TestBucketsAtMostOnce(t *testing.T) {
 			t.Errorf("signals leak into each other: %v", other)
 		}
 	})
+}
+
+// TestExchange: Exchange writes several series, then reads several spans
+// (its own writes included), results in the order asked, with the
+// sequence rule of PutBuckets.
+func TestExchange(t *testing.T) {
+	stores(t, func(t *testing.T, s state.Store) {
+		ctx := context.Background()
+		b := func(start int64, v string) state.Bucket { return state.Bucket{Start: start, Payload: []byte(v)} }
+		if err := s.PutBuckets(ctx, "latency", "b", 1, []state.Bucket{b(5, "b-lat")}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		puts := []state.SeriesBuckets{
+			{Signal: "drift", Buckets: []state.Bucket{b(5, "a-d5"), b(6, "a-d6")}, TTL: time.Minute},
+			{Signal: "latency", Buckets: []state.Bucket{b(5, "a-lat")}, TTL: time.Minute},
+			{Signal: "empty"},
+		}
+		reads := []state.SeriesSpan{{Signal: "latency", From: 0, To: 9}, {Signal: "drift", From: 6, To: 6}, {Signal: "none", From: 1, To: 0}}
+		got, err := s.Exchange(ctx, "a", 7, puts, reads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat := func(rb []state.ReplicaBucket) []string {
+			var out []string
+			for _, r := range rb {
+				out = append(out, fmt.Sprintf("%s@%d=%s", r.Replica, r.Start, r.Payload))
+			}
+			slices.Sort(out)
+			return out
+		}
+		want := [][]string{{"a@5=a-lat", "b@5=b-lat"}, {"a@6=a-d6"}, nil}
+		if len(got) != len(want) {
+			t.Fatalf("%d results for %d reads", len(got), len(reads))
+		}
+		for i := range want {
+			if g := flat(got[i]); !slices.Equal(g, want[i]) {
+				t.Errorf("read %d (%+v): %v, want %v", i, reads[i], g, want[i])
+			}
+		}
+		// An older sequence is ignored, as by PutBuckets.
+		if _, err := s.Exchange(ctx, "a", 6, []state.SeriesBuckets{{Signal: "drift", Buckets: []state.Bucket{b(6, "late")}, TTL: time.Minute}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := s.Buckets(ctx, "drift", 6, 6); !slices.Equal(flat(g), []string{"a@6=a-d6"}) {
+			t.Errorf("after an older sequence: %v", flat(g))
+		}
+	})
+}
+
+// TestRedisExchangeOneRoundTrip: Redis's Exchange sends its writes and
+// reads of many series as one pipeline.
+func TestRedisExchangeOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := state.OpenRedis(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := &countHook{}
+	c.AddHook(h)
+	s := state.NewRedis(c, "test")
+	var puts []state.SeriesBuckets
+	var reads []state.SeriesSpan
+	for i := range 20 {
+		name := fmt.Sprintf("series-%d", i)
+		puts = append(puts, state.SeriesBuckets{Signal: name, Buckets: []state.Bucket{{Start: 1, Payload: []byte("x")}, {Start: 2, Payload: []byte("y")}}, TTL: time.Minute})
+		reads = append(reads, state.SeriesSpan{Signal: name, From: 0, To: 3})
+	}
+	got, err := s.Exchange(context.Background(), "a", 1, puts, reads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 20 || len(got[19]) != 2 {
+		t.Fatalf("read back %d series, the last with %d buckets", len(got), len(got[19]))
+	}
+	if h.pipelines.Load() != 1 || h.commands.Load() != 0 {
+		t.Errorf("%d pipelines and %d lone commands for 20 series, want one pipeline", h.pipelines.Load(), h.commands.Load())
+	}
+}
+
+// countHook counts what a go-redis client sends, apart from a new
+// connection's set-up (HELLO, CLIENT SETINFO): pipelines and lone commands.
+type countHook struct{ pipelines, commands atomic.Int64 }
+
+func setUp(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !setUp(cmd) {
+			h.commands.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, setUp) {
+			h.pipelines.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func TestDocsAndLeases(t *testing.T) {

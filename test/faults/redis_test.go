@@ -19,7 +19,7 @@ import (
 // exactly once.
 func TestRedisSlow(t *testing.T) {
 	t.Parallel()
-	redisFault(t, true, func(t *testing.T, px *toxitest.Proxy) func() {
+	redisFault(t, flushesFail, func(t *testing.T, px *toxitest.Proxy) func() {
 		px.AddToxic(t, toxitest.Latency("slow", 500*time.Millisecond))
 		return func() { px.RemoveToxic(t, "slow") }
 	})
@@ -38,7 +38,7 @@ func TestRedisSlow(t *testing.T) {
 // five or ten), so it is logged, not asserted.
 func TestRedisLossy(t *testing.T) {
 	t.Parallel()
-	redisFault(t, false, func(t *testing.T, px *toxitest.Proxy) func() {
+	redisFault(t, flushesAny, func(t *testing.T, px *toxitest.Proxy) func() {
 		x := toxitest.Blackhole("loss", "upstream")
 		x.Toxicity = 0.1
 		px.AddToxic(t, x)
@@ -67,13 +67,35 @@ func TestRedisLossy(t *testing.T) {
 	})
 }
 
+// TestRedisLaggy: Redis answers every command 100 ms late. A flush is a
+// handful of round trips whatever the number of series (their windows go
+// in one pipeline, state.Store.Exchange), so the flushes still succeed
+// within the one-second interval and the replicas go on sharing their
+// windows during the fault.
+func TestRedisLaggy(t *testing.T) {
+	t.Parallel()
+	redisFault(t, flushesSucceed, func(t *testing.T, px *toxitest.Proxy) func() {
+		px.AddToxic(t, toxitest.Latency("laggy", 100*time.Millisecond))
+		return func() { px.RemoveToxic(t, "laggy") }
+	})
+}
+
+// What redisFault asserts of the flushes during the fault.
+type flushWant int
+
+const (
+	flushesAny     flushWant = iota // logged only
+	flushesFail                     // some fail
+	flushesSucceed                  // none fails
+)
+
 // redisFault runs two replicas sharing windows through a Toxiproxy in
 // front of a real Redis, under load: a baseline, then the fault inject
 // makes (it returns the function that clears it), then the recovery. It
 // asserts that clients do not notice the fault and that each replica's
-// window ends up counting every response of both exactly once; with
-// failing, that flushes failed during the fault.
-func redisFault(t *testing.T, failing bool, inject func(*testing.T, *toxitest.Proxy) (clear func())) {
+// window ends up counting every response of both exactly once, and what
+// want says of the flushes during the fault.
+func redisFault(t *testing.T, want flushWant, inject func(*testing.T, *toxitest.Proxy) (clear func())) {
 	tp := toxitest.Start(t)
 	redis := redistest.Start(t)
 	px := tp.Proxy(t, "redis", redis.Addr)
@@ -150,7 +172,10 @@ func redisFault(t *testing.T, failing bool, inject func(*testing.T, *toxitest.Pr
 	if p99 := s["fault"].p99; p99 >= 500*time.Millisecond {
 		t.Errorf("P99 under the fault %v: requests wait on Redis", p99)
 	}
-	if failing && failed1 == failed0 {
+	switch {
+	case want == flushesFail && failed1 == failed0:
 		t.Errorf("no flush failed during the fault: the toxic did not reach the store")
+	case want == flushesSucceed && failed1 != failed0:
+		t.Errorf("%.0f of %.0f flushes failed during the fault", failed1-failed0, flushes1-flushes0)
 	}
 }
