@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
-	"flag"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,15 +22,9 @@ import (
 // runFastProxy serves `proxybench fastproxy -listen ADDR -backend URL`
 // until SIGTERM or SIGINT.
 func runFastProxy(args []string) error {
-	fs := flag.NewFlagSet("fastproxy", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "listen `address`")
-	backend := fs.String("backend", "", "backend base `URL` (http://host:port)")
-	if err := fs.Parse(args); err != nil {
+	listen, u, err := proxyFlags("fastproxy", args)
+	if err != nil {
 		return err
-	}
-	u, err := url.Parse(*backend)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return errors.New("fastproxy: -backend: want http://host:port")
 	}
 	hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1024, StreamResponseBody: true}
 	srv := &fasthttp.Server{Handler: fastProxy(hc), NoDefaultServerHeader: true, NoDefaultDate: true}
@@ -43,7 +34,7 @@ func runFastProxy(args []string) error {
 		<-ctx.Done()
 		srv.Shutdown()
 	}()
-	return srv.ListenAndServe(*listen)
+	return srv.ListenAndServe(listen)
 }
 
 var eventStream = []byte("text/event-stream")

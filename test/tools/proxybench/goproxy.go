@@ -22,15 +22,9 @@ import (
 // runGoProxy serves `proxybench goproxy -listen ADDR -backend URL` until
 // SIGTERM or SIGINT.
 func runGoProxy(args []string) error {
-	fs := flag.NewFlagSet("goproxy", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "listen `address`")
-	backend := fs.String("backend", "", "backend base `URL` (http://host:port)")
-	if err := fs.Parse(args); err != nil {
+	listen, u, err := proxyFlags("goproxy", args)
+	if err != nil {
 		return err
-	}
-	u, err := url.Parse(*backend)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return errors.New("goproxy: -backend: want http://host:port")
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
@@ -42,9 +36,24 @@ func runGoProxy(args []string) error {
 		FlushInterval: -1,
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	return serveUntilSignal(ln, rp)
+}
+
+// proxyFlags parses the reference proxies' `-listen ADDR -backend URL`.
+func proxyFlags(name string, args []string) (listen string, backend *url.URL, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	l := fs.String("listen", "127.0.0.1:0", "listen `address`")
+	b := fs.String("backend", "", "backend base `URL` (http://host:port)")
+	if err := fs.Parse(args); err != nil {
+		return "", nil, err
+	}
+	u, err := url.Parse(*b)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return "", nil, errors.New(name + ": -backend: want http://host:port")
+	}
+	return *l, u, nil
 }

@@ -271,25 +271,8 @@ func startLab(c config, dir string) (*lab, error) {
 	}
 	l.add(&target{name: fastProxyName, base: "http://" + fastAddr, pids: func() []int { return []int{fp.pid()} }})
 
-	rd, err := l.ps.start("redis", c.redis, []string{"--port", portOf(redisAddr), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no"}, env, nil)
+	rd, jg, err := l.startRedisJaeger(c, dir, env, redisAddr, otlpAddr, queryHTTP, queryGRPC)
 	if err != nil {
-		return nil, err
-	}
-	if err := rd.waitReady(10*time.Second, func() bool { return tcpUp(redisAddr) }); err != nil {
-		return nil, err
-	}
-
-	jconf := filepath.Join(dir, "jaeger.yaml")
-	if err := os.WriteFile(jconf, fmt.Appendf(nil, jaegerConf, queryHTTP, queryGRPC, otlpAddr), 0o644); err != nil {
-		return nil, err
-	}
-	jg, err := l.ps.start("jaeger", c.jaeger, []string{"--config", "file:" + jconf}, env, nil)
-	if err != nil {
-		return nil, err
-	}
-	l.jaegerAPI = "http://" + queryHTTP
-	if err := jg.waitReady(30*time.Second, func() bool { return tcpUp(otlpAddr) && httpOK(l.jaegerAPI+"/api/services") }); err != nil {
 		return nil, err
 	}
 
@@ -310,11 +293,7 @@ func startLab(c config, dir string) (*lab, error) {
 	}
 	l.add(&target{name: vigilMin, base: "http://" + minAddr, pids: func() []int { return []int{vmin.pid()} }})
 
-	fullEnv := slices.Concat(env, []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpAddr,
-		"OTEL_EXPORTER_OTLP_INSECURE=true",
-		"OTEL_SERVICE_NAME=vigil-bench",
-	})
+	fullEnv := otlpEnv(env, otlpAddr)
 	vfull, err := l.startVigil(c, dir, vigilFull, fullAddr, fullYAML, fullEnv, true)
 	if err != nil {
 		return nil, err
@@ -331,6 +310,42 @@ func startLab(c config, dir string) (*lab, error) {
 func (l *lab) add(t *target) {
 	l.targets = append(l.targets, t)
 	l.byName[t.name] = t
+}
+
+// startRedisJaeger starts redis-server on redisAddr and Jaeger (OTLP/gRPC
+// on otlpAddr, its query API on queryHTTP and queryGRPC) and waits until
+// both serve.
+func (l *lab) startRedisJaeger(c config, dir string, env []string, redisAddr, otlpAddr, queryHTTP, queryGRPC string) (rd, jg *proc, err error) {
+	rd, err = l.ps.start("redis", c.redis, []string{"--port", portOf(redisAddr), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no"}, env, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := rd.waitReady(10*time.Second, func() bool { return tcpUp(redisAddr) }); err != nil {
+		return nil, nil, err
+	}
+	jconf := filepath.Join(dir, "jaeger.yaml")
+	if err := os.WriteFile(jconf, fmt.Appendf(nil, jaegerConf, queryHTTP, queryGRPC, otlpAddr), 0o644); err != nil {
+		return nil, nil, err
+	}
+	jg, err = l.ps.start("jaeger", c.jaeger, []string{"--config", "file:" + jconf}, env, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	l.jaegerAPI = "http://" + queryHTTP
+	if err := jg.waitReady(30*time.Second, func() bool { return tcpUp(otlpAddr) && httpOK(l.jaegerAPI+"/api/services") }); err != nil {
+		return nil, nil, err
+	}
+	return rd, jg, nil
+}
+
+// otlpEnv is env with vigil-full's span exporter pointed at otlpAddr.
+func otlpEnv(env []string, otlpAddr string) []string {
+	return slices.Concat(env, []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpAddr,
+		"OTEL_EXPORTER_OTLP_INSECURE=true",
+		"OTEL_SERVICE_NAME=vigil-bench",
+	})
 }
 
 // startVigil writes the config, starts `vigil serve` listening on addr and

@@ -423,25 +423,8 @@ func startSoakLab(c config, dir string) (*soakLab, error) {
 		}
 	}
 
-	rd, err := l.ps.start("redis", c.redis, []string{"--port", portOf(redisAddr), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no"}, env, nil)
+	rd, jg, err := l.startRedisJaeger(c, dir, env, redisAddr, otlpAddr, queryHTTP, queryGRPC)
 	if err != nil {
-		return nil, err
-	}
-	if err := rd.waitReady(10*time.Second, func() bool { return tcpUp(redisAddr) }); err != nil {
-		return nil, err
-	}
-
-	jconf := filepath.Join(dir, "jaeger.yaml")
-	if err := os.WriteFile(jconf, fmt.Appendf(nil, jaegerConf, queryHTTP, queryGRPC, otlpAddr), 0o644); err != nil {
-		return nil, err
-	}
-	jg, err := l.ps.start("jaeger", c.jaeger, []string{"--config", "file:" + jconf}, env, nil)
-	if err != nil {
-		return nil, err
-	}
-	l.jaegerAPI = "http://" + queryHTTP
-	if err := jg.waitReady(30*time.Second, func() bool { return tcpUp(otlpAddr) && httpOK(l.jaegerAPI+"/api/services") }); err != nil {
 		return nil, err
 	}
 
@@ -452,11 +435,7 @@ func startSoakLab(c config, dir string) (*soakLab, error) {
 	if l.pprof {
 		yaml += pprofKey
 	}
-	fullEnv := slices.Concat(env, []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpAddr,
-		"OTEL_EXPORTER_OTLP_INSECURE=true",
-		"OTEL_SERVICE_NAME=vigil-bench",
-	})
+	fullEnv := otlpEnv(env, otlpAddr)
 	vfull, err := l.startVigil(c, dir, vigilFull, fullAddr, yaml, fullEnv, true)
 	if err != nil {
 		return nil, err
