@@ -102,11 +102,13 @@ func TestBackendStallsMidStream(t *testing.T) {
 	b.setKnobs(t, `{"stall": "0s"}`)
 	time.Sleep(2 * time.Second)
 	l.stop()
-	s := report(t, l)
+	report(t, l)
 
+	// A stream of the baseline that b was still generating when the
+	// stall was set stalls too: all phases count.
 	var onA, failedOnA, onB, stalled, idleEnded int
 	var longest time.Duration
-	for _, ph := range []string{"b stalls", "b fixed"} {
+	for _, ph := range []string{"baseline", "b stalls", "b fixed"} {
 		for _, o := range l.outcomes(ph) {
 			switch o.backend {
 			case "a":
@@ -144,13 +146,10 @@ func TestBackendStallsMidStream(t *testing.T) {
 		return running == 0 && g.backends(t)["b"].Inflight == 0
 	})
 	ejections := g.metric(t, `vigil_backend_ejections_total{backend="b"}`)
-	t.Logf("while b stalled: %d streams on a (%d failed), %d on b (%d stalled: %d ended by the gateway's idle error, the longest after %v); b ejected %v times",
+	t.Logf("%d streams on a (%d failed), %d on b (%d stalled: %d ended by the gateway's idle error, the longest after %v); b ejected %v times",
 		onA, failedOnA, onB, stalled, idleEnded, longest.Round(10*time.Millisecond), ejections)
 	t.Logf("nothing left in flight at b %v after the load ended", left.Round(100*time.Millisecond))
 
-	if s["baseline"].failed != 0 {
-		t.Errorf("baseline: %v", s["baseline"])
-	}
 	if failedOnA != 0 || onA == 0 {
 		t.Errorf("%d of %d streams served by the healthy backend failed", failedOnA, onA)
 	}
