@@ -64,10 +64,14 @@ type attemptCtl struct {
 	kinds   []string
 	tried   []*upstream.Backend
 	// idleFor is limits.stream_idle_timeout when the idle watch is on.
-	// waiting is when the current read of the response body began (unix
-	// ns), -1 outside reads (set by the tap when idleFor > 0).
+	// reads counts the tap's body reads begun and ended (odd: a read is
+	// waiting on the backend), so that the tap reads no clock for it;
+	// sweepIdle notes when it first saw the current odd value (seen,
+	// seenAt: the sweeper's own, under the list's lock).
 	idleFor time.Duration
-	waiting atomic.Int64
+	reads   atomic.Uint64
+	seen    uint64
+	seenAt  time.Time
 	idled   atomic.Bool // cancelled by errStreamIdle
 
 	list       *attemptList // nil: not listed
@@ -98,7 +102,6 @@ func newAttemptLists(pool *upstream.Pool) map[*upstream.Backend]*attemptList {
 func (s *Server) startAttempt(ctx context.Context, x *call, c *attemptCtl) context.Context {
 	*c = attemptCtl{}
 	ctx, c.cancel = context.WithCancelCause(ctx)
-	c.waiting.Store(-1)
 	x.ctl = c
 	c.retry = x.attempts < min(s.cfg.Retries.Attempts, maxAttempts)
 	if !c.retry && s.cfg.Limits.StreamIdleTimeout <= 0 {
@@ -179,7 +182,8 @@ func (c *attemptCtl) end() {
 }
 
 // sweepIdle cancels, every idle/8 (at most every second), the attempts
-// whose current body read has waited idle, until ctx is done.
+// whose current body read has waited idle (from when a sweep first saw
+// it: between idle and idle plus one tick), until ctx is done.
 func (s *Server) sweepIdle(ctx context.Context, idle time.Duration) error {
 	t := time.NewTicker(min(max(idle/8, time.Millisecond), time.Second))
 	defer t.Stop()
@@ -188,11 +192,13 @@ func (s *Server) sweepIdle(ctx context.Context, idle time.Duration) error {
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			limit := now.Add(-idle).UnixNano()
 			for _, l := range s.attemptLists {
 				l.mu.Lock()
 				for c := l.head.next; c != &l.head; c = c.next {
-					if w := c.waiting.Load(); w >= 0 && w <= limit && !c.idled.Load() {
+					switch r := c.reads.Load(); {
+					case r%2 == 0 || r != c.seen:
+						c.seen, c.seenAt = r, now // not in a read, or in a new one
+					case now.Sub(c.seenAt) >= idle && !c.idled.Load():
 						c.idled.Store(true)
 						c.cancel(errStreamIdle)
 					}

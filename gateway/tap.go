@@ -64,11 +64,11 @@ func (t *tap) Read(p []byte) (int, error) {
 	}
 	c := t.x.ctl
 	if c != nil && c.idleFor > 0 {
-		c.waiting.Store(time.Now().UnixNano()) // cancel.go: sweepIdle
+		c.reads.Add(1) // odd: waiting on the backend (cancel.go: sweepIdle)
 	}
 	n, err := t.body.Read(p)
 	if c != nil && c.idleFor > 0 {
-		c.waiting.Store(-1)
+		c.reads.Add(1)
 	}
 	if n > 0 {
 		x := t.x
