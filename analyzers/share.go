@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/analyzers/window"
 	"github.com/vigil-gw/vigil/state"
@@ -36,6 +37,16 @@ func ReplicaID() string {
 	rand.Read(b[:])
 	return fmt.Sprintf("%s-%s", host, hex.EncodeToString(b[:]))
 }
+
+// flushTimeout is the least time a flush gets. A flush is a few round
+// trips (the windows of every series in one, then the baseline, history
+// and calibration side by side), and a few more for the connections that
+// a timed-out command made go-redis close: about 2 s against a Redis half
+// a second away (test/faults TestRedisSlow), where a one-second bound
+// failed every flush. Flushes do not overlap, and none is on a request's
+// path; a dead Redis fails them at once, a silent one after go-redis's
+// one-second read timeout.
+const flushTimeout = 5 * time.Second
 
 // fullEvery: every this many flushes, every live bucket is rewritten, so
 // that a store that lost its data (a Redis restart between two flushes)
@@ -136,9 +147,7 @@ func (s *sharer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			fctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
-			s.flush(fctx)
-			cancel()
+			s.flush(ctx) // bounded by its own timeout
 		}
 	}
 }
@@ -161,8 +170,9 @@ type batch struct {
 func (s *sharer) flush(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// A flush never takes longer than the interval, whatever the store does.
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	// A flush never takes longer than the interval or flushTimeout,
+	// whichever is longer, whatever the store does.
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.Interval, flushTimeout))
 	defer cancel()
 	s.n++
 	batches := s.export(s.failing || s.n%fullEvery == 0)
@@ -173,14 +183,19 @@ func (s *sharer) flush(ctx context.Context) {
 	failed := s.exchange(ctx, seq, batches)
 	s.importRemote(batches)
 	if failed == nil {
-		failed = s.syncBaseline(ctx)
-	}
-	if failed == nil && s.hist != nil {
-		failed = s.hist.share(ctx, s.cfg.Store, s.cfg.Replica, seq)
-	}
-	if failed == nil && s.calib != nil {
-		// The other replicas' labels change slowly: read them every tenth flush.
-		failed = s.calib.sync(ctx, s.cfg.Store, s.cfg.Replica, seq, s.n%10 == 1)
+		// The rest touch state of their own, each keeping what it could
+		// not write for the next flush: their round trips overlap.
+		var g errgroup.Group
+		g.Go(func() error { return s.syncBaseline(ctx) })
+		if s.hist != nil {
+			g.Go(func() error { return s.hist.share(ctx, s.cfg.Store, s.cfg.Replica, seq) })
+		}
+		if s.calib != nil {
+			// The other replicas' labels change slowly: read them every tenth flush.
+			readLabels := s.n%10 == 1
+			g.Go(func() error { return s.calib.sync(ctx, s.cfg.Store, s.cfg.Replica, seq, readLabels) })
+		}
+		failed = g.Wait()
 	}
 	s.m.flushes.Inc()
 	s.failing = failed != nil

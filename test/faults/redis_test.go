@@ -13,13 +13,15 @@ import (
 // TestRedisSlow: Redis answers every command 500 ms late (a latency toxic
 // on its replies) while two replicas share their windows through it.
 // Clients must not notice: the hot path never waits on Redis, so the P99
-// stays far below the delay and no request fails. The flushes time out
-// (each is bounded by the one-second flush interval) and keep their
-// buckets; once Redis is fast again both replicas count every response
-// exactly once.
+// stays far below the delay and no request fails. The flushes take about
+// 2 s each (a few round trips, and new connections for those go-redis
+// closed) and succeed, within their 5-s bound: the replicas go on sharing
+// their windows, a couple of seconds late; once Redis is fast again both
+// count every response exactly once. (With the flush bounded by the
+// one-second interval and one round trip per series, every flush failed.)
 func TestRedisSlow(t *testing.T) {
 	t.Parallel()
-	redisFault(t, flushesFail, func(t *testing.T, px *toxitest.Proxy) func() {
+	redisFault(t, flushesSucceed, func(t *testing.T, px *toxitest.Proxy) func() {
 		px.AddToxic(t, toxitest.Latency("slow", 500*time.Millisecond))
 		return func() { px.RemoveToxic(t, "slow") }
 	})
@@ -85,7 +87,6 @@ type flushWant int
 
 const (
 	flushesAny     flushWant = iota // logged only
-	flushesFail                     // some fail
 	flushesSucceed                  // none fails
 )
 
@@ -172,10 +173,7 @@ func redisFault(t *testing.T, want flushWant, inject func(*testing.T, *toxitest.
 	if p99 := s["fault"].p99; p99 >= 500*time.Millisecond {
 		t.Errorf("P99 under the fault %v: requests wait on Redis", p99)
 	}
-	switch {
-	case want == flushesFail && failed1 == failed0:
-		t.Errorf("no flush failed during the fault: the toxic did not reach the store")
-	case want == flushesSucceed && failed1 != failed0:
+	if want == flushesSucceed && failed1 != failed0 {
 		t.Errorf("%.0f of %.0f flushes failed during the fault", failed1-failed0, flushes1-flushes0)
 	}
 }
