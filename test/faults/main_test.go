@@ -136,7 +136,7 @@ func startVigil(t *testing.T, name, config string, env ...string) *gateway {
 			Name:  "vigil serve (" + name + ")",
 			Path:  vigilBin,
 			Args:  []string{"serve", "-config", file},
-			Env:   append(withoutOTEL(os.Environ()), env...),
+			Env:   append(proctest.WithoutOTEL(os.Environ()), env...),
 			Ready: func() bool { return proctest.HTTPOK(g.URL + "/readyz") },
 			// Its shutdown drains the analyzers and flushes spans for at
 			// most 5 s each.
@@ -144,16 +144,6 @@ func startVigil(t *testing.T, name, config string, env ...string) *gateway {
 		})
 		return g, err
 	})
-}
-
-func withoutOTEL(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "OTEL_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // baseConfig is the config every gateway of the suite starts from: one

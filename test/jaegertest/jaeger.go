@@ -141,7 +141,7 @@ func start(t testing.TB, bin string) (*Jaeger, error) {
 		Name:  "jaeger",
 		Path:  bin,
 		Args:  []string{"--config", "file:" + cfg},
-		Env:   withoutOTEL(os.Environ()),
+		Env:   proctest.WithoutOTEL(os.Environ()),
 		Ready: j.ready,
 	})
 	if err != nil {
@@ -347,14 +347,3 @@ func tagValue(t apiTag) any {
 	return raw
 }
 
-// withoutOTEL drops OTEL_* variables: they are meant for Vigil and would
-// configure Jaeger's own telemetry.
-func withoutOTEL(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "OTEL_") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}

@@ -186,7 +186,12 @@ const vigilFullConf = `listen: %s
 backends:
   - name: mock
     url: http://%s
-state:
+` + fullFeatures
+
+// fullFeatures is the part of vigil-full's config after its backends:
+// shared state in Redis (%s: its host:port), every request traced, the
+// access log on.
+const fullFeatures = `state:
   redis:
     url: redis://%s/0
 tracing:

@@ -117,9 +117,6 @@ func runSoak(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	if n > 0 {
-		return runSoakRequests(ctx, c, n)
-	}
 	began := time.Now()
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
@@ -129,6 +126,9 @@ func runSoak(ctx context.Context, c config) error {
 		return err
 	}
 	defer cleanup()
+	if n > 0 {
+		return runSoakRequests(ctx, c, dir, began, n)
+	}
 	// Short streams without pauses, so that the run makes about a
 	// million requests in 4 minutes; BENCH_CHUNKS and BENCH_GAP still
 	// choose.

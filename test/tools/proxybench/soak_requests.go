@@ -94,19 +94,10 @@ func soakRequests() (int64, error) {
 	return n, nil
 }
 
-// runSoakRequests runs the soak by request count: n requests after a
-// warm-up. It returns an error when a check fails, once the report is
-// written.
-func runSoakRequests(ctx context.Context, c config, n int64) error {
-	began := time.Now()
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
-		return err
-	}
-	dir, cleanup, err := workDir(c)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
+// runSoakRequests runs the soak by request count in dir (runSoak made it
+// and c.out): n requests after a warm-up. It returns an error when a
+// check fails, once the report is written.
+func runSoakRequests(ctx context.Context, c config, dir string, began time.Time, n int64) error {
 	phase("starting two simulators, Redis, Jaeger and vigil-full")
 	l, err := startSoakLab(c, dir)
 	if err != nil {
@@ -369,17 +360,7 @@ backends:
     reference: ref
   - name: ref
     url: http://%s
-state:
-  redis:
-    url: redis://%s/0
-tracing:
-  sample_ratio: 1
-  exporter: otlp
-log:
-  access: true
-admin:
-  token: ` + adminToken + `
-`
+` + fullFeatures
 
 // soakLab is the soak by count's lab.
 type soakLab struct {
