@@ -346,4 +346,3 @@ func tagValue(t apiTag) any {
 	}
 	return raw
 }
-
