@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
@@ -72,7 +73,7 @@ func (s *Server) adminAuth(c *gin.Context) {
 	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 		c.Header("WWW-Authenticate", `Bearer realm="vigil-admin"`)
-		writeError(c.Writer, &apiError{http.StatusUnauthorized, "invalid_request_error", "unauthorized", "admin routes need a valid bearer token", exchange.ClassBadRequest})
+		apierror.Write(c.Writer, apierror.New(http.StatusUnauthorized, "invalid_request_error", "unauthorized", "admin routes need a valid bearer token", exchange.ClassBadRequest))
 		c.Abort()
 	}
 }
@@ -212,7 +213,7 @@ func (s *Server) BackendStates() []exchange.BackendState {
 
 func (s *Server) getHistory(c *gin.Context) {
 	if s.history == nil {
-		writeError(c.Writer, notEnabled("signal history"))
+		apierror.Write(c.Writer, notEnabled("signal history"))
 		return
 	}
 	now := time.Now()
@@ -223,14 +224,14 @@ func (s *Server) getHistory(c *gin.Context) {
 		} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			since = t
 		} else {
-			writeError(c.Writer, badRequest(`since: want an RFC 3339 time or a duration ago such as "15m", got `+strconv.Quote(v)))
+			apierror.Write(c.Writer, apierror.BadRequest(`since: want an RFC 3339 time or a duration ago such as "15m", got `+strconv.Quote(v)))
 			return
 		}
 	}
 	if v := c.Query("step"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			writeError(c.Writer, badRequest(`step: want a duration such as "10s", got `+strconv.Quote(v)))
+			apierror.Write(c.Writer, apierror.BadRequest(`step: want a duration such as "10s", got `+strconv.Quote(v)))
 			return
 		}
 		step = d
@@ -247,7 +248,7 @@ func zeroNaN(v float64) float64 {
 
 func (s *Server) getSignals(c *gin.Context) {
 	if s.signals == nil {
-		writeError(c.Writer, notEnabled("signal analysis"))
+		apierror.Write(c.Writer, notEnabled("signal analysis"))
 		return
 	}
 	s.writeSource(c, s.signals.SignalsJSON)
@@ -271,7 +272,7 @@ func (s *Server) getNotifications(c *gin.Context) {
 
 func (s *Server) getUsage(c *gin.Context) {
 	if s.usage == nil {
-		writeError(c.Writer, notEnabled("usage accounting"))
+		apierror.Write(c.Writer, notEnabled("usage accounting"))
 		return
 	}
 	s.writeSource(c, s.usage.UsageJSON)
@@ -280,23 +281,23 @@ func (s *Server) getUsage(c *gin.Context) {
 func (s *Server) writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {
 	body, err := get(c.Request.Context())
 	if err != nil {
-		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone})
+		apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone))
 		return
 	}
 	c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 }
 
-func notEnabled(what string) *apiError {
-	return &apiError{http.StatusNotImplemented, "invalid_request_error", "not_enabled", what + " is not enabled in this gateway", exchange.ClassNone}
+func notEnabled(what string) *apierror.Error {
+	return apierror.New(http.StatusNotImplemented, "invalid_request_error", "not_enabled", what+" is not enabled in this gateway", exchange.ClassNone)
 }
 
 func (s *Server) postBaseline(c *gin.Context) {
 	if s.baseline == nil {
-		writeError(c.Writer, notEnabled("drift analysis"))
+		apierror.Write(c.Writer, notEnabled("drift analysis"))
 		return
 	}
 	if err := s.baseline.PinBaseline(c.Request.Context()); err != nil {
-		writeError(c.Writer, &apiError{http.StatusConflict, "invalid_request_error", "baseline_failed", err.Error(), exchange.ClassNone})
+		apierror.Write(c.Writer, apierror.New(http.StatusConflict, "invalid_request_error", "baseline_failed", err.Error(), exchange.ClassNone))
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"pinned": true})
@@ -305,7 +306,7 @@ func (s *Server) postBaseline(c *gin.Context) {
 func (s *Server) postFeedback(c *gin.Context) {
 	body, aerr := readBody(c.Request, c.Writer, 64<<10, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
-		writeError(c.Writer, aerr)
+		apierror.Write(c.Writer, aerr)
 		return
 	}
 	var f struct {
@@ -313,18 +314,18 @@ func (s *Server) postFeedback(c *gin.Context) {
 		Correct *bool  `json:"correct"`
 	}
 	if err := json.Unmarshal(body, &f); err != nil || f.ID == "" || f.Correct == nil {
-		writeError(c.Writer, badRequest(`expected {"id": "<response id>", "correct": true|false}`))
+		apierror.Write(c.Writer, apierror.BadRequest(`expected {"id": "<response id>", "correct": true|false}`))
 		return
 	}
 	if s.feedback == nil {
-		writeError(c.Writer, notEnabled("calibration feedback"))
+		apierror.Write(c.Writer, notEnabled("calibration feedback"))
 		return
 	}
 	switch err := s.feedback.Feedback(c.Request.Context(), f.ID, *f.Correct); {
 	case errors.Is(err, ErrUnknownResponse):
-		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "unknown_response", "no response with id " + f.ID + " is known", exchange.ClassNone})
+		apierror.Write(c.Writer, apierror.New(http.StatusNotFound, "invalid_request_error", "unknown_response", "no response with id "+f.ID+" is known", exchange.ClassNone))
 	case err != nil:
-		writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone})
+		apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone))
 	default:
 		c.JSON(http.StatusOK, gin.H{"recorded": true})
 	}
@@ -337,7 +338,7 @@ func (s *Server) listModels(c *gin.Context) {
 	defer cancel()
 	backends := slices.DeleteFunc(slices.Clone(s.pool.Backends()), func(b *upstream.Backend) bool { return !b.Healthy() })
 	if len(backends) == 0 {
-		writeError(c.Writer, pickError(upstream.ErrNoHealthy, "", nil))
+		apierror.Write(c.Writer, pickError(upstream.ErrNoHealthy, "", nil))
 		return
 	}
 	lists := make([][]json.RawMessage, len(backends))
@@ -365,7 +366,7 @@ func (s *Server) listModels(c *gin.Context) {
 		}
 	}
 	if !answered {
-		writeError(c.Writer, &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable", "no backend answered its model list", exchange.ClassUpstream5xx})
+		apierror.Write(c.Writer, apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable", "no backend answered its model list", exchange.ClassUpstream5xx))
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 )
 
 // The dashboard is one page and its assets (a script, a style sheet and the
@@ -103,8 +104,8 @@ func (s *Server) dashboardAsset(c *gin.Context) {
 	name := strings.TrimPrefix(c.Param("file"), "/")
 	f, ok := dashboardAssets[name]
 	if !ok {
-		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "not_found",
-			"no dashboard asset " + name, exchange.ClassBadRequest})
+		apierror.Write(c.Writer, apierror.New(http.StatusNotFound, "invalid_request_error", "not_found",
+			"no dashboard asset "+name, exchange.ClassBadRequest))
 		return
 	}
 	serveDashboardFile(c, name, f)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -78,8 +79,8 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("parseRequest(%s, %q) is not deterministic", op, body)
 		}
 		if aerr != nil {
-			if aerr.status != http.StatusBadRequest {
-				t.Fatalf("parseRequest(%s, %q): status %d, want 400", op, body, aerr.status)
+			if aerr.Status != http.StatusBadRequest {
+				t.Fatalf("parseRequest(%s, %q): status %d, want 400", op, body, aerr.Status)
 			}
 			checkErrorBody(t, aerr, len(body))
 			return
@@ -115,15 +116,15 @@ func FuzzParseRequest(f *testing.F) {
 
 // checkErrorBody fails t unless e is written as OpenAI's error JSON with
 // every field set, bounded by the input's size.
-func checkErrorBody(t *testing.T, e *apiError, inLen int) {
+func checkErrorBody(t *testing.T, e *apierror.Error, inLen int) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	writeError(rec, e)
+	apierror.Write(rec, e)
 	var eb struct {
 		Error struct{ Message, Type, Code string }
 	}
 	b := rec.Body.Bytes()
-	if rec.Code != e.status || json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" || eb.Error.Type == "" || eb.Error.Code == "" {
+	if rec.Code != e.Status || json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" || eb.Error.Type == "" || eb.Error.Code == "" {
 		t.Fatalf("error %+v written as %d %q", e, rec.Code, b)
 	}
 	if len(b) > 6*inLen+512 { // \u escapes at most sextuple a byte

@@ -367,7 +367,7 @@ func TestInjectEligible(t *testing.T) {
 	for _, tt := range tests {
 		f, aerr := parseRequest(exchange.OpOther, []byte(tt.body))
 		if aerr != nil {
-			t.Fatal(aerr.message)
+			t.Fatal(aerr.Message)
 		}
 		if got := in.sample(tt.op, &f); got != tt.want {
 			t.Errorf("sample(%s, %s) = %v, want %v", tt.op, tt.body, got, tt.want)

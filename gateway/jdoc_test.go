@@ -157,7 +157,7 @@ func TestParseRequestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, aerr := parseRequest(exchange.OpChat, []byte(tt.body))
-		if aerr == nil || aerr.message != tt.want {
+		if aerr == nil || aerr.Message != tt.want {
 			t.Errorf("parseRequest(%s) = %v, want %q", tt.body, aerr, tt.want)
 		}
 	}

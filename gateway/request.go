@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 )
 
 // jsonKind records only the first byte of a JSON value ('"', '[', '{', 'n',
@@ -226,7 +227,7 @@ func scanRequest(body []byte, f *requestFields) bool {
 // timeout (limits.read_timeout; under HTTPServer's server only). A body
 // over the limit is a 413, one not in time a 408; any other read failure
 // is a 400.
-func readBody(r *http.Request, w http.ResponseWriter, limit int64, timeout time.Duration) ([]byte, *apiError) {
+func readBody(r *http.Request, w http.ResponseWriter, limit int64, timeout time.Duration) ([]byte, *apierror.Error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
@@ -257,25 +258,25 @@ func readBody(r *http.Request, w http.ResponseWriter, limit int64, timeout time.
 		// read the next request).
 		w.Header().Set("Connection", "close")
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &apiError{http.StatusRequestTimeout, "invalid_request_error", "request_timeout",
-				"the request body did not arrive within limits.read_timeout", exchange.ClassBadRequest}
+			return nil, apierror.New(http.StatusRequestTimeout, "invalid_request_error", "request_timeout",
+				"the request body did not arrive within limits.read_timeout", exchange.ClassBadRequest)
 		}
-		return nil, badRequest("could not read request body: " + err.Error())
+		return nil, apierror.BadRequest("could not read request body: " + err.Error())
 	}
 	return body, nil
 }
 
-func tooLarge(limit int64) *apiError {
-	return &apiError{http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-		fmt.Sprintf("request body exceeds the limit of %d bytes", limit), exchange.ClassBadRequest}
+func tooLarge(limit int64) *apierror.Error {
+	return apierror.New(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+		fmt.Sprintf("request body exceeds the limit of %d bytes", limit), exchange.ClassBadRequest)
 }
 
 // parseRequest checks that body is a JSON object with well-typed fields for
 // op and returns the fields the gateway needs.
-func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError) {
+func parseRequest(op exchange.Operation, body []byte) (requestFields, *apierror.Error) {
 	var f requestFields
 	if len(body) == 0 {
-		return f, badRequest("request body is empty; expected a JSON object")
+		return f, apierror.BadRequest("request body is empty; expected a JSON object")
 	}
 	if !scanRequest(body, &f) {
 		var j requestJSON
@@ -286,16 +287,16 @@ func parseRequest(op exchange.Operation, body []byte) (requestFields, *apiError)
 		}
 		f.Folded = foldedKeys(body)
 	}
-	need := func(k jsonKind, name string, kinds string) *apiError {
+	need := func(k jsonKind, name string, kinds string) *apierror.Error {
 		if !k.present() {
-			return badRequest(fmt.Sprintf("'%s' is required", name))
+			return apierror.BadRequest(fmt.Sprintf("'%s' is required", name))
 		}
 		for i := range len(kinds) {
 			if byte(k) == kinds[i] {
 				return nil
 			}
 		}
-		return badRequest(fmt.Sprintf("'%s' has the wrong type", name))
+		return apierror.BadRequest(fmt.Sprintf("'%s' has the wrong type", name))
 	}
 	switch op {
 	case exchange.OpChat:
@@ -330,14 +331,14 @@ func foldedKeys(body []byte) bool {
 
 // decodeError is the 400 for a body encoding/json could not decode into
 // requestJSON.
-func decodeError(err error) *apiError {
+func decodeError(err error) *apierror.Error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		if te.Field == "" {
-			return badRequest("request body must be a JSON object")
+			return apierror.BadRequest("request body must be a JSON object")
 		}
-		return badRequest(fmt.Sprintf("'%s': expected %s, got %s", te.Field, te.Type.Kind(), te.Value))
+		return apierror.BadRequest(fmt.Sprintf("'%s': expected %s, got %s", te.Field, te.Type.Kind(), te.Value))
 	}
-	return badRequest("request body is not valid JSON: " + err.Error())
+	return apierror.BadRequest("request body is not valid JSON: " + err.Error())
 }
 
 // deref returns *p, or "" for nil.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 )
 
 // retriever calls the retrieval service of the retrieval hook.
@@ -34,7 +35,7 @@ type passage struct {
 // retrieve runs the hook for a chat request under a "retrieval" span and
 // returns the body to send upstream: with the context message, or as it was
 // when the hook failed and on_error is skip.
-func (s *Server) retrieve(ctx context.Context, x *call, body []byte) ([]byte, *apiError) {
+func (s *Server) retrieve(ctx context.Context, x *call, body []byte) ([]byte, *apierror.Error) {
 	ctx, span := s.tracer.Start(ctx, "retrieval")
 	defer span.End()
 	out, n, err := s.retrieval.augment(ctx, body)
@@ -46,7 +47,7 @@ func (s *Server) retrieve(ctx context.Context, x *call, body []byte) ([]byte, *a
 	span.SetStatus(codes.Error, "retrieval failed")
 	s.log.Warn("retrieval failed", "request_id", x.req.ID, "err", err)
 	if s.retrieval.cfg.OnError == "fail" {
-		return nil, &apiError{http.StatusBadGateway, "upstream_error", "retrieval_failed", "retrieval failed: " + err.Error(), exchange.ClassUpstream5xx}
+		return nil, apierror.New(http.StatusBadGateway, "upstream_error", "retrieval_failed", "retrieval failed: "+err.Error(), exchange.ClassUpstream5xx)
 	}
 	return body, nil
 }

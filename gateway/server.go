@@ -30,6 +30,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
@@ -298,8 +299,8 @@ func (s *Server) routes() *gin.Engine {
 			other(c)
 			return
 		}
-		writeError(c.Writer, &apiError{http.StatusNotFound, "invalid_request_error", "not_found",
-			"no route for " + c.Request.Method + " " + c.Request.URL.Path, exchange.ClassBadRequest})
+		apierror.Write(c.Writer, apierror.New(http.StatusNotFound, "invalid_request_error", "not_found",
+			"no route for "+c.Request.Method+" "+c.Request.URL.Path, exchange.ClassBadRequest))
 	})
 	return e
 }
@@ -320,7 +321,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 			}
 			log.Error("panic serving request", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
 			if !c.Writer.Written() {
-				writeError(c.Writer, &apiError{http.StatusInternalServerError, "server_error", "internal_error", "internal error", exchange.ClassUpstream5xx})
+				apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", "internal error", exchange.ClassUpstream5xx))
 			}
 			c.Abort()
 		}()
@@ -364,7 +365,7 @@ type call struct {
 	captured    []byte
 	truncated   bool
 	readErr     error
-	apiErr      *apiError
+	apiErr      *apierror.Error
 	// Shadow comparison (shadow.go): the body sent upstream and the
 	// client's Authorization, kept (not copied) while a backend is
 	// shadow-compared; finish decides whether this request is.
@@ -505,7 +506,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
 	req, op := x.req, x.req.Operation
 	if s.retrieval != nil && op == exchange.OpChat {
-		var aerr *apiError
+		var aerr *apierror.Error
 		if body, aerr = s.retrieve(ctx, x, body); aerr != nil {
 			s.fail(w, x, aerr)
 			return
@@ -637,7 +638,7 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 
 // preprocess reads the body, checks the fields the route needs and picks
 // the backend. f is nil for passed-through routes.
-func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*requestFields, []byte, *apiError) {
+func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*requestFields, []byte, *apierror.Error) {
 	req := x.req
 	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
@@ -668,20 +669,20 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 }
 
 // fail answers with a gateway-made error.
-func (s *Server) fail(w http.ResponseWriter, x *call, e *apiError) {
+func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
 	x.apiErr = e
-	writeError(w, e)
+	apierror.Write(w, e)
 }
 
-func pickError(err error, model string, kinds []string) *apiError {
+func pickError(err error, model string, kinds []string) *apierror.Error {
 	if errors.Is(err, upstream.ErrUnknownModel) {
 		msg := fmt.Sprintf("The model `%s` does not exist or is not served by this gateway.", model)
 		if len(kinds) > 0 {
 			msg = fmt.Sprintf("no %s backend is configured for this route", strings.Join(kinds, "/"))
 		}
-		return &apiError{http.StatusNotFound, "invalid_request_error", "model_not_found", msg, exchange.ClassUnknownModel}
+		return apierror.New(http.StatusNotFound, "invalid_request_error", "model_not_found", msg, exchange.ClassUnknownModel)
 	}
-	return &apiError{http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", exchange.ClassNoBackend}
+	return apierror.New(http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", exchange.ClassNoBackend)
 }
 
 // sniffModel reads the "model" field of a passed-through JSON body, if any.
@@ -833,16 +834,16 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		// Another backend was healthy when the attempt was cancelled, and
 		// is no longer.
 		x.settle()
-		x.apiErr = &apiError{http.StatusBadGateway, "upstream_error", "upstream_unavailable",
-			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx}
-		writeError(w, x.apiErr)
+		x.apiErr = apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable",
+			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx)
+		apierror.Write(w, x.apiErr)
 		return
 	}
-	e := upstreamError(r.Context(), err)
-	if e.status != statusClientClosed {
+	e := apierror.Upstream(r.Context(), err)
+	if e.Status != apierror.StatusClientClosed {
 		s.recordFailure(x.backend)
 	}
-	if e.status == http.StatusBadGateway {
+	if e.Status == http.StatusBadGateway {
 		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.attempts, "err", err)
 		reason := retryTransport
 		if isDialError(err) {
@@ -851,14 +852,14 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		if s.retry(x, reason, 0) {
 			return
 		}
-		e.message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
+		e.Message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
 	}
 	x.settle()
 	x.apiErr = e
-	if e.status == statusClientClosed {
+	if e.Status == apierror.StatusClientClosed {
 		return // nobody to answer
 	}
-	writeError(w, e)
+	apierror.Write(w, e)
 }
 
 // finish ends a request: it derives the outcome, writes the access log and
@@ -906,14 +907,14 @@ func (s *Server) finish(ctx context.Context, x *call) {
 // outcome gives the status to record and the error class of a finished request.
 func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorClass) {
 	if x.apiErr != nil {
-		return x.apiErr.status, x.apiErr.class
+		return x.apiErr.Status, x.apiErr.Class
 	}
 	if !x.req.Stream || x.events == 0 {
 		x.usageFromCapture()
 	}
 	if aborted || x.readErr != nil {
 		if ctx.Err() != nil {
-			return statusClientClosed, exchange.ClassClientCancel
+			return apierror.StatusClientClosed, exchange.ClassClientCancel
 		}
 		return x.status, exchange.ClassUpstream5xx
 	}
