@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
@@ -29,8 +30,8 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 	var store alert.Store = state.NewMemory()
 	opts := []alert.Option{alert.WithLogger(p.log)}
 	if p.share != nil {
-		store = p.share.cfg.Store
-		opts = append(opts, alert.WithLeader(alert.Leader{Store: p.share.cfg.Store, Owner: p.share.cfg.Replica}))
+		store = p.share.Config().Store
+		opts = append(opts, alert.WithLeader(alert.Leader{Store: p.share.Config().Store, Owner: p.share.Config().Replica}))
 	}
 	e := alert.NewEngine(cfg, store, p.now, o.Notifier, opts...)
 	reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
@@ -125,12 +126,12 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		values = append(values, v)
 	}
 	now := p.now()
-	for backend, c := range p.errs.since(now.Add(-p.alertPeriod), now) {
+	for backend, c := range p.errs.Since(now.Add(-p.alertPeriod), now) {
 		if c[0] == 0 {
 			continue
 		}
 		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0]), N: c[0]}
-		switch model, ok := strings.CutPrefix(backend, modelKeyPrefix); {
+		switch model, ok := strings.CutPrefix(backend, errrate.ModelKeyPrefix); {
 		case ok:
 			v.Labels = withLabel(p.gatewayLabels, "model", model)
 		case backend == "":
@@ -202,7 +203,7 @@ func (p *Pipeline) burnRates(now time.Time) []alert.Value {
 	}
 	budget := 1 - p.slo.ErrorRate
 	burn := func(d time.Duration) (float64, bool) {
-		total, failed := p.errs.sum(now.Add(-d), now)
+		total, failed := p.errs.Sum(now.Add(-d), now)
 		if total == 0 {
 			return 0, false
 		}

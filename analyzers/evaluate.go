@@ -52,7 +52,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // Flush shares the windows now (a no-op without Sharing).
 func (p *Pipeline) Flush(ctx context.Context) {
 	if p.share != nil {
-		p.share.flush(ctx)
+		p.share.Flush(ctx)
 	}
 }
 
@@ -115,7 +115,7 @@ func (p *Pipeline) PinBaseline(ctx context.Context) error {
 	now := p.now()
 	err := p.pinAt(now) // an error may concern one signal: the others are pinned
 	if p.share != nil {
-		if serr := p.share.pin(ctx, now); serr != nil {
+		if serr := p.share.Pin(ctx, now); serr != nil {
 			p.log.Warn("baseline pinned here but not shared with other replicas", "err", serr)
 		}
 	}

@@ -29,7 +29,7 @@ func (p *Pipeline) Feedback(ctx context.Context, id string, correct bool) error 
 	}
 	var store state.Store
 	if p.share != nil {
-		store = p.share.cfg.Store
+		store = p.share.Config().Store
 	}
 	return p.calib.label(ctx, store, id, correct, p.now())
 }

@@ -7,39 +7,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vigil-gw/vigil/analyzers/share"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/state"
 )
-
-// TestHistoryBounded: the fine ring keeps fineCap points, the minute ring
-// one point a minute for a day; a query returns minute points only where
-// the fine ones are gone, oldest first.
-func TestHistoryBounded(t *testing.T) {
-	h := newHistory(time.Second)
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	const n = 3 * 3600 // three hours at one second
-	for i := range n {
-		h.record(HistoryPoint{Time: t0.Add(time.Duration(i) * time.Second)})
-	}
-	if len(h.fine) != fineCap || len(h.coarse) != 180 || len(h.unsent) != fineCap {
-		t.Fatalf("fine %d, coarse %d, unsent %d; want %d, 180, %d", len(h.fine), len(h.coarse), len(h.unsent), fineCap, fineCap)
-	}
-	pts := h.local(t0)
-	fineFrom := t0.Add((n - fineCap) * time.Second)
-	wantLen := int(fineFrom.Sub(t0)/time.Minute) + fineCap
-	if len(pts) != wantLen || !pts[0].Time.Equal(t0) || !pts[len(pts)-1].Time.Equal(t0.Add((n-1)*time.Second)) {
-		t.Fatalf("%d points from %v to %v, want %d from %v", len(pts), pts[0].Time, pts[len(pts)-1].Time, wantLen, t0)
-	}
-	for i := 1; i < len(pts); i++ {
-		if !pts[i].Time.After(pts[i-1].Time) {
-			t.Fatalf("points out of order at %d: %v then %v", i, pts[i-1].Time, pts[i].Time)
-		}
-	}
-	if got := resample(pts, 10*time.Minute); len(got) != 18 || !got[0].Time.Equal(t0.Add(9*time.Minute)) {
-		t.Errorf("resampled to 10 minutes: %d points, the first at %v; want 18, the first at 00:09", len(got), got[0].Time)
-	}
-}
 
 // TestHistoryRecordsEvaluations: the pipeline's history holds each
 // evaluation's headline values, the gateway's backends and the thresholds.
@@ -86,7 +58,7 @@ func TestHistoryShared(t *testing.T) {
 	cfg := config.Default().Analyzers
 	cfg.Interval = time.Second
 	newReplica := func(name string) *Pipeline {
-		p, err := New(Options{Config: cfg, Now: func() time.Time { return now }, Sharing: &Sharing{Store: store, Replica: name}})
+		p, err := New(Options{Config: cfg, Now: func() time.Time { return now }, Sharing: &share.Config{Store: store, Replica: name}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/precision"
@@ -116,16 +117,16 @@ func (p *Pipeline) OnEvent(r *exchange.Request, data []byte) {
 // windows, its confidence and timings to theirs.
 func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	t := r.Start.Add(resp.Latency)
-	p.usage.add(t, r, resp)
+	p.usage.Add(t, r, resp)
 	if r.Backend == "" { // the gateway answered: only the error rates see it
 		key := ""
 		if p.models[r.Model] {
-			key = modelKey(r.Model)
+			key = errrate.ModelKey(r.Model)
 		}
-		p.errs.add(t, key, resp.ErrorClass.Failed())
+		p.errs.Add(t, key, resp.ErrorClass.Failed())
 		return
 	}
-	p.errs.add(t, r.Backend, resp.ErrorClass.Failed())
+	p.errs.Add(t, r.Backend, resp.ErrorClass.Failed())
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {
 		defer func() { p.postprocessSpan(r, attrs) }()

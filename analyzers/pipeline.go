@@ -5,6 +5,7 @@
 package analyzers
 
 import (
+	"context"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -16,9 +17,13 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/errrate"
+	"github.com/vigil-gw/vigil/analyzers/history"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/precision"
+	"github.com/vigil-gw/vigil/analyzers/share"
+	"github.com/vigil-gw/vigil/analyzers/usage"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 )
@@ -39,7 +44,7 @@ type Options struct {
 	Tracer trace.Tracer
 	// Sharing shares the windows with other replicas. Nil: this process's
 	// own windows only.
-	Sharing *Sharing
+	Sharing *share.Config
 	// Alerts configures alerting on the signals, every Alerts.Period (zero
 	// values: the alert engine's defaults, from config.Default());
 	// Notifier delivers (nil: alerts are computed and listed, not sent).
@@ -74,9 +79,9 @@ type Pipeline struct {
 	prec   *precision.Monitor  // nil when disabled or no backend has a reference
 	calib  *feedback           // nil when confidence is disabled
 	tracer trace.Tracer        // nil: no postprocess spans
-	share  *sharer             // nil without Sharing
+	share  *share.Sharer       // nil without Sharing
 	alerts *alert.Engine
-	hist   *history
+	hist   *history.Ring
 	// backendStates is Options.BackendStates.
 	backendStates func() []exchange.BackendState
 	alertPeriod   time.Duration
@@ -84,10 +89,10 @@ type Pipeline struct {
 
 	// Requests and failures by backend (or by model, for requests the
 	// gateway answered itself), for the error rates and the SLO.
-	errs   *errorRates
+	errs   *errrate.Rates
 	slo    config.SLO
 	models map[string]bool // the configured models: bounded error-rate keys
-	usage  *usage          // token usage by tenant, model and backend
+	usage  *usage.Ledger   // token usage by tenant, model and backend
 	// backendLabels are the alert labels of each backend's series;
 	// gatewayLabels those of the gateway-wide ones.
 	backendLabels map[string]map[string]string
@@ -137,7 +142,7 @@ func New(o Options) (*Pipeline, error) {
 			span = max(span, w.Long)
 		}
 	}
-	p.errs = newErrorRates(c.Bucket, span)
+	p.errs = errrate.New(c.Bucket, span)
 	p.slo = o.Alerts.SLO
 	p.models = map[string]bool{}
 	for _, b := range o.Backends {
@@ -145,7 +150,7 @@ func New(o Options) (*Pipeline, error) {
 			p.models[m] = true
 		}
 	}
-	p.usage = newUsage(p.models, o.Backends)
+	p.usage = usage.New(p.models, o.Backends)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
 	if c.Precision.Enabled {
@@ -169,41 +174,38 @@ func New(o Options) (*Pipeline, error) {
 		cal := c.Calibration
 		p.calib = newFeedback(calibrate.NewStore(cal.MaxPending, cal.TTL, cal.MaxLabels), cal.TTL, shared, p.m.calibDropped)
 	}
+	p.hist = history.NewRing(c.Interval)
 	if shared {
-		sh := o.Sharing
-		cfg := *sh
-		if cfg.Replica == "" {
-			cfg.Replica = ReplicaID()
-		}
-		if cfg.Interval <= 0 {
-			cfg.Interval = time.Second
-		}
-		p.share = &sharer{cfg: cfg, log: p.log, now: p.now, m: newShareMetrics(reg), dropped: map[string]int64{},
-			// Long enough for the reference span and the perplexity baseline;
-			// the usage series set their own (sharePolicy).
-			ttl: c.Window + c.Reference + 10*time.Minute}
+		// Long enough for the reference span and the perplexity baseline;
+		// the usage series set their own (share.Policy).
+		ttl := c.Window + c.Reference + 10*time.Minute
+		p.share = share.New(*o.Sharing, ttl, p.log, p.now, reg, func(at time.Time) { p.pinAt(at) })
 		if p.drift != nil {
-			p.share.monitors = append(p.share.monitors, p.drift)
+			p.share.Add(p.drift)
 		}
 		if p.conf != nil {
-			p.share.monitors = append(p.share.monitors, p.conf)
+			p.share.Add(p.conf)
 		}
 		if p.lat != nil {
-			p.share.monitors = append(p.share.monitors, p.lat)
+			p.share.Add(p.lat)
 		}
 		if p.prec != nil {
-			p.share.monitors = append(p.share.monitors, p.prec)
+			p.share.Add(p.prec)
 		}
-		p.share.monitors = append(p.share.monitors, p.errs, p.usage)
-		p.share.onPin = func(at time.Time) { p.pinAt(at) }
-		p.share.calib = p.calib
+		p.share.Add(p.errs, p.usage)
+		st, replica := p.share.Config().Store, p.share.Config().Replica
+		if calib := p.calib; calib != nil {
+			p.share.AddSync(func(ctx context.Context, seq uint64, flush int) error {
+				// The other replicas' labels change slowly: read them every tenth flush.
+				return calib.sync(ctx, st, replica, seq, flush%10 == 1)
+			})
+		}
+		p.share.AddSync(func(ctx context.Context, seq uint64, _ int) error {
+			return p.hist.Share(ctx, st, replica, seq)
+		})
 	}
 	p.alerts = p.newAlerts(o, reg)
-	p.hist = newHistory(c.Interval)
 	p.backendStates = o.BackendStates
-	if p.share != nil {
-		p.share.hist = p.hist
-	}
 	return p, nil
 }
 

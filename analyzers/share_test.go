@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/analyzers/share"
 	"github.com/vigil-gw/vigil/analyzers/window"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
@@ -33,7 +34,7 @@ func TestSharing(t *testing.T) {
 	cfg.MinRequests, cfg.Window = 1000, time.Hour
 	mk := func(replica string) *Pipeline {
 		p, err := New(Options{Config: cfg, Now: func() time.Time { return now },
-			Sharing: &Sharing{Store: store, Replica: replica}})
+			Sharing: &share.Config{Store: store, Replica: replica}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func TestSharedCalibration(t *testing.T) {
 	f := newFeeder(t, config.Default().Analyzers, 5) // for its simulator
 	store := state.NewMemory()
 	mk := func(replica string) *Pipeline {
-		p, err := New(Options{Config: config.Default().Analyzers, Sharing: &Sharing{Store: store, Replica: replica}})
+		p, err := New(Options{Config: config.Default().Analyzers, Sharing: &share.Config{Store: store, Replica: replica}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func TestSharedErrorRate(t *testing.T) {
 	cfg.Alerts.Consecutive = 1
 	mk := func(replica string) *Pipeline {
 		p, err := New(Options{Config: cfg.Analyzers, Alerts: cfg.Alerts, Now: func() time.Time { return now },
-			Sharing: &Sharing{Store: store, Replica: replica}, Backends: []config.Backend{{Name: "x"}}})
+			Sharing: &share.Config{Store: store, Replica: replica}, Backends: []config.Backend{{Name: "x"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,16 +164,6 @@ func TestSharedErrorRate(t *testing.T) {
 	}
 }
 
-// TestErrorRatesOutliveTheirSpan: the error rates' snapshots live in the
-// store as long as the longest burn-rate window reads them, so that a
-// replica that went away still counts in a 6 h burn rate.
-func TestErrorRatesOutliveTheirSpan(t *testing.T) {
-	e := newErrorRates(10*time.Second, 6*time.Hour)
-	if ttl, every := e.sharing("errors/total"); ttl < 6*time.Hour || every != 1 {
-		t.Errorf("sharing = %v, %d; want at least 6h, read every flush", ttl, every)
-	}
-}
-
 // incrementalReadMax is the most buckets of a series a flush reads between
 // two whole reads, at the default 1 s interval and buckets of 10 s or
 // more: back from the newest bucket of the last read, two intervals
@@ -182,7 +173,7 @@ const incrementalReadMax = 4
 
 // fullReadFlushes is the number of flushes between whole reads at the
 // default 1 s interval.
-const fullReadFlushes = int(fullReadAfter / time.Second)
+const fullReadFlushes = int(share.FullReadAfter / time.Second)
 
 // TestSharedReadsAreIncremental: in steady state replica a's flush reads
 // a few of the newest buckets of each series (counted through a store
@@ -268,7 +259,7 @@ func TestSharedLateWriteIsRead(t *testing.T) {
 	r.p[1].Flush(ctx) // writes everything b kept
 	// A replica that starts now reads every span whole: what a should see.
 	c, err := New(Options{Config: dflt, Now: func() time.Time { return r.now },
-		Sharing: &Sharing{Store: r.stores[0].Store, Replica: "c"}})
+		Sharing: &share.Config{Store: r.stores[0].Store, Replica: "c"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,50 +288,6 @@ func TestSharedLateWriteIsRead(t *testing.T) {
 		t.Errorf("a sees b's late buckets at its first flush: the test misses its case")
 	}
 	t.Logf("a sees all %d responses %d flushes after b's late write", want, seen)
-}
-
-// TestReadSchedule: how far back a flush reads between whole reads, and
-// how often it reads whole, from the interval and the bucket width.
-func TestReadSchedule(t *testing.T) {
-	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name      string
-		interval  time.Duration
-		width     time.Duration
-		every     int   // the series' read rate (sharePolicy)
-		last      int64 // the newest bucket at the last read, relative to now's
-		never     bool  // not read yet
-		wantBack  int64 // the oldest bucket read, back from now's
-		wantWhole int   // flushes between whole reads
-	}{
-		{name: "default", interval: time.Second, width: 10 * time.Second, every: 1, last: 0, wantBack: 2, wantWhole: 10},
-		{name: "new bucket since", interval: time.Second, width: 10 * time.Second, every: 1, last: -1, wantBack: 3, wantWhole: 10},
-		{name: "buckets of an interval", interval: time.Second, width: time.Second, every: 1, last: -1, wantBack: 4, wantWhole: 10},
-		{name: "minute buckets", interval: time.Second, width: time.Minute, every: 1, last: 0, wantBack: 2, wantWhole: 10},
-		{name: "slow flushes", interval: 5 * time.Second, width: 10 * time.Second, every: 1, last: 0, wantBack: 2, wantWhole: 2},
-		{name: "flushes beyond the bound", interval: 30 * time.Second, width: 10 * time.Second, every: 1, last: -3, wantBack: 10, wantWhole: 1},
-		{name: "read every third flush", interval: time.Second, width: 10 * time.Second, every: 3, last: 0, wantBack: 2, wantWhole: 12},
-		{name: "read every tenth flush", interval: time.Second, width: time.Minute, every: 10, last: 0, wantBack: 2, wantWhole: 10},
-		{name: "long ago", interval: time.Second, width: 10 * time.Second, every: 1, last: -500, wantBack: 99, wantWhole: 10},
-		{name: "clock went back", interval: time.Second, width: 10 * time.Second, every: 1, last: 5, wantBack: 2, wantWhole: 10},
-		{name: "never read", interval: time.Second, width: 10 * time.Second, every: 1, never: true, wantBack: 99, wantWhole: 10},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sh := window.NewShared[window.Counts](tc.width, 100, nil)
-			sh.Advance(now)
-			from, to := sh.Numbers()
-			s := &sharer{cfg: Sharing{Interval: tc.interval}}
-			if !tc.never {
-				s.readTo = map[string]int64{"x": to + tc.last}
-			}
-			if got := to - s.readFrom("x", sh, from, to); got != tc.wantBack {
-				t.Errorf("reads back %d buckets from the newest, want %d", got, tc.wantBack)
-			}
-			if got := s.fullReadPeriod(tc.every); got != tc.wantWhole {
-				t.Errorf("reads whole every %d flushes, want %d", got, tc.wantWhole)
-			}
-		})
-	}
 }
 
 // countingStore wraps a real store: it counts what a replica reads of each
@@ -470,7 +417,7 @@ func newShareRig(tb testing.TB, backing state.Store) *shareRig {
 	for i, name := range []string{"a", "b"} {
 		r.stores[i] = newCountingStore(backing)
 		p, err := New(Options{Config: config.Default().Analyzers, Now: func() time.Time { return r.now },
-			Sharing: &Sharing{Store: r.stores[i], Replica: name}, Log: quiet})
+			Sharing: &share.Config{Store: r.stores[i], Replica: name}, Log: quiet})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -519,7 +466,7 @@ func newRedisShareRig(tb testing.TB) *shareRig {
 // spans returns the span, in buckets, of each series replica i shares.
 func (r *shareRig) spans(i int) map[string]int64 {
 	out := map[string]int64{}
-	for _, m := range r.p[i].share.monitors {
+	for _, m := range r.p[i].share.Monitors() {
 		m.Shared(func(name string, sh window.Sharer) {
 			from, to := sh.Numbers()
 			out[name] = to - from + 1

@@ -1,10 +1,8 @@
 package analyzers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,242 +11,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/analyzers/share"
+	"github.com/vigil-gw/vigil/analyzers/usage"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/state/redistest"
 )
 
-func ledgerOf(keys ...usageKey) *ledger {
-	l := new(ledger)
-	for i, k := range keys {
-		l.add(k, UsageCounts{Requests: 1, PromptTokens: int64(i), CompletionTokens: 2 * int64(i), CountedRequests: int64(i % 2)})
-	}
-	return l
-}
-
-// manyKeys returns n distinct keys.
-func manyKeys(n int) []usageKey {
-	ks := make([]usageKey, n)
-	for i := range ks {
-		ks[i] = usageKey{fmt.Sprintf("t%d", i%97), fmt.Sprintf("m%d", i/97), "b"}
-	}
-	return ks
-}
-
-func encodeLedger(t testing.TB, l *ledger) []byte {
-	t.Helper()
-	b, err := l.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// TestLedgerRoundTrip: a ledger decodes to what was encoded, merging equals
-// adding everything to one ledger, in any order, below and beyond the key
-// bound, and the bound holds without losing a token.
-func TestLedgerRoundTrip(t *testing.T) {
-	for _, n := range []int{0, 1, 3, maxUsageKeys - 1, maxUsageKeys, maxUsageKeys + 500} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			ks := manyKeys(n)
-			all := ledgerOf(ks...)
-			if len(all.m) > maxUsageKeys {
-				t.Fatalf("%d keys kept, bound %d", len(all.m), maxUsageKeys)
-			}
-			var want UsageCounts
-			for i := range ks {
-				want = want.plus(UsageCounts{1, int64(i), 2 * int64(i), int64(i % 2)})
-			}
-			var got UsageCounts
-			for _, r := range all.rows() {
-				got = got.plus(r.UsageCounts)
-			}
-			if got != want {
-				t.Errorf("rows sum to %+v, want %+v", got, want)
-			}
-			enc := encodeLedger(t, all)
-			dec := new(ledger)
-			if err := dec.UnmarshalBinary(enc); err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(all.rows(), dec.rows()); d != "" {
-				t.Errorf("decoded (-want +got):\n%s", d)
-			}
-			// Two halves, counted separately, merged both ways; the same
-			// key counted on both sides adds up.
-			var a, b ledger
-			for i, k := range ks {
-				c := UsageCounts{1, int64(i), 2 * int64(i), int64(i % 2)}
-				if i%3 == 0 {
-					a.add(k, c)
-				} else {
-					b.add(k, c)
-				}
-			}
-			ab, ba := new(ledger), new(ledger)
-			for _, m := range []struct {
-				dst  *ledger
-				srcs []*ledger
-			}{{ab, []*ledger{&a, &b}}, {ba, []*ledger{&b, &a}}} {
-				for _, s := range m.srcs {
-					if err := m.dst.Merge(s); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			for name, m := range map[string]*ledger{"a+b": ab, "b+a": ba} {
-				if e := encodeLedger(t, m); !bytes.Equal(e, enc) {
-					t.Errorf("%s encodes differently from one ledger of everything", name)
-				}
-			}
-			if n > 0 {
-				self := ledgerOf(ks...)
-				self.Merge(self)
-				twice := ledgerOf(ks...)
-				twice.Merge(ledgerOf(ks...))
-				if !bytes.Equal(encodeLedger(t, self), encodeLedger(t, twice)) {
-					t.Error("merging a ledger into itself is not merging a copy")
-				}
-			}
-			all.Reset()
-			if r := all.rows(); len(r) != 0 {
-				t.Errorf("rows after Reset: %v", r)
-			}
-		})
-	}
-}
-
-// TestLedgerRows: rows go by total tokens, then key; usage beyond the key
-// bound is one other/other/other row, added to a real key of that name.
-func TestLedgerRows(t *testing.T) {
-	var l ledger
-	l.add(usageKey{"b", "m", "x"}, UsageCounts{Requests: 1, PromptTokens: 5, CompletionTokens: 5})
-	l.add(usageKey{"a", "m", "x"}, UsageCounts{Requests: 2, PromptTokens: 1, CompletionTokens: 9})
-	l.add(usageKey{"", "m", "x"}, UsageCounts{Requests: 1, CompletionTokens: 20, CountedRequests: 1})
-	want := []UsageRow{
-		{"", "m", "x", UsageCounts{1, 0, 20, 1}},
-		{"a", "m", "x", UsageCounts{2, 1, 9, 0}},
-		{"b", "m", "x", UsageCounts{1, 5, 5, 0}},
-	}
-	if d := cmp.Diff(want, l.rows()); d != "" {
-		t.Errorf("rows (-want +got):\n%s", d)
-	}
-
-	full := ledgerOf(manyKeys(maxUsageKeys + 10)...)
-	other := usageKey{usageOther, usageOther, usageOther}
-	rows := func() (n int, o UsageCounts) {
-		for _, r := range full.rows() {
-			if (usageKey{r.Tenant, r.Model, r.Backend}) == other {
-				n, o = n+1, r.UsageCounts
-			}
-		}
-		return n, o
-	}
-	n, o := rows()
-	if n != 1 || o != full.other || o.Requests != 10 {
-		t.Errorf("%d other rows, %+v; want one with the 10 requests beyond the bound (%+v)", n, o, full.other)
-	}
-	// A real other/other/other key (say the gateway's "other" tenant of an
-	// unconfigured model on a backend named "other") gets the overflow
-	// added: still one row.
-	mixed := ledger{m: map[usageKey]ledgerEntry{other: {other.hash(), UsageCounts{Requests: 2}}}, other: UsageCounts{Requests: 3, PromptTokens: 1}}
-	if d := cmp.Diff([]UsageRow{{usageOther, usageOther, usageOther, UsageCounts{Requests: 5, PromptTokens: 1}}}, mixed.rows()); d != "" {
-		t.Errorf("other rows (-want +got):\n%s", d)
-	}
-}
-
-// TestLedgerCorrupt: inputs MarshalBinary cannot have written fail with the
-// window package's errors and leave the ledger as it was.
-func TestLedgerCorrupt(t *testing.T) {
-	good := encodeLedger(t, ledgerOf(usageKey{"a", "m", "x"}, usageKey{"b", "m", "x"}))
-	key := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
-	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-	cases := map[string]struct {
-		data []byte
-		want error
-	}{
-		"empty":          {nil, window.ErrCorrupt},
-		"other type":     {[]byte{0x41, 0, 0, 0}, window.ErrCorrupt},
-		"newer version":  {[]byte{0xa2}, window.ErrVersion},
-		"truncated":      {good[:len(good)-1], window.ErrCorrupt},
-		"trailing":       {append(good[:len(good):len(good)], 0), window.ErrCorrupt},
-		"too many keys":  {[]byte{tagLedger, 0, 0, 0, 0, 0x81, 0x40}, window.ErrCorrupt},
-		"huge key count": {[]byte{tagLedger, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, window.ErrCorrupt},
-		"other, few keys": {cat([]byte{tagLedger, 1, 0, 0, 0, 1},
-			key("a"), key("m"), key("x"), []byte{1, 0, 0, 0}), window.ErrCorrupt},
-		"other tokens, no requests": {[]byte{tagLedger, 0, 5, 0, 0, 0}, window.ErrCorrupt},
-		"no requests":               {cat([]byte{tagLedger, 0, 0, 0, 0, 1}, key("a"), key("m"), key("x"), []byte{0, 1, 0, 0}), window.ErrCorrupt},
-		"counted > requests":        {cat([]byte{tagLedger, 0, 0, 0, 0, 1}, key("a"), key("m"), key("x"), []byte{1, 0, 0, 2}), window.ErrCorrupt},
-		"keys out of order": {cat([]byte{tagLedger, 0, 0, 0, 0, 2},
-			key("b"), key("m"), key("x"), []byte{1, 0, 0, 0}, key("a"), key("m"), key("x"), []byte{1, 0, 0, 0}), window.ErrCorrupt},
-		"duplicate key": {cat([]byte{tagLedger, 0, 0, 0, 0, 2},
-			key("a"), key("m"), key("x"), []byte{1, 0, 0, 0}, key("a"), key("m"), key("x"), []byte{1, 0, 0, 0}), window.ErrCorrupt},
-		"label too long": {cat([]byte{tagLedger, 0, 0, 0, 0, 1, 0x81, 0x10}, bytes.Repeat([]byte("a"), 0x801), key("m"), key("x"), []byte{1, 0, 0, 0}), window.ErrCorrupt},
-		"count overflows": {cat([]byte{tagLedger, 0, 0, 0, 0, 1}, key("a"), key("m"), key("x"),
-			[]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0}), window.ErrCorrupt},
-		"total overflows": {cat([]byte{tagLedger, 0, 0, 0, 0, 2},
-			key("a"), key("m"), key("x"), []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0},
-			key("b"), key("m"), key("x"), []byte{1, 1, 0, 0}), window.ErrCorrupt},
-	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			l := ledgerOf(usageKey{"keep", "me", "x"})
-			before := encodeLedger(t, l)
-			err := l.UnmarshalBinary(c.data)
-			if !errors.Is(err, c.want) {
-				t.Fatalf("error %v, want %v", err, c.want)
-			}
-			if !bytes.Equal(encodeLedger(t, l), before) {
-				t.Error("a failed decode changed the ledger")
-			}
-		})
-	}
-}
-
-// FuzzLedgerUnmarshal: decoding never panics, fails only with the window
-// package's errors, and what it accepts re-encodes canonically and can be
-// used.
-func FuzzLedgerUnmarshal(f *testing.F) {
-	seeds := [][]byte{nil, {tagLedger}}
-	// No full ledger: its 100 kB would slow the fuzzer to a crawl
-	// (TestLedgerRoundTrip decodes those).
-	for _, l := range []*ledger{new(ledger), ledgerOf(usageKey{"", "m", "a"}, usageKey{"t", "other", "b"}), ledgerOf(manyKeys(5)...)} {
-		seeds = append(seeds, encodeLedger(f, l))
-	}
-	for _, s := range seeds {
-		f.Add(s)
-		if len(s) > 1 {
-			f.Add(s[:len(s)/2])
-		}
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		l := new(ledger)
-		if err := l.UnmarshalBinary(data); err != nil {
-			if !errors.Is(err, window.ErrCorrupt) && !errors.Is(err, window.ErrVersion) {
-				t.Fatalf("error %v is neither ErrCorrupt nor ErrVersion", err)
-			}
-			return
-		}
-		b1 := encodeLedger(t, l)
-		w := new(ledger)
-		if err := w.UnmarshalBinary(b1); err != nil {
-			t.Fatalf("re-encoding of accepted input rejected: %v", err)
-		}
-		if b2 := encodeLedger(t, w); !bytes.Equal(b1, b2) {
-			t.Fatalf("encoding not canonical:\n%x\n%x", b1, b2)
-		}
-		if len(l.m) > maxUsageKeys {
-			t.Fatalf("%d keys decoded", len(l.m))
-		}
-		l.Merge(w)
-		l.add(usageKey{"fuzz", "", ""}, UsageCounts{Requests: 1})
-		_ = l.rows()
-	})
-}
-
-// usageClock is a settable clock for pipelines under test.
 type usageClock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -273,7 +43,7 @@ func respond(p *Pipeline, end time.Time, tenant, model, backend string, prompt, 
 	p.OnResponse(r, &exchange.Response{Status: 200, Latency: time.Second, PromptTokens: prompt, CompletionTokens: completion, UsageSource: src})
 }
 
-func newUsagePipeline(t *testing.T, clock *usageClock, backends []config.Backend, sh *Sharing) *Pipeline {
+func newUsagePipeline(t *testing.T, clock *usageClock, backends []config.Backend, sh *share.Config) *Pipeline {
 	t.Helper()
 	p, err := New(Options{Config: config.Default().Analyzers, Now: clock.now, Backends: backends, Sharing: sh})
 	if err != nil {
@@ -301,23 +71,23 @@ func TestUsageWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Usage{
-		Hour: UsageWindow{
+	want := usage.Report{
+		Hour: usage.Window{
 			Since: time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC), Until: now,
-			Totals: UsageCounts{4, 340, 860, 1},
-			Rows: []UsageRow{
-				{"team-a", "llama", "a", UsageCounts{2, 300, 800, 0}},
-				{"", "llama", "b", UsageCounts{1, 0, 50, 1}}, // 50 tokens each: by key
-				{"team-b", "other", "b", UsageCounts{1, 40, 10, 0}},
+			Totals: usage.Counts{Requests: 4, PromptTokens: 340, CompletionTokens: 860, CountedRequests: 1},
+			Rows: []usage.Row{
+				{Tenant: "team-a", Model: "llama", Backend: "a", Counts: usage.Counts{Requests: 2, PromptTokens: 300, CompletionTokens: 800, CountedRequests: 0}},
+				{Tenant: "", Model: "llama", Backend: "b", Counts: usage.Counts{Requests: 1, PromptTokens: 0, CompletionTokens: 50, CountedRequests: 1}}, // 50 tokens each: by key
+				{Tenant: "team-b", Model: "other", Backend: "b", Counts: usage.Counts{Requests: 1, PromptTokens: 40, CompletionTokens: 10, CountedRequests: 0}},
 			},
 		},
-		Day: UsageWindow{
+		Day: usage.Window{
 			Since: time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC), Until: now,
-			Totals: UsageCounts{5, 1340, 1860, 1},
-			Rows: []UsageRow{
-				{"team-a", "llama", "a", UsageCounts{3, 1300, 1800, 0}},
-				{"", "llama", "b", UsageCounts{1, 0, 50, 1}},
-				{"team-b", "other", "b", UsageCounts{1, 40, 10, 0}},
+			Totals: usage.Counts{Requests: 5, PromptTokens: 1340, CompletionTokens: 1860, CountedRequests: 1},
+			Rows: []usage.Row{
+				{Tenant: "team-a", Model: "llama", Backend: "a", Counts: usage.Counts{Requests: 3, PromptTokens: 1300, CompletionTokens: 1800, CountedRequests: 0}},
+				{Tenant: "", Model: "llama", Backend: "b", Counts: usage.Counts{Requests: 1, PromptTokens: 0, CompletionTokens: 50, CountedRequests: 1}},
+				{Tenant: "team-b", Model: "other", Backend: "b", Counts: usage.Counts{Requests: 1, PromptTokens: 40, CompletionTokens: 10, CountedRequests: 0}},
 			},
 		},
 	}
@@ -329,7 +99,7 @@ func TestUsageWindows(t *testing.T) {
 	// the day; the one of 10:28 stays in the day until 11:00 the next day.
 	clock.set(now.Add(90 * time.Minute))
 	u, _ = p.Usage(context.Background())
-	if u.Hour.Totals != (UsageCounts{}) || len(u.Hour.Rows) != 0 {
+	if u.Hour.Totals != (usage.Counts{}) || len(u.Hour.Rows) != 0 {
 		t.Errorf("hour after 90 min: %+v", u.Hour)
 	}
 	if u.Day.Totals.Requests != 5 {
@@ -373,7 +143,7 @@ func TestUsageJSON(t *testing.T) {
 
 // TestUsageBounds: models are named when configured, or (when a backend
 // serves every model) the first 64 seen; labels are bounded in length;
-// however many keys, a bucket keeps at most maxUsageKeys.
+// however many keys, a bucket keeps at most usage.MaxKeys.
 func TestUsageBounds(t *testing.T) {
 	now := time.Date(2026, 11, 29, 10, 30, 0, 0, time.UTC)
 	models := func(p *Pipeline) map[string]int64 {
@@ -387,7 +157,7 @@ func TestUsageBounds(t *testing.T) {
 		}
 		return out
 	}
-	long := strings.Repeat("x", maxUsageLabel+1)
+	long := strings.Repeat("x", usage.MaxLabel+1)
 
 	closed := newUsagePipeline(t, &usageClock{t: now}, []config.Backend{{Name: "a", Models: []string{"llama"}}}, nil)
 	for _, m := range []string{"llama", "gpt", "llama", "", long} {
@@ -401,10 +171,10 @@ func TestUsageBounds(t *testing.T) {
 	want := map[string]int64{"llama": 1, "other": 11}
 	respond(open, now, "", "llama", "any", 1, 1, exchange.UsageReported)
 	respond(open, now, "", long, "any", 1, 1, exchange.UsageReported)
-	for i := range maxUsageModels + 10 {
+	for i := range usage.MaxModels + 10 {
 		m := fmt.Sprintf("m%d", i)
 		respond(open, now, "", m, "any", 1, 1, exchange.UsageReported)
-		if i < maxUsageModels {
+		if i < usage.MaxModels {
 			want[m] = 1
 		}
 	}
@@ -413,16 +183,16 @@ func TestUsageBounds(t *testing.T) {
 	}
 
 	tenants := newUsagePipeline(t, &usageClock{t: now}, []config.Backend{{Name: "a", Models: []string{"llama"}}}, nil)
-	const n = maxUsageKeys + 1000
+	const n = usage.MaxKeys + 1000
 	for i := range n {
 		respond(tenants, now, fmt.Sprint(i), "llama", "a", 1, 2, exchange.UsageReported)
 	}
 	u, _ := tenants.Usage(context.Background())
-	for name, w := range map[string]UsageWindow{"hour": u.Hour, "day": u.Day} {
-		if len(w.Rows) != maxUsageKeys+1 || w.Totals != (UsageCounts{n, n, 2 * n, 0}) {
-			t.Errorf("%s: %d rows, totals %+v; want %d rows and every request", name, len(w.Rows), w.Totals, maxUsageKeys+1)
+	for name, w := range map[string]usage.Window{"hour": u.Hour, "day": u.Day} {
+		if len(w.Rows) != usage.MaxKeys+1 || w.Totals != (usage.Counts{Requests: n, PromptTokens: n, CompletionTokens: 2 * n, CountedRequests: 0}) {
+			t.Errorf("%s: %d rows, totals %+v; want %d rows and every request", name, len(w.Rows), w.Totals, usage.MaxKeys+1)
 		}
-		if r := w.Rows[0]; r.Tenant != usageOther || r.Requests != 1000 {
+		if r := w.Rows[0]; r.Tenant != usage.Other || r.Requests != 1000 {
 			t.Errorf("%s: first row %+v, want the 1000 requests beyond the bound", name, r)
 		}
 	}
@@ -463,7 +233,7 @@ func (s *recordingStore) Buckets(ctx context.Context, signal string, from, to in
 // TestSharedUsage: replicas over one store see each other's usage, over
 // the hour and the day, once each however often they flush. The usage
 // series live in the store as long as they span and are read every
-// usageReadEvery flushes; the other series keep the sharer's ttl and are
+// usage.ReadEvery flushes; the other series keep the sharer's ttl and are
 // read every flush.
 func TestSharedUsage(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { testSharedUsage(t, state.NewMemory()) })
@@ -484,7 +254,7 @@ func testSharedUsage(t *testing.T, backing state.Store) {
 	clock := &usageClock{t: now}
 	backends := []config.Backend{{Name: "x", Models: []string{"llama"}}}
 	mk := func(replica string) *Pipeline {
-		return newUsagePipeline(t, clock, backends, &Sharing{Store: store, Replica: replica})
+		return newUsagePipeline(t, clock, backends, &share.Config{Store: store, Replica: replica})
 	}
 	a, b := mk("a"), mk("b")
 	respond(a, now.Add(-2*time.Hour), "team-a", "llama", "x", 1000, 1000, exchange.UsageReported)
@@ -493,7 +263,7 @@ func testSharedUsage(t *testing.T, backing state.Store) {
 	respond(b, now, "team-b", "llama", "x", 5, 5, exchange.UsageCounted)
 
 	ctx := context.Background()
-	usage := func(p *Pipeline) Usage {
+	usageOf := func(p *Pipeline) usage.Report {
 		t.Helper()
 		u, err := p.Usage(ctx)
 		if err != nil {
@@ -501,17 +271,17 @@ func testSharedUsage(t *testing.T, backing state.Store) {
 		}
 		return u
 	}
-	hour := []UsageRow{
-		{"team-a", "llama", "x", UsageCounts{2, 11, 22, 0}},
-		{"team-b", "llama", "x", UsageCounts{1, 5, 5, 1}},
+	hour := []usage.Row{
+		{Tenant: "team-a", Model: "llama", Backend: "x", Counts: usage.Counts{Requests: 2, PromptTokens: 11, CompletionTokens: 22, CountedRequests: 0}},
+		{Tenant: "team-b", Model: "llama", Backend: "x", Counts: usage.Counts{Requests: 1, PromptTokens: 5, CompletionTokens: 5, CountedRequests: 1}},
 	}
-	day := []UsageRow{
-		{"team-a", "llama", "x", UsageCounts{3, 1011, 1022, 0}},
-		{"team-b", "llama", "x", UsageCounts{1, 5, 5, 1}},
+	day := []usage.Row{
+		{Tenant: "team-a", Model: "llama", Backend: "x", Counts: usage.Counts{Requests: 3, PromptTokens: 1011, CompletionTokens: 1022, CountedRequests: 0}},
+		{Tenant: "team-b", Model: "llama", Backend: "x", Counts: usage.Counts{Requests: 1, PromptTokens: 5, CompletionTokens: 5, CountedRequests: 1}},
 	}
 	check := func(name string, p *Pipeline) {
 		t.Helper()
-		u := usage(p)
+		u := usageOf(p)
 		if d := cmp.Diff(hour, u.Hour.Rows); d != "" {
 			t.Errorf("%s's hour (-want +got):\n%s", name, d)
 		}
@@ -522,10 +292,10 @@ func testSharedUsage(t *testing.T, backing state.Store) {
 	a.Flush(ctx) // a's first flush: reads, but b wrote nothing yet
 	b.Flush(ctx) // b's first: reads a's
 	check("b", b)
-	if got := usage(a).Hour.Totals.Requests; got != 1 {
+	if got := usageOf(a).Hour.Totals.Requests; got != 1 {
 		t.Errorf("a saw b's usage before its next read: %d requests in the hour", got)
 	}
-	for range usageReadEvery { // a's next read is its usageReadEvery+1st flush
+	for range usage.ReadEvery { // a's next read is its usage.ReadEvery+1st flush
 		a.Flush(ctx)
 		b.Flush(ctx)
 	}
@@ -542,9 +312,9 @@ func testSharedUsage(t *testing.T, backing state.Store) {
 	dflt := config.Default().Analyzers
 	wantTTL := map[string]time.Duration{
 		// Never less than the sharer's ttl.
-		usageMinuteSeries: dflt.Window + dflt.Reference + 10*time.Minute,
-		usageHourSeries:   26*time.Hour + 10*time.Minute,
-		"errors/total":    dflt.Window + dflt.Reference + 10*time.Minute,
+		usage.MinuteSeries: dflt.Window + dflt.Reference + 10*time.Minute,
+		usage.HourSeries:   26*time.Hour + 10*time.Minute,
+		"errors/total":     dflt.Window + dflt.Reference + 10*time.Minute,
 	}
 	for name, want := range wantTTL {
 		if got := store.ttl[name]; got != want {
@@ -553,8 +323,8 @@ func testSharedUsage(t *testing.T, backing state.Store) {
 	}
 	// 23 flushes: a 11, b 11, c 1; the usage series are read at the first
 	// of each replica and the 11th of a and b.
-	if r, e := store.reads[usageHourSeries], store.reads["errors/total"]; r != 5 || e != 23 {
-		t.Errorf("reads: %s %d, want 5; errors/total %d, want 23", usageHourSeries, r, e)
+	if r, e := store.reads[usage.HourSeries], store.reads["errors/total"]; r != 5 || e != 23 {
+		t.Errorf("reads: %s %d, want 5; errors/total %d, want 23", usage.HourSeries, r, e)
 	}
 }
 
@@ -564,8 +334,8 @@ func TestUsageConcurrent(t *testing.T) {
 	now := time.Date(2026, 11, 29, 10, 30, 0, 0, time.UTC)
 	clock := &usageClock{t: now}
 	store := state.NewMemory()
-	a := newUsagePipeline(t, clock, nil, &Sharing{Store: store, Replica: "a"})
-	b := newUsagePipeline(t, clock, nil, &Sharing{Store: store, Replica: "b"})
+	a := newUsagePipeline(t, clock, nil, &share.Config{Store: store, Replica: "a"})
+	b := newUsagePipeline(t, clock, nil, &share.Config{Store: store, Replica: "b"})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -17,7 +17,7 @@ type LeaseStore interface {
 // Key and differ in Owner.
 type Leader struct {
 	Store LeaseStore
-	// Owner identifies this replica (e.g. analyzers.ReplicaID()).
+	// Owner identifies this replica (e.g. share.ReplicaID()).
 	Owner string
 	// TTL is the lease's length; it must exceed the period so that the
 	// holder renews it in time. Zero: 3 periods.

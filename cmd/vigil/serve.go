@@ -21,6 +21,7 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/analyzers/share"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway"
@@ -159,8 +160,8 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 		// Windows and weights go to Redis off the request path; a Redis
 		// outage costs only their sharing, never a request.
 		store := state.NewRedis(rc, cfg.State.Redis.Prefix)
-		shared, replica = store, analyzers.ReplicaID()
-		ao.Sharing = &analyzers.Sharing{Store: store, Replica: replica}
+		shared, replica = store, share.ReplicaID()
+		ao.Sharing = &share.Config{Store: store, Replica: replica}
 		weights = &state.Weights{Store: store, Replica: replica, MaxAge: cfg.Balancer.StaleAfter}
 	}
 	ao.Alerts = cfg.Alerts

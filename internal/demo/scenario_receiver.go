@@ -1,7 +1,6 @@
-package main
+package demo
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -49,9 +48,6 @@ func newReceiver() (*receiver, error) {
 
 // URL is the webhook URL to give Vigil.
 func (r *receiver) URL() string { return "http://" + r.ln.Addr().String() + "/alerts" }
-
-// run serves the receiver until ctx is done.
-func (r *receiver) run(ctx context.Context) error { return serveHandler(ctx, r.ln, r) }
 
 // ServeHTTP takes one webhook post (alert.WebhookBody). A resolution is an
 // alert whose endsAt has passed: a firing one's lies ahead.

@@ -1,12 +1,10 @@
-package main
+package demo
 
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -28,7 +26,7 @@ func TestScenarioFull(t *testing.T) {
 	if testing.Short() || os.Getenv("VIGIL_SCENARIO_FULL") == "" {
 		t.Skip("the full story takes minutes: VIGIL_SCENARIO_FULL=1 runs it")
 	}
-	testScenario(t, newIncident(1, false), scenarioRPS, 10*time.Minute)
+	testScenario(t, newIncident(1, false), ScenarioRPS, 10*time.Minute)
 }
 
 // testScenario runs a demo at rps with sc's timings, tells sc once (each
@@ -38,7 +36,7 @@ func TestScenarioFull(t *testing.T) {
 // they vary, and the phase's duration is the bound that matters.
 func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) {
 	sc.untilDetected = true
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: rps, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
+	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: rps, log: slog.New(slog.DiscardHandler), timings: &sc.timings, build: testBuild, serveHTTP: testServeHTTP})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,31 +84,5 @@ func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) 
 	}
 	if firing == 0 {
 		t.Error("the built-in receiver got no firing alert")
-	}
-}
-
-// TestScenarioFlags: bad demo flags are usage errors that say what is
-// wrong, never a panic, and start nothing.
-func TestScenarioFlags(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string // in the error
-	}{
-		{[]string{"--scenario", "bogus"}, `unknown --scenario "bogus"`},
-		{[]string{"--scenario", "none", "--loop"}, "--loop needs a scenario"},
-		{[]string{"--rps", "-1"}, "--rps must be in [0, 1000]"},
-		{[]string{"--rps", "NaN"}, "--rps must be in [0, 1000]"},
-		{[]string{"--rps", "0"}, "a scenario needs traffic"},
-		{[]string{"--duration", "-1s"}, "--duration must not be negative"},
-		{[]string{"extra"}, "unexpected argument extra"},
-		{[]string{"--listen", "127.0.0.1:0", "--alertmanager", "ftp://am:9093"}, "alerts.alertmanager_url"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			err := run(t.Context(), append([]string{"demo"}, tt.args...), io.Discard, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one containing %q", err, tt.want)
-			}
-		})
 	}
 }

@@ -1,11 +1,12 @@
-package analyzers
+// Package usage is the token usage ledger: what each tenant used of each
+// model on each backend, in minute and hour buckets shared with the other
+// replicas, as GET /admin/usage shows it.
+package usage
 
 import (
 	"cmp"
-	"context"
 	"encoding"
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"slices"
 	"strings"
@@ -17,86 +18,94 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 )
 
-// Usage is the token usage of the last hour and of the last day, every
+// Report is the token usage of the last hour and of the last day, every
 // replica's, as GET /admin/usage shows it.
-type Usage struct {
-	Hour UsageWindow `json:"hour"`
-	Day  UsageWindow `json:"day"`
+type Report struct {
+	Hour Window `json:"hour"`
+	Day  Window `json:"day"`
 }
 
-// UsageWindow is the usage of the responses that ended in [Since, Until]:
+// Window is the usage of the responses that ended in [Since, Until]:
 // its totals and one row per tenant, model and backend, by total tokens
 // (prompt plus completion) descending, then by tenant, model and backend.
 // Since is the start of the oldest bucket counted, so a window covers a
 // little more than its name says (up to a minute for the hour, an hour for
 // the day), never less.
-type UsageWindow struct {
-	Since  time.Time   `json:"since"`
-	Until  time.Time   `json:"until"`
-	Totals UsageCounts `json:"totals"`
-	Rows   []UsageRow  `json:"rows"`
+type Window struct {
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	Totals Counts    `json:"totals"`
+	Rows   []Row     `json:"rows"`
 }
 
-// UsageCounts counts responses that a backend answered (failures
+// Counts counts responses that a backend answered (failures
 // included) and their tokens. CountedRequests are those whose completion
 // tokens the gateway counted from the stream (exchange.UsageCounted): their
 // prompt tokens are unknown and not in PromptTokens.
-type UsageCounts struct {
+type Counts struct {
 	Requests         int64 `json:"requests"`
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	CountedRequests  int64 `json:"counted_requests"`
 }
 
-func (c UsageCounts) plus(o UsageCounts) UsageCounts {
-	return UsageCounts{c.Requests + o.Requests, c.PromptTokens + o.PromptTokens,
+func (c Counts) plus(o Counts) Counts {
+	return Counts{c.Requests + o.Requests, c.PromptTokens + o.PromptTokens,
 		c.CompletionTokens + o.CompletionTokens, c.CountedRequests + o.CountedRequests}
 }
 
-// UsageRow is the usage of one tenant of one model on one backend. Tenant
+// Row is the usage of one tenant of one model on one backend. Tenant
 // is "" for requests without a tenant; "other" in any of the three labels
-// stands for the values beyond the bounds (see Pipeline.Usage).
-type UsageRow struct {
+// stands for the values beyond the bounds (see Ledger).
+type Row struct {
 	Tenant  string `json:"tenant"`
 	Model   string `json:"model"`
 	Backend string `json:"backend"`
-	UsageCounts
+	Counts
 }
 
 // The usage ledger's bounds, which hold whatever the traffic.
 const (
-	// maxUsageKeys bounds the (tenant, model, backend) keys of one bucket;
+	// MaxKeys bounds the (tenant, model, backend) keys of one bucket;
 	// the usage of the keys beyond is counted under "other" for all three.
-	maxUsageKeys = 4096
-	// maxUsageModels bounds the models named without being configured,
+	MaxKeys = 4096
+	// MaxModels bounds the models named without being configured,
 	// when some backend serves every model: the first ones seen.
-	maxUsageModels = 64
-	// maxUsageLabel bounds a label's length; longer ones are "other".
-	maxUsageLabel = 256
-	usageOther    = "other"
+	MaxModels = 64
+	// MaxLabel bounds a label's length; longer ones are Other.
+	MaxLabel = 256
+	// Other is the label that stands for the values beyond the bounds.
+	Other = "other"
 )
 
 // The usage series: minute buckets for the last hour, hour buckets for the
 // last day, each with room for the bucket in progress and one more.
 const (
-	usageMinuteSeries = "usage/minute"
-	usageHourSeries   = "usage/hour"
-	usageMinuteSpan   = 62
-	usageHourSpan     = 26
-	// usageReadEvery: the other replicas' usage is read every this many
+	// MinuteSeries and HourSeries name the series in the store.
+	MinuteSeries    = "usage/minute"
+	HourSeries      = "usage/hour"
+	usageMinuteSpan = 62
+	usageHourSpan   = 26
+	// ReadEvery: the other replicas' usage is read every this many
 	// flushes (10 s at the default interval), not every flush: 88 buckets
 	// a second would be most of the flush's reads, for a view that
 	// nobody needs to the second.
-	usageReadEvery = 10
+	ReadEvery = 10
 )
 
-// usage is the usage ledger: what each (tenant, model, backend) used, in
-// minute and hour buckets shared with the other replicas. It is safe for
-// concurrent use.
-type usage struct {
+// Ledger is the usage ledger: what each (tenant, model, backend) used, in
+// minute and hour buckets shared with the other replicas. Labels are
+// bounded whatever the traffic: tenants by the gateway (64, then "other");
+// models like the error-rate keys (configured ones by name, others
+// "other", or the first 64 seen when some backend serves every model);
+// and at most MaxKeys keys per bucket, beyond which usage is counted
+// under "other" for all three labels (the keys kept are the same on every
+// replica: see ledger). Responses the gateway answered itself are not
+// counted. It is safe for concurrent use.
+type Ledger struct {
 	mu sync.Mutex
 	// models are the configured models, always named; when open (some
-	// backend serves every model), seen names the first maxUsageModels
+	// backend serves every model), seen names the first MaxModels
 	// others too.
 	models map[string]bool
 	open   bool
@@ -105,8 +114,11 @@ type usage struct {
 	minute, hour *window.Shared[ledger, *ledger]
 }
 
-func newUsage(models map[string]bool, backends []config.Backend) *usage {
-	u := &usage{models: models, seen: map[string]bool{},
+// New returns an empty ledger that names the configured models and, when
+// some backend serves every model (or there is no backend), the first
+// MaxModels others seen.
+func New(models map[string]bool, backends []config.Backend) *Ledger {
+	u := &Ledger{models: models, seen: map[string]bool{},
 		minute: window.NewShared[ledger](time.Minute, usageMinuteSpan, nil),
 		hour:   window.NewShared[ledger](time.Hour, usageHourSpan, nil)}
 	u.open = len(backends) == 0
@@ -118,13 +130,13 @@ func newUsage(models map[string]bool, backends []config.Backend) *usage {
 	return u
 }
 
-// add counts one response that ended at t; those the gateway answered
+// Add counts one response that ended at t; those the gateway answered
 // itself (no backend) are not usage.
-func (u *usage) add(t time.Time, r *exchange.Request, resp *exchange.Response) {
+func (u *Ledger) Add(t time.Time, r *exchange.Request, resp *exchange.Response) {
 	if r.Backend == "" {
 		return
 	}
-	c := UsageCounts{Requests: 1, PromptTokens: int64(max(resp.PromptTokens, 0)),
+	c := Counts{Requests: 1, PromptTokens: int64(max(resp.PromptTokens, 0)),
 		CompletionTokens: int64(max(resp.CompletionTokens, 0))}
 	if resp.UsageSource == exchange.UsageCounted {
 		c.CountedRequests = 1
@@ -142,108 +154,85 @@ func (u *usage) add(t time.Time, r *exchange.Request, resp *exchange.Response) {
 
 // label bounds a label's length.
 func label(s string) string {
-	if len(s) > maxUsageLabel {
-		return usageOther
+	if len(s) > MaxLabel {
+		return Other
 	}
 	return s
 }
 
 // model bounds the model names like the error-rate keys: a configured
 // model keeps its name, another is "other", unless some backend serves
-// every model: then the first maxUsageModels others seen keep theirs too.
+// every model: then the first MaxModels others seen keep theirs too.
 // The first seen, not a hash rule, because only this replica names them;
 // the ledger's key bound is what keeps the merged picture bounded.
 // Callers hold u.mu.
-func (u *usage) model(m string) string {
+func (u *Ledger) model(m string) string {
 	switch {
-	case len(m) > maxUsageLabel:
-		return usageOther
+	case len(m) > MaxLabel:
+		return Other
 	case u.models[m] || u.seen[m]:
 		return m
-	case u.open && len(u.seen) < maxUsageModels:
+	case u.open && len(u.seen) < MaxModels:
 		m = strings.Clone(m) // it may share a large request body's memory
 		u.seen[m] = true
 		return m
 	}
-	return usageOther
+	return Other
 }
 
 // Shared hands the series to the replica flusher, under the lock.
-func (u *usage) Shared(f func(name string, s window.Sharer)) {
+func (u *Ledger) Shared(f func(name string, s window.Sharer)) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	f(usageMinuteSeries, u.minute)
-	f(usageHourSeries, u.hour)
+	f(MinuteSeries, u.minute)
+	f(HourSeries, u.hour)
 }
 
-var _ sharePolicy = (*usage)(nil)
-
-// sharing keeps a series' snapshots in the store as long as the series
+// Sharing keeps a series' snapshots in the store as long as the series
 // spans, and ten minutes more, so that a replica that went away still
 // counts in the day's usage; the other replicas' snapshots are read every
-// usageReadEvery flushes.
-func (u *usage) sharing(name string) (ttl time.Duration, readEvery int) {
-	if name == usageHourSeries {
-		return usageHourSpan*time.Hour + 10*time.Minute, usageReadEvery
+// ReadEvery flushes.
+func (u *Ledger) Sharing(name string) (ttl time.Duration, readEvery int) {
+	if name == HourSeries {
+		return usageHourSpan*time.Hour + 10*time.Minute, ReadEvery
 	}
-	return usageMinuteSpan*time.Minute + 10*time.Minute, usageReadEvery
+	return usageMinuteSpan*time.Minute + 10*time.Minute, ReadEvery
 }
 
-// report returns the usage of the last hour and day before now.
-func (u *usage) report(now time.Time) (Usage, error) {
+// Report returns the usage of the last hour and of the last day before
+// now by tenant, model and backend, merged over every replica: this one's
+// and what it last read of the others' (every ReadEvery flushes).
+func (u *Ledger) Report(now time.Time) (Report, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	h, err := usageWindow(u.minute, now, time.Hour)
 	if err != nil {
-		return Usage{}, err
+		return Report{}, err
 	}
 	d, err := usageWindow(u.hour, now, 24*time.Hour)
 	if err != nil {
-		return Usage{}, err
+		return Report{}, err
 	}
-	return Usage{Hour: h, Day: d}, nil
+	return Report{Hour: h, Day: d}, nil
 }
 
 // usageWindow merges the buckets of s, local and imported, that overlap
 // [now-span, now].
-func usageWindow(s *window.Shared[ledger, *ledger], now time.Time, span time.Duration) (UsageWindow, error) {
+func usageWindow(s *window.Shared[ledger, *ledger], now time.Time, span time.Duration) (Window, error) {
 	v, err := s.View()
 	if err != nil {
-		return UsageWindow{}, err
+		return Window{}, err
 	}
 	from := v.Start(now.Add(-span))
 	l, err := v.Range(from, v.Start(now).Add(v.Width()))
 	if err != nil {
-		return UsageWindow{}, err
+		return Window{}, err
 	}
-	w := UsageWindow{Since: from, Until: now.UTC(), Rows: l.rows()}
+	w := Window{Since: from, Until: now.UTC(), Rows: l.rows()}
 	for _, r := range w.Rows {
-		w.Totals = w.Totals.plus(r.UsageCounts)
+		w.Totals = w.Totals.plus(r.Counts)
 	}
 	return w, nil
-}
-
-// Usage returns the token usage of the last hour and of the last day by
-// tenant, model and backend, merged over every replica: this one's and
-// what it last read of the others' (every usageReadEvery flushes).
-// Responses the gateway answered itself are not counted. Labels are
-// bounded whatever the traffic: tenants by the gateway (64, then
-// "other"); models like the error-rate keys (configured ones by name,
-// others "other", or the first 64 seen when some backend serves every
-// model); and at most 4096 keys per bucket, beyond which usage is counted
-// under "other" for all three labels (the keys kept are the same on every
-// replica: see ledger).
-func (p *Pipeline) Usage(context.Context) (Usage, error) {
-	return p.usage.report(p.now())
-}
-
-// UsageJSON is Usage as JSON, for GET /admin/usage.
-func (p *Pipeline) UsageJSON(ctx context.Context) ([]byte, error) {
-	u, err := p.Usage(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(u)
 }
 
 // usageKey is what the ledger counts by.
@@ -270,12 +259,12 @@ func (k usageKey) hash() uint64 {
 
 type ledgerEntry struct {
 	hash uint64
-	c    UsageCounts
+	c    Counts
 }
 
 // ledger is one bucket of the usage: counts by key, a window summary.
 //
-// It keeps at most maxUsageKeys keys, by the rule of window.Counts: the
+// It keeps at most MaxKeys keys, by the rule of window.Counts: the
 // keys with the smallest (hash, key); a new key with a smaller one evicts
 // the kept key with the largest, whose counts move to other. The kept keys
 // and every count are then a function of what was added, whatever the
@@ -285,7 +274,7 @@ type ledgerEntry struct {
 // The zero value is empty. A ledger is not safe for concurrent use.
 type ledger struct {
 	m     map[usageKey]ledgerEntry
-	other UsageCounts
+	other Counts
 	// worst is the kept key with the largest (hash, key), valid while m
 	// is full.
 	worst     usageKey
@@ -306,7 +295,7 @@ func keyLess(ha uint64, a usageKey, hb uint64, b usageKey) bool {
 }
 
 // add counts c under k. It allocates only for a key it starts keeping.
-func (l *ledger) add(k usageKey, c UsageCounts) {
+func (l *ledger) add(k usageKey, c Counts) {
 	if e, ok := l.m[k]; ok {
 		e.c = e.c.plus(c)
 		l.m[k] = e
@@ -316,9 +305,9 @@ func (l *ledger) add(k usageKey, c UsageCounts) {
 		l.m = map[usageKey]ledgerEntry{}
 	}
 	h := k.hash()
-	if len(l.m) < maxUsageKeys {
+	if len(l.m) < MaxKeys {
 		l.m[k.clone()] = ledgerEntry{h, c}
-		if len(l.m) == maxUsageKeys {
+		if len(l.m) == MaxKeys {
 			l.findWorst()
 		}
 		return
@@ -365,26 +354,26 @@ func (l *ledger) Merge(o *ledger) error {
 // Reset empties l, keeping its map storage.
 func (l *ledger) Reset() {
 	clear(l.m)
-	l.other = UsageCounts{}
+	l.other = Counts{}
 	l.worst, l.worstHash = usageKey{}, 0
 }
 
 // rows returns l's keys and, when any usage went beyond the bound, an
 // "other" row for it, by total tokens descending then by key.
-func (l *ledger) rows() []UsageRow {
-	out := make([]UsageRow, 0, len(l.m)+1)
-	other := usageKey{usageOther, usageOther, usageOther}
+func (l *ledger) rows() []Row {
+	out := make([]Row, 0, len(l.m)+1)
+	other := usageKey{Other, Other, Other}
 	for k, e := range l.m {
 		c := e.c
 		if k == other {
 			c = c.plus(l.other)
 		}
-		out = append(out, UsageRow{k.tenant, k.model, k.backend, c})
+		out = append(out, Row{k.tenant, k.model, k.backend, c})
 	}
 	if _, ok := l.m[other]; !ok && l.other.Requests > 0 {
-		out = append(out, UsageRow{usageOther, usageOther, usageOther, l.other})
+		out = append(out, Row{Other, Other, Other, l.other})
 	}
-	slices.SortFunc(out, func(a, b UsageRow) int {
+	slices.SortFunc(out, func(a, b Row) int {
 		ta, tb := a.PromptTokens+a.CompletionTokens, b.PromptTokens+b.CompletionTokens
 		return cmp.Or(cmp.Compare(tb, ta), usageKey{a.Tenant, a.Model, a.Backend}.compare(usageKey{b.Tenant, b.Model, b.Backend}))
 	})
@@ -421,7 +410,7 @@ func (l *ledger) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-func appendUsageCounts(b []byte, c UsageCounts) []byte {
+func appendUsageCounts(b []byte, c Counts) []byte {
 	for _, v := range [4]int64{c.Requests, c.PromptTokens, c.CompletionTokens, c.CountedRequests} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
@@ -439,14 +428,14 @@ func (l *ledger) UnmarshalBinary(data []byte) error {
 	switch {
 	case d.Err() != nil:
 		return d.Err()
-	case n > maxUsageKeys:
-		return d.Fail("%d keys, at most %d", n, maxUsageKeys)
+	case n > MaxKeys:
+		return d.Fail("%d keys, at most %d", n, MaxKeys)
 	case 7*n > uint64(d.Len()): // each key takes at least seven bytes
 		return d.Fail("truncated")
-	case v.other.Requests > 0 && n < maxUsageKeys:
+	case v.other.Requests > 0 && n < MaxKeys:
 		// Usage goes to other only once the keys are full, and they stay full.
-		return d.Fail("other counted with %d < %d keys", n, maxUsageKeys)
-	case v.other.Requests == 0 && v.other != UsageCounts{}:
+		return d.Fail("other counted with %d < %d keys", n, MaxKeys)
+	case v.other.Requests == 0 && v.other != Counts{}:
 		return d.Fail("other counts without requests")
 	case v.other.CountedRequests > v.other.Requests:
 		return d.Fail("other: more counted requests than requests")
@@ -479,7 +468,7 @@ func (l *ledger) UnmarshalBinary(data []byte) error {
 	if err := d.Finish(); err != nil {
 		return err
 	}
-	if len(v.m) == maxUsageKeys {
+	if len(v.m) == MaxKeys {
 		v.findWorst()
 	}
 	*l = v
@@ -489,18 +478,18 @@ func (l *ledger) UnmarshalBinary(data []byte) error {
 // ledgerDecoder reads a ledger with window's decoding rules.
 type ledgerDecoder struct{ *window.Decoder }
 
-func (d ledgerDecoder) counts() UsageCounts {
-	return UsageCounts{d.Count(), d.Count(), d.Count(), d.Count()}
+func (d ledgerDecoder) counts() Counts {
+	return Counts{d.Count(), d.Count(), d.Count(), d.Count()}
 }
 
-// label reads a length-prefixed label of at most maxUsageLabel bytes.
+// label reads a length-prefixed label of at most MaxLabel bytes.
 func (d ledgerDecoder) label() string {
 	n := d.Uvarint()
 	switch {
 	case d.Err() != nil:
 		return ""
-	case n > maxUsageLabel:
-		d.Fail("label of %d bytes, at most %d", n, maxUsageLabel)
+	case n > MaxLabel:
+		d.Fail("label of %d bytes, at most %d", n, MaxLabel)
 		return ""
 	}
 	return string(d.Bytes(int(n)))

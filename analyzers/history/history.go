@@ -1,11 +1,14 @@
-package analyzers
+// Package history is the bounded record of the pipeline's evaluations
+// behind GET /admin/history: a ring at the evaluation interval and one
+// point a minute for a day, shared with the other replicas through the
+// store so that a replica fills the span it did not record.
+package history
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -17,11 +20,11 @@ import (
 	"github.com/vigil-gw/vigil/state"
 )
 
-// HistoryPoint is one evaluation's headline values, as GET /admin/history
+// Point is one evaluation's headline values, as GET /admin/history
 // lists them: per signal its state and key statistics (nil: the signal is
 // disabled), the alert thresholds in force for the gateway-wide series,
 // the backends as the gateway saw them and the active alerts.
-type HistoryPoint struct {
+type Point struct {
 	Time       time.Time                 `json:"t"`
 	Drift      *DriftPoint               `json:"drift,omitempty"`
 	Confidence *ConfidencePoint          `json:"confidence,omitempty"`
@@ -101,20 +104,21 @@ const (
 	coarseRes = time.Minute
 )
 
-// history is the bounded record of evaluations. It is safe for concurrent
+// Ring is the bounded record of evaluations. It is safe for concurrent
 // use.
-type history struct {
+type Ring struct {
 	mu       sync.Mutex
 	interval time.Duration // the resolution of fine
-	fine     []HistoryPoint
-	coarse   []HistoryPoint // the first point of each minute
-	unsent   []HistoryPoint // recorded since the last share, at most fineCap
+	fine     []Point
+	coarse   []Point // the first point of each minute
+	unsent   []Point // recorded since the last share, at most fineCap
 }
 
-func newHistory(interval time.Duration) *history { return &history{interval: interval} }
+// NewRing returns an empty ring whose recent points are interval apart.
+func NewRing(interval time.Duration) *Ring { return &Ring{interval: interval} }
 
 // add appends p to a ring of capacity n, dropping the oldest.
-func add(ring []HistoryPoint, p HistoryPoint, n int) []HistoryPoint {
+func add(ring []Point, p Point, n int) []Point {
 	ring = append(ring, p)
 	if d := len(ring) - n; d > 0 {
 		ring = slices.Delete(ring, 0, d)
@@ -122,7 +126,8 @@ func add(ring []HistoryPoint, p HistoryPoint, n int) []HistoryPoint {
 	return ring
 }
 
-func (h *history) record(p HistoryPoint) {
+// Record adds a point, the newest.
+func (h *Ring) Record(p Point) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.fine = add(h.fine, p, fineCap)
@@ -134,10 +139,10 @@ func (h *history) record(p HistoryPoint) {
 
 // local returns the points since since, oldest first: the minute points
 // older than the fine ring, then the fine ring.
-func (h *history) local(since time.Time) []HistoryPoint {
+func (h *Ring) local(since time.Time) []Point {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []HistoryPoint
+	var out []Point
 	fineFrom := time.Time{}
 	if len(h.fine) > 0 {
 		fineFrom = h.fine[0].Time
@@ -161,10 +166,10 @@ const (
 	historyCoarseSeries = "history/coarse"
 )
 
-// share writes the points recorded since the last call to the store (as
+// Share writes the points recorded since the last call to the store (as
 // replica, under seq), each in its fine bucket and, when it opens a
 // minute, its minute bucket. On failure they are kept for the next call.
-func (h *history) share(ctx context.Context, s state.Store, replica string, seq uint64) error {
+func (h *Ring) Share(ctx context.Context, s state.Store, replica string, seq uint64) error {
 	h.mu.Lock()
 	pts := h.unsent
 	h.unsent = nil
@@ -213,7 +218,7 @@ func putFirst(ctx context.Context, s state.Store, replica string, bs []state.Buc
 
 // remote reads the other replicas' points of series (resolution res)
 // in [from, to), one per bucket (the replica first in name order).
-func remote(ctx context.Context, s state.Store, replica, series string, res time.Duration, from, to time.Time) ([]HistoryPoint, error) {
+func remote(ctx context.Context, s state.Store, replica, series string, res time.Duration, from, to time.Time) ([]Point, error) {
 	if !from.Before(to) {
 		return nil, nil
 	}
@@ -224,13 +229,13 @@ func remote(ctx context.Context, s state.Store, replica, series string, res time
 	slices.SortFunc(bs, func(a, b state.ReplicaBucket) int {
 		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Replica, b.Replica))
 	})
-	var out []HistoryPoint
+	var out []Point
 	last := int64(math.MinInt64)
 	for _, b := range bs {
 		if b.Replica == replica || b.Start == last {
 			continue
 		}
-		var p HistoryPoint
+		var p Point
 		if json.Unmarshal(b.Payload, &p) != nil || p.Time.Before(from) || !p.Time.Before(to) {
 			continue
 		}
@@ -240,12 +245,12 @@ func remote(ctx context.Context, s state.Store, replica, series string, res time
 	return out, nil
 }
 
-// resample keeps the last point of each step (points oldest first).
-func resample(pts []HistoryPoint, step time.Duration) []HistoryPoint {
+// Resample keeps the last point of each step (points oldest first).
+func Resample(pts []Point, step time.Duration) []Point {
 	if step <= 0 || len(pts) == 0 {
 		return pts
 	}
-	out := make([]HistoryPoint, 0, len(pts))
+	out := make([]Point, 0, len(pts))
 	for _, p := range pts {
 		if n := len(out); n > 0 && out[n-1].Time.Truncate(step).Equal(p.Time.Truncate(step)) {
 			out[n-1] = p
@@ -256,61 +261,59 @@ func resample(pts []HistoryPoint, step time.Duration) []HistoryPoint {
 	return out
 }
 
-// History is GET /admin/history: the points since since, at most one per
-// step (zero: every point kept), oldest first. With Sharing, a span this
+// Result is GET /admin/history: the points since since, at most one per
+// step (zero: every point kept), oldest first. With sharing, a span this
 // replica did not record (it started later) is filled from the other
 // replicas' points in the store.
-type History struct {
+type Result struct {
 	// Resolution is the interval of the recent points; older ones are one
 	// a minute.
 	Resolution time.Duration
 	Step       time.Duration
-	Points     []HistoryPoint
+	Points     []Point
 }
 
 // MarshalJSON writes durations as Go duration strings.
-func (h History) MarshalJSON() ([]byte, error) {
+func (h Result) MarshalJSON() ([]byte, error) {
 	pts := h.Points
 	if pts == nil {
-		pts = []HistoryPoint{}
+		pts = []Point{}
 	}
 	return json.Marshal(struct {
-		Resolution string         `json:"resolution"`
-		Step       string         `json:"step"`
-		Points     []HistoryPoint `json:"points"`
+		Resolution string  `json:"resolution"`
+		Step       string  `json:"step"`
+		Points     []Point `json:"points"`
 	}{h.Resolution.String(), h.Step.String(), pts})
 }
 
-// ErrHistorySpan is returned for a since older than the history keeps.
-var ErrHistorySpan = errors.New("the history keeps 24 hours")
+// ErrSpan is returned for a since older than the history keeps.
+var ErrSpan = errors.New("the history keeps 24 hours")
 
-// History returns the evaluations since since, at most one per step.
-func (p *Pipeline) History(ctx context.Context, since time.Time, step time.Duration) (History, error) {
-	now := p.now()
-	if since.Before(now.Add(-24 * time.Hour)) {
-		since = now.Add(-24 * time.Hour)
+// Points returns the points since since, oldest first: the minute points
+// older than the fine ring, then the fine ring. With a store (st not nil),
+// when this replica's own points start more than two intervals after
+// since (it started later), the span before them is filled from the other
+// replicas' points: minute points for the span, fine ones for its recent
+// part. The error tells what could not be read of them; the points are
+// returned whatever it is.
+func (h *Ring) Points(ctx context.Context, st state.Store, replica string, since, now time.Time) ([]Point, error) {
+	pts := h.local(since)
+	if st == nil {
+		return pts, nil
 	}
-	pts := p.hist.local(since)
-	if p.share != nil {
-		to := now
-		if len(pts) > 0 {
-			to = pts[0].Time
-		}
-		if to.Sub(since) > 2*p.cfg.Interval {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			st, rep := p.share.cfg.Store, p.share.cfg.Replica
-			// Minute points for the span, fine ones for its recent part.
-			fineFrom := later(since, now.Add(-p.cfg.Interval*fineCap))
-			older, errC := remote(ctx, st, rep, historyCoarseSeries, coarseRes, since, earlier(fineFrom, to))
-			recent, errF := remote(ctx, st, rep, historyFineSeries, p.cfg.Interval, fineFrom, to)
-			if err := errors.Join(errC, errF); err != nil {
-				p.log.Debug("shared history not read", "err", err)
-			}
-			pts = append(append(older, recent...), pts...)
-		}
+	to := now
+	if len(pts) > 0 {
+		to = pts[0].Time
 	}
-	return History{Resolution: p.cfg.Interval, Step: step, Points: resample(pts, step)}, nil
+	if to.Sub(since) <= 2*h.interval {
+		return pts, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	fineFrom := later(since, now.Add(-h.interval*fineCap))
+	older, errC := remote(ctx, st, replica, historyCoarseSeries, coarseRes, since, earlier(fineFrom, to))
+	recent, errF := remote(ctx, st, replica, historyFineSeries, h.interval, fineFrom, to)
+	return append(append(older, recent...), pts...), errors.Join(errC, errF)
 }
 
 func later(a, b time.Time) time.Time {
@@ -325,66 +328,4 @@ func earlier(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// HistoryJSON is History as JSON, for GET /admin/history.
-func (p *Pipeline) HistoryJSON(ctx context.Context, since time.Time, step time.Duration) ([]byte, error) {
-	h, err := p.History(ctx, since, step)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(h)
-}
-
-// record adds an evaluation to the history, with the backends as the
-// gateway sees them now and the alert engine's state.
-func (p *Pipeline) record(_ context.Context, s *Signals) {
-	pt := HistoryPoint{Time: s.Evaluated, Thresholds: map[string]ThresholdPoint{}, Alerts: []AlertPoint{}}
-	if d := s.Drift; d != nil {
-		dp := &DriftPoint{State: d.State, Score: stats.Num(d.Score), Reference: d.Reference, Features: map[string]stats.Num{}}
-		for _, f := range d.Features {
-			if v, ok := dp.Features[f.Name]; !ok || f.PSI > float64(v) {
-				dp.Features[f.Name] = stats.Num(f.PSI)
-			}
-		}
-		pt.Drift = dp
-	}
-	if c := s.Confidence; c != nil {
-		pt.Confidence = &ConfidencePoint{State: c.State, Confidence: c.Confidence, MeanLogprob: c.MeanLogprob,
-			Entropy: c.Entropy, LowShare: c.LowShare, Drop: c.Drop}
-	}
-	if o := s.Output; o != nil {
-		pt.Output = &OutputPoint{State: o.State, Perplexity: o.Perplexity, Current: o.Current,
-			BaselineMean: o.BaselineMean, BaselineStd: o.BaselineStd}
-	}
-	if l := s.Latency; l != nil {
-		pt.Latency = &LatencyPoint{State: l.State, TTFTP95: l.TTFT.P95, E2EP95: l.E2E.P95, ITLP95: l.ITL.P95}
-	}
-	if pr := s.Precision; pr != nil {
-		for _, x := range pr.Pairs {
-			pt.Precision = append(pt.Precision, PrecisionPoint{Backend: x.Backend, Reference: x.Reference, State: x.State,
-				KL: x.KL, Top1Agreement: x.Top1Agreement})
-		}
-	}
-	for _, t := range s.Thresholds {
-		key := t.Rule // a gateway-wide series; the others name their label
-		switch {
-		case t.Labels["backend"] != "":
-			key += "{backend=" + t.Labels["backend"] + "}"
-		case t.Labels["window"] != "":
-			key += "{window=" + t.Labels["window"] + "}"
-		case t.Rule == alert.RuleErrorRate && t.Labels["model"] != "":
-			key += "{model=" + t.Labels["model"] + "}"
-		}
-		pt.Thresholds[key] = ThresholdPoint{Threshold: t.Threshold, Source: t.Source}
-	}
-	if p.backendStates != nil {
-		pt.Backends = p.backendStates()
-	}
-	for _, a := range p.alerts.Alerts() {
-		if a.State != alert.Resolved {
-			pt.Alerts = append(pt.Alerts, AlertPoint{Name: a.Name, Rule: a.Rule, State: a.State, Labels: maps.Clone(a.Labels)})
-		}
-	}
-	p.hist.record(pt)
 }

@@ -1,4 +1,8 @@
-package analyzers
+// Package errrate counts requests and failed requests by backend (or by
+// model, for the requests the gateway answered itself) in time buckets
+// shared across replicas: the error rates and the SLO burn rates alert on
+// them.
+package errrate
 
 import (
 	"sync"
@@ -7,44 +11,43 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/window"
 )
 
-// errorRates counts requests and failed requests by key in time buckets,
+// Rates counts requests and failed requests by key in time buckets,
 // shared across replicas like the signals' windows, so that the error
 // rates the sending replica alerts on are the whole deployment's, not its
 // own share of the traffic. A key is a backend's name, or for a request
-// the gateway answered itself modelKey(model) (a configured model) or ""
+// the gateway answered itself ModelKey(model) (a configured model) or ""
 // (any other); window.Counts bounds them.
-type errorRates struct {
+type Rates struct {
 	mu            sync.Mutex
 	total, failed *window.Shared[window.Counts, *window.Counts]
 	ttl           time.Duration // of the shared snapshots: the span, and ten minutes more
 }
 
-// modelKeyPrefix starts the key of the requests of a model that no backend
+// ModelKeyPrefix starts the key of the requests of a model that no backend
 // answered; backend names cannot hold ':'.
-const modelKeyPrefix = "model:"
+const ModelKeyPrefix = "model:"
 
-func modelKey(model string) string { return modelKeyPrefix + model }
+// ModelKey is the key of the requests of model that no backend answered.
+func ModelKey(model string) string { return ModelKeyPrefix + model }
 
-// newErrorRates keeps span of buckets of the given width, and the bucket
-// in progress: the longest window asked of since.
-func newErrorRates(bucket, span time.Duration) *errorRates {
+// New keeps span of buckets of the given width, and the bucket
+// in progress: the longest window asked of Since.
+func New(bucket, span time.Duration) *Rates {
 	n := int(span/bucket) + 4
-	return &errorRates{
+	return &Rates{
 		total:  window.NewShared[window.Counts](bucket, n, nil),
 		failed: window.NewShared[window.Counts](bucket, n, nil),
 		ttl:    time.Duration(n)*bucket + 10*time.Minute,
 	}
 }
 
-var _ sharePolicy = (*errorRates)(nil)
-
-// sharing keeps the snapshots as long as the longest burn-rate window
+// Sharing keeps the snapshots as long as the longest burn-rate window
 // reads them (the sharer's default ttl is shorter than 6 h), read every
 // flush.
-func (e *errorRates) sharing(string) (ttl time.Duration, readEvery int) { return e.ttl, 1 }
+func (e *Rates) Sharing(string) (ttl time.Duration, readEvery int) { return e.ttl, 1 }
 
-// add counts one response of key that ended at t.
-func (e *errorRates) add(t time.Time, key string, failed bool) {
+// Add counts one response of key that ended at t.
+func (e *Rates) Add(t time.Time, key string, failed bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if b := e.total.Bucket(t); b != nil {
@@ -58,16 +61,16 @@ func (e *errorRates) add(t time.Time, key string, failed bool) {
 }
 
 // Shared hands the series to the replica flusher, under the lock.
-func (e *errorRates) Shared(f func(name string, s window.Sharer)) {
+func (e *Rates) Shared(f func(name string, s window.Sharer)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	f("errors/total", e.total)
 	f("errors/failed", e.failed)
 }
 
-// since returns, per key, the requests and failed requests of the buckets
+// Since returns, per key, the requests and failed requests of the buckets
 // overlapping [from, to), every replica's.
-func (e *errorRates) since(from, to time.Time) map[string][2]int64 {
+func (e *Rates) Since(from, to time.Time) map[string][2]int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := map[string][2]int64{}
@@ -81,10 +84,10 @@ func (e *errorRates) since(from, to time.Time) map[string][2]int64 {
 	return out
 }
 
-// sum returns the requests and failed requests of every key in the
+// Sum returns the requests and failed requests of every key in the
 // buckets overlapping [from, to).
-func (e *errorRates) sum(from, to time.Time) (total, failed int64) {
-	for _, c := range e.since(from, to) {
+func (e *Rates) Sum(from, to time.Time) (total, failed int64) {
+	for _, c := range e.Since(from, to) {
 		total, failed = total+c[0], failed+c[1]
 	}
 	return total, failed

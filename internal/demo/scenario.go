@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bufio"
@@ -20,8 +20,11 @@ import (
 
 // Scenario names of `vigil demo --scenario`.
 const (
-	scenarioIncident = "incident"
-	scenarioNone     = "none"
+	// ScenarioIncident injects faults one by one, each detected and
+	// alerted on.
+	ScenarioIncident = "incident"
+	// ScenarioNone is plain traffic.
+	ScenarioNone = "none"
 )
 
 // timings are the compressed settings a scenario runs the gateway under,
@@ -375,26 +378,26 @@ func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*s
 	res := &storyResult{n: n, start: s.t0}
 	s.last = d.read(ctx)
 	if n == 1 {
-		fmt.Fprintf(out, "\nScenario %q, compressed timings: %s; %.1f req/s.\n", scenarioIncident, sc.timings, d.rps)
+		fmt.Fprintf(out, "\nScenario %q, compressed timings: %s; %.1f req/s.\n", ScenarioIncident, sc.timings, d.rps)
 		fmt.Fprintf(out, "Alerts go to the built-in receiver %s", d.recv.URL())
 		if u := d.cfg.Alerts.AlertmanagerURL; u != "" {
 			fmt.Fprintf(out, " and to Alertmanager %s", u)
 		}
 		fmt.Fprintf(out, "; Vigil lists its deliveries at %s/admin/notifications.\n\n", d.base)
 	} else {
-		fmt.Fprintf(out, "\nScenario %q, telling %d.\n\n", scenarioIncident, n)
+		fmt.Fprintf(out, "\nScenario %q, telling %d.\n\n", ScenarioIncident, n)
 	}
 	// finish completes res, also when ctx ended the telling early.
 	finish := func(err error) (*storyResult, error) {
 		res.end, res.interrupted = time.Now(), err != nil
-		res.deliveries, _ = d.app.pipeline.Notifications(context.WithoutCancel(ctx))
+		res.deliveries, _ = d.app.Pipeline.Notifications(context.WithoutCancel(ctx))
 		res.receipts = d.recv.since(res.start)
 		return res, err
 	}
 	if err := s.warmup(ctx, res); err != nil {
 		return finish(err)
 	}
-	res.pinErr = d.app.pipeline.PinBaseline(ctx)
+	res.pinErr = d.app.Pipeline.PinBaseline(ctx)
 	if res.pinErr != nil {
 		s.printf("baseline NOT pinned (%v): the signals keep their rolling reference", res.pinErr)
 	} else {
@@ -685,7 +688,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 	s.last.state[sigEjection] = shown
 	// Alerts() lists the series with a state; one that went back to
 	// inactive without firing (pending noise) leaves the list.
-	as, _ := s.d.app.pipeline.Alerts(ctx)
+	as, _ := s.d.app.Pipeline.Alerts(ctx)
 	states := make(map[string]alert.State, len(as))
 	for _, a := range as {
 		key := a.Name + labelNote(a.Labels)
@@ -717,7 +720,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		s.printf("  receiver got %s%s %s", r.name, labelNote(r.labels), state)
 	}
 	s.receipts = len(got)
-	ds, _ := s.d.app.pipeline.Notifications(ctx)
+	ds, _ := s.d.app.Pipeline.Notifications(ctx)
 	failed := 0
 	for _, dl := range ds {
 		if dl.Outcome != alert.OutcomeSent && dl.Outcome != alert.OutcomeNoReceiver && !dl.Time.Before(s.t0) {
@@ -765,7 +768,7 @@ func (d *demo) read(ctx context.Context) reading {
 	for k := range rd.state {
 		rd.state[k] = "unknown"
 	}
-	if s, err := d.app.pipeline.Signals(ctx); err == nil && s != nil {
+	if s, err := d.app.Pipeline.Signals(ctx); err == nil && s != nil {
 		rd.evaluated = s.Evaluated
 		if s.Drift != nil {
 			rd.state[sigDrift] = s.Drift.State
@@ -784,7 +787,7 @@ func (d *demo) read(ctx context.Context) reading {
 		}
 	}
 	rd.state[sigEjection] = "ok"
-	for _, b := range d.app.gw.Pool().Backends() {
+	for _, b := range d.app.Server.Pool().Backends() {
 		if !b.EjectedUntil().IsZero() {
 			rd.ejected = append(rd.ejected, b.Name)
 			rd.state[sigEjection] = alarmStates[sigEjection]

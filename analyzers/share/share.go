@@ -1,4 +1,9 @@
-package analyzers
+// Package share replicates the pipeline's windows across the replicas of
+// a deployment: every interval it exports the touched buckets of each
+// series, writes them and reads the other replicas' in one
+// state.Store.Exchange, and imports what it read; then it syncs the
+// baseline pin and whatever else registered a sync (history, calibration).
+package share
 
 import (
 	"context"
@@ -19,9 +24,9 @@ import (
 	"github.com/vigil-gw/vigil/state"
 )
 
-// Sharing configures how a Pipeline shares its windows with the other
+// Config configures how a Pipeline shares its windows with the other
 // replicas of a deployment through a state.Store.
-type Sharing struct {
+type Config struct {
 	Store state.Store
 	// Replica names this process in the store. Empty: hostname plus a
 	// random suffix.
@@ -53,12 +58,12 @@ const flushTimeout = 5 * time.Second
 // is whole again within that many intervals.
 const fullEvery = 30
 
-// fullReadAfter bounds how long a late write of old buckets waits to be
+// FullReadAfter bounds how long a late write of old buckets waits to be
 // read. Most flushes read only the newest buckets of each series, those
 // the other replicas' regular flushes can have written since the last
 // read (readFrom): reading the whole span, 90 to 450 buckets per series,
 // every second was a fifth of the gateway's allocations and kept Redis
-// busy (issue 15). Older buckets are written late by a replica back from a
+// busy. Older buckets are written late by a replica back from a
 // store outage (it writes everything it kept), by the rewrite every
 // fullEvery flushes, and when a long request's sample is stamped with its
 // start (drift) or a shadow's time (precision). Reading every series whole
@@ -66,14 +71,14 @@ const fullEvery = 30
 // within seconds, not minutes, next to windows that span minutes to hours,
 // at a tenth of the former cost; a longer bound would save little, the
 // newest buckets being read anyway.
-const fullReadAfter = 10 * time.Second
+const FullReadAfter = 10 * time.Second
 
-// sharer flushes the pipeline's windows to the store and imports the other
+// Sharer flushes the pipeline's windows to the store and imports the other
 // replicas'. Its Run is owned by Pipeline.Run.
-type sharer struct {
-	cfg      Sharing
+type Sharer struct {
+	cfg      Config
 	ttl      time.Duration
-	monitors []sharedMonitor
+	monitors []Monitor
 	log      *slog.Logger
 	m        *shareMetrics
 	now      func() time.Time // the pipeline's clock
@@ -86,10 +91,8 @@ type sharer struct {
 	// that another replica made.
 	pinned time.Time
 	onPin  func(time.Time)
-	// calib, when set, shares calibration: remembered responses and labels.
-	calib *feedback
-	// hist, when set, shares the history's new points.
-	hist    *history
+	// syncs share state of their own after the windows (AddSync).
+	syncs   []Sync
 	failing bool
 	warned  atomic.Int64 // unix seconds of the last warning
 	// readTo is, per series, the newest bucket number of its span at its
@@ -98,22 +101,56 @@ type sharer struct {
 	readTo map[string]int64
 }
 
-// sharedMonitor is a monitor whose series can be shared.
-type sharedMonitor interface {
+// Monitor is a monitor whose series can be shared.
+type Monitor interface {
 	Shared(f func(name string, s window.Sharer))
 }
 
-// sharePolicy is implemented by a monitor whose series differ from the
+// Policy is implemented by a Monitor whose series differ from the
 // sharer's defaults: they span longer than its ttl, or change too slowly
 // to be worth reading every flush.
-type sharePolicy interface {
-	// sharing returns how long the series' snapshots live in the store
+type Policy interface {
+	// Sharing returns how long the series' snapshots live in the store
 	// (never less than the sharer's ttl) and every how many flushes the other
 	// replicas' snapshots are read (zero or one: every flush; the first
 	// flush, and the one after a failed flush, read always). A series read
-	// less often than every fullReadAfter is read whole every time.
-	sharing(name string) (ttl time.Duration, readEvery int)
+	// less often than every FullReadAfter is read whole every time.
+	Sharing(name string) (ttl time.Duration, readEvery int)
 }
+
+// New returns a sharer of no monitor yet, its metrics registered on reg.
+// ttl is how long the series' snapshots live in the store, unless a
+// Policy says longer; now is the pipeline's clock; onPin applies a
+// baseline pin that another replica made. cfg's zero Replica and Interval
+// take their defaults.
+func New(cfg Config, ttl time.Duration, log *slog.Logger, now func() time.Time, reg prometheus.Registerer, onPin func(time.Time)) *Sharer {
+	if cfg.Replica == "" {
+		cfg.Replica = ReplicaID()
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	return &Sharer{cfg: cfg, ttl: ttl, log: log, now: now, m: newShareMetrics(reg), dropped: map[string]int64{}, onPin: onPin}
+}
+
+// Sync shares state of its own, after a flush's windows were exchanged:
+// seq is the flush's sequence, flush its number (the first is 1), for a
+// state that needs not be read every flush. It keeps what it could not
+// write for the next call.
+type Sync func(ctx context.Context, seq uint64, flush int) error
+
+// Add shares the series of the monitors. Call it before Run.
+func (s *Sharer) Add(m ...Monitor) { s.monitors = append(s.monitors, m...) }
+
+// AddSync runs f after each flush whose windows were exchanged, beside
+// the baseline's sync and the other syncs. Call it before Run.
+func (s *Sharer) AddSync(f Sync) { s.syncs = append(s.syncs, f) }
+
+// Config returns the configuration in force, defaults applied.
+func (s *Sharer) Config() Config { return s.cfg }
+
+// Monitors returns the monitors whose series are shared.
+func (s *Sharer) Monitors() []Monitor { return s.monitors }
 
 type shareMetrics struct {
 	dropped  prometheus.Counter
@@ -139,7 +176,7 @@ func newShareMetrics(reg prometheus.Registerer) *shareMetrics {
 
 // Run flushes every interval until ctx is done. The last flush is the
 // owner's (Pipeline.Run), after its last evaluation.
-func (s *sharer) Run(ctx context.Context) error {
+func (s *Sharer) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -147,7 +184,7 @@ func (s *sharer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			s.flush(ctx) // bounded by its own timeout
+			s.Flush(ctx) // bounded by its own timeout
 		}
 	}
 }
@@ -162,12 +199,12 @@ type batch struct {
 	remote   []state.ReplicaBucket
 }
 
-// flush writes the touched buckets of every series, reads the others'
+// Flush writes the touched buckets of every series, reads the others'
 // snapshots of the buckets they can have written since the last read (of
 // the whole live span on the first flush, after a failed one, and every
-// fullReadAfter), and imports them. The monitors' locks are held only to
+// FullReadAfter), and imports them. The monitors' locks are held only to
 // export and import, never during I/O.
-func (s *sharer) flush(ctx context.Context) {
+func (s *Sharer) Flush(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A flush never takes longer than the interval or flushTimeout,
@@ -187,13 +224,8 @@ func (s *sharer) flush(ctx context.Context) {
 		// not write for the next flush: their round trips overlap.
 		var g errgroup.Group
 		g.Go(func() error { return s.syncBaseline(ctx) })
-		if s.hist != nil {
-			g.Go(func() error { return s.hist.share(ctx, s.cfg.Store, s.cfg.Replica, seq) })
-		}
-		if s.calib != nil {
-			// The other replicas' labels change slowly: read them every tenth flush.
-			readLabels := s.n%10 == 1
-			g.Go(func() error { return s.calib.sync(ctx, s.cfg.Store, s.cfg.Replica, seq, readLabels) })
+		for _, f := range s.syncs {
+			g.Go(func() error { return f(ctx, seq, s.n) })
 		}
 		failed = g.Wait()
 	}
@@ -214,7 +246,7 @@ func (s *sharer) flush(ctx context.Context) {
 
 // export takes the touched buckets of every series (every live one when
 // full), under the monitors' locks. Callers hold s.mu.
-func (s *sharer) export(full bool) map[string]*batch {
+func (s *Sharer) export(full bool) map[string]*batch {
 	batches := map[string]*batch{}
 	for _, m := range s.monitors {
 		m.Shared(func(name string, sh window.Sharer) {
@@ -235,9 +267,9 @@ func (s *sharer) export(full bool) map[string]*batch {
 			from, to := sh.Numbers()
 			b := &batch{enc: enc, from: from, to: to, readFrom: from, ttl: s.ttl}
 			every := 1
-			if p, ok := m.(sharePolicy); ok {
+			if p, ok := m.(Policy); ok {
 				var ttl time.Duration
-				ttl, every = p.sharing(name)
+				ttl, every = p.Sharing(name)
 				b.ttl = max(b.ttl, ttl)
 				every = max(every, 1)
 			}
@@ -253,14 +285,14 @@ func (s *sharer) export(full bool) map[string]*batch {
 
 // fullReadPeriod returns every how many flushes a series read every every
 // flushes is read whole: a multiple of every, so that whole reads fall on
-// the series' reads, at least fullReadAfter apart in flushes. Every read
+// the series' reads, at least FullReadAfter apart in flushes. Every read
 // of a series read less often than that is whole.
-func (s *sharer) fullReadPeriod(every int) int {
+func (s *Sharer) fullReadPeriod(every int) int {
 	per := time.Duration(every) * s.cfg.Interval
 	if per <= 0 {
 		return every
 	}
-	reads := max(1, int((fullReadAfter+per-1)/per))
+	reads := max(1, int((FullReadAfter+per-1)/per))
 	return every * reads
 }
 
@@ -272,7 +304,7 @@ func (s *sharer) fullReadPeriod(every int) int {
 // stamped by the writer's clock: one bucket more for clock skew. It is
 // from (read everything) for a series never read, or whose bucket width
 // is unknown. Callers hold s.mu.
-func (s *sharer) readFrom(name string, sh window.Sharer, from, to int64) int64 {
+func (s *Sharer) readFrom(name string, sh window.Sharer, from, to int64) int64 {
 	last, ok := s.readTo[name]
 	w, hasWidth := sh.(interface{ Width() time.Duration }) // every window.Shared
 	if !ok || !hasWidth || w.Width() <= 0 {
@@ -289,7 +321,7 @@ func (s *sharer) readFrom(name string, sh window.Sharer, from, to int64) int64 {
 // lock. After a failure no batch counts as written: all are exported
 // again next time (a snapshot written twice is applied once, by its
 // sequence), and the next flush reads every span whole.
-func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*batch) error {
+func (s *Sharer) exchange(ctx context.Context, seq uint64, batches map[string]*batch) error {
 	puts := make([]state.SeriesBuckets, 0, len(batches))
 	var reads []state.SeriesSpan
 	var readNames []string
@@ -327,7 +359,7 @@ func (s *sharer) exchange(ctx context.Context, seq uint64, batches map[string]*b
 // locks. Importing a snapshot again is harmless: the store keeps each
 // replica's latest (by sequence) and Import replaces the replica's previous
 // one, so buckets read by overlapping reads count once.
-func (s *sharer) importRemote(batches map[string]*batch) {
+func (s *Sharer) importRemote(batches map[string]*batch) {
 	for _, m := range s.monitors {
 		m.Shared(func(name string, sh window.Sharer) {
 			b := batches[name]
@@ -353,8 +385,8 @@ func (s *sharer) importRemote(batches map[string]*batch) {
 // pin, so that a pin made on one replica is made on all.
 const baselineKey = "baseline"
 
-// pin records a pin made on this replica.
-func (s *sharer) pin(ctx context.Context, at time.Time) error {
+// Pin records a pin made on this replica, for the others to apply.
+func (s *Sharer) Pin(ctx context.Context, at time.Time) error {
 	s.mu.Lock()
 	s.pinned = at
 	s.mu.Unlock()
@@ -364,7 +396,7 @@ func (s *sharer) pin(ctx context.Context, at time.Time) error {
 }
 
 // syncBaseline applies a newer pin made by another replica. Callers hold s.mu.
-func (s *sharer) syncBaseline(ctx context.Context) error {
+func (s *Sharer) syncBaseline(ctx context.Context) error {
 	v, err := s.cfg.Store.Get(ctx, baselineKey)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil

@@ -1,0 +1,468 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vigil-gw/vigil/analyzers"
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+const demoModel = "demo-model"
+
+// Request rates of the demo traffic when --rps is not given: a story needs
+// enough requests for its compressed windows to fill within seconds.
+const (
+	// PlainRPS is the rate without a scenario.
+	PlainRPS = 2
+	// ScenarioRPS is the rate of a scenario.
+	ScenarioRPS = 8
+)
+
+// Gateway is a gateway built from a config with its analyzers, as
+// `vigil serve` wires it: the demo serves it and reads its pipeline.
+type Gateway struct {
+	Pipeline *analyzers.Pipeline
+	Server   *gateway.Server
+	// Serve serves the gateway on ln until ctx is done, then shuts it
+	// down in order and closes it.
+	Serve func(ctx context.Context, ln net.Listener) error
+	// Close closes a gateway that was never served.
+	Close func()
+}
+
+// Options configure Run. Build and ServeHTTP are required.
+type Options struct {
+	Listen   string        // gateway address
+	Duration time.Duration // stop after this long; 0: run until ctx is done
+	RPS      float64       // demo traffic; 0: none
+	// Scenario is ScenarioIncident or ScenarioNone; Loop tells it again
+	// and again until stopped.
+	Scenario string
+	Loop     bool
+	// Alertmanager is an Alertmanager base URL to send alerts to; empty:
+	// none.
+	Alertmanager string
+	Out          io.Writer    // the intro, the story and its summary
+	Log          *slog.Logger // the gateway's log
+	Access       *slog.Logger // nil: no access log
+	// Build builds the gateway from the demo's config.
+	Build func(cfg config.Config, log, access *slog.Logger) (*Gateway, error)
+	// ServeHTTP serves h on ln until ctx is done, then shuts down
+	// gracefully: the simulators and the alert receiver.
+	ServeHTTP func(ctx context.Context, ln net.Listener, h http.Handler) error
+}
+
+// Run runs three simulated backends, a gateway in front of them with
+// in-memory state and demo traffic and, unless the scenario is
+// ScenarioNone, tells a scripted incident (scenario.go) until ctx is done
+// or the duration passes. The options are validated by the caller (the
+// flags of `vigil demo`).
+func Run(ctx context.Context, o Options) error {
+	var sc *scenario
+	if o.Scenario == ScenarioIncident {
+		sc = newIncident(1, false)
+	}
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	do := demoOptions{listen: o.Listen, rps: o.RPS, log: o.Log, access: o.Access, alertmanager: o.Alertmanager,
+		build: o.Build, serveHTTP: o.ServeHTTP}
+	if sc != nil {
+		do.timings = &sc.timings
+	}
+	d, err := newDemo(do)
+	if err != nil {
+		return err
+	}
+	d.printIntro(o.Out)
+	var story func(context.Context) error
+	if sc != nil {
+		story = func(ctx context.Context) error { return tellStories(ctx, sc, d, o.Out, o.Loop) }
+	}
+	return d.run(ctx, story)
+}
+
+// tellStories tells sc once, or until ctx is done with loop, printing a
+// summary after each telling (an interrupted one's too, when a phase
+// began). An interruption is no error.
+func tellStories(ctx context.Context, sc *scenario, d *demo, out io.Writer, loop bool) error {
+	for i := 1; ; i++ {
+		res, err := sc.tell(ctx, d, out, i)
+		if err != nil {
+			if ctx.Err() == nil {
+				return err
+			}
+			if res != nil && len(res.phases) > 0 {
+				printSummary(out, res)
+			}
+			return nil
+		}
+		printSummary(out, res)
+		if !loop {
+			fmt.Fprintln(out, "\nThe story is over; the gateway keeps serving normal traffic (Ctrl-C stops).")
+			return nil
+		}
+	}
+}
+
+// demoOptions configure newDemo.
+type demoOptions struct {
+	listen string  // gateway address
+	rps    float64 // demo traffic; 0: none
+	log    *slog.Logger
+	access *slog.Logger // nil: no access log
+	// timings, when set, compress the analyzers' and alerts' timings for a
+	// scenario and make the demo run its alert receiver; nil: the plain
+	// demo's settings.
+	timings *timings
+	// alertmanager is an Alertmanager base URL to send alerts to; empty:
+	// none.
+	alertmanager string
+	build        func(cfg config.Config, log, access *slog.Logger) (*Gateway, error)
+	serveHTTP    func(ctx context.Context, ln net.Listener, h http.Handler) error
+}
+
+// demoSim is one simulated backend of the demo and the knobs it starts with.
+type demoSim struct {
+	name, reference string
+	srv             *sim.Server
+	base            sim.Knobs // the knobs of normal operation
+	ln              net.Listener
+}
+
+// demo is the parts of `vigil demo`: simulators, gateway, traffic and, for
+// a scenario, the built-in alert receiver. newDemo makes them; run serves
+// them until its context is done. The scenario reads and turns their knobs
+// from its own goroutine; every part is safe for that.
+type demo struct {
+	cfg  config.Config
+	sims []*demoSim
+	app  *Gateway
+	// serveHTTP serves the simulators and the receiver.
+	serveHTTP func(ctx context.Context, ln net.Listener, h http.Handler) error
+	ln        net.Listener // the gateway's
+	base      string       // the gateway's URL
+	rps       float64
+	traffic   *traffic  // nil when rps is 0
+	recv      *receiver // nil without a scenario
+}
+
+// newDemo opens every listener and builds the gateway; nothing serves
+// until run. Whatever it opened before a failing step is closed again.
+func newDemo(o demoOptions) (_ *demo, err error) {
+	d := &demo{rps: o.rps, serveHTTP: o.serveHTTP}
+	var opened []io.Closer
+	defer func() {
+		if err != nil {
+			for _, c := range opened {
+				c.Close()
+			}
+		}
+	}()
+	// sim-a-int8 is sim-a's model "quantized": the same seed, a little
+	// noise on its logprobs; it is shadow-compared against sim-a (signal 5).
+	int8 := demoKnobs(50*time.Millisecond, 12*time.Millisecond, 0.85)
+	int8.Noise = 0.05
+	d.sims = []*demoSim{
+		{name: "sim-a", base: demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)},
+		{name: "sim-b", base: demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)},
+		{name: "sim-a-int8", reference: "sim-a", base: int8},
+	}
+	seeds := map[string]int64{"sim-a": 1, "sim-b": 2, "sim-a-int8": 1}
+	cfg := config.Default()
+	cfg.Listen = o.listen
+	// The demo runs on a laptop, behind no load balancer: Ctrl-C stops it
+	// without the delay that lets one take a replica out of rotation.
+	cfg.Limits.ShutdownDelay = 0
+	cfg.Limits.ShutdownGrace = 5 * time.Second
+	// The demo needs no collector; set OTEL_EXPORTER_OTLP_ENDPOINT to send
+	// its spans to one (e.g. Jaeger's OTLP port).
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		cfg.Tracing.Exporter = "none"
+	}
+	// Ask for logprobs on a share of the demo's requests, so that the
+	// confidence signals have data.
+	cfg.Analyzers.Confidence.Inject.SampleRatio = 0.5
+	// Compare every request sim-a-int8 serves (production samples 5%), so
+	// that the precision signal has its tokens within a minute at 2 req/s.
+	cfg.Analyzers.Precision.SampleRatio = 1
+	cfg.Health.Interval = 2 * time.Second
+	if o.timings != nil {
+		o.timings.apply(&cfg)
+		if d.recv, err = newReceiver(); err != nil {
+			return nil, err
+		}
+		opened = append(opened, d.recv.ln)
+		cfg.Alerts.WebhookURL = d.recv.URL()
+	}
+	cfg.Alerts.AlertmanagerURL = o.alertmanager
+	for _, s := range d.sims {
+		if s.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		opened = append(opened, s.ln)
+		s.srv = sim.New(sim.Options{Model: demoModel, Seed: seeds[s.name], Knobs: s.base})
+		s.base = s.srv.Knobs() // normalized, as SetKnobs will store it
+		cfg.Backends = append(cfg.Backends, config.Backend{
+			Name: s.name, URL: "http://" + s.ln.Addr().String(), Kind: "openai", Models: []string{demoModel}, Weight: 100,
+			Reference: s.reference,
+		})
+	}
+	if err := cfg.ValidateServe(); err != nil {
+		return nil, fmt.Errorf("invalid demo configuration:\n%w", err)
+	}
+	d.cfg = cfg
+	if d.app, err = o.build(cfg, o.log, o.access); err != nil {
+		return nil, err
+	}
+	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		d.app.Close()
+		return nil, fmt.Errorf("gateway listen: %w", err)
+	}
+	d.base = "http://" + d.ln.Addr().String()
+	if o.rps > 0 {
+		d.traffic = newTraffic(d.base, o.rps)
+	}
+	return d, nil
+}
+
+// sim returns the simulator called name; nil when there is none.
+func (d *demo) sim(name string) *demoSim {
+	for _, s := range d.sims {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// printIntro prints the demo's URLs and how to use them.
+func (d *demo) printIntro(w io.Writer) {
+	fmt.Fprintf(w, `Vigil demo: a gateway in front of three simulated vLLM backends (in-memory state);
+sim-a-int8 is shadow-compared against sim-a for precision divergence.
+
+  gateway     %[1]s
+  dashboard   %[1]s/dashboard
+  metrics     %[1]s/metrics
+  signals     %[1]s/admin/signals
+  alerts      %[1]s/admin/alerts   (deliveries: %[1]s/admin/notifications)
+  backends    %[1]s/admin/backends   (sim-a %[2]s, sim-b %[3]s, sim-a-int8 %[6]s)
+
+Point any OpenAI client at it; only the base URL changes:
+  export OPENAI_BASE_URL=%[1]s/v1 OPENAI_API_KEY=unused
+  curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"%[4]s","messages":[{"role":"user","content":"Hello"}]}'
+
+Sending %.1[5]f requests/s of demo traffic. Ctrl-C stops.
+`, d.base, d.cfg.Backends[0].URL, d.cfg.Backends[1].URL, demoModel, d.rps, d.cfg.Backends[2].URL)
+}
+
+// run serves the simulators, the alert receiver, the gateway and the
+// traffic until ctx is done, and runs story (when not nil) beside them.
+// A story that returns nil leaves the rest running; one that fails stops
+// everything. The simulators and the receiver stop last, once the gateway
+// has shut down: its final evaluation's resolutions still reach the
+// receiver.
+func (d *demo) run(ctx context.Context, story func(context.Context) error) error {
+	var g errgroup.Group
+	backCtx, stopBack := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBack()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, s := range d.sims {
+		h := s.srv.Handler()
+		g.Go(func() error { return d.serveHTTP(backCtx, s.ln, h) })
+	}
+	if d.recv != nil {
+		g.Go(func() error { return d.serveHTTP(backCtx, d.recv.ln, d.recv) })
+	}
+	g.Go(func() error {
+		defer stopBack()
+		defer cancel() // a gateway that failed ends the demo
+		return d.app.Serve(ctx, d.ln)
+	})
+	if d.traffic != nil {
+		g.Go(func() error { return d.traffic.run(ctx) })
+	}
+	if story != nil {
+		g.Go(func() error {
+			err := story(ctx)
+			if err != nil {
+				cancel()
+			}
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+func demoKnobs(ttft, itl time.Duration, confidence float64) sim.Knobs {
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL, k.Confidence = ttft, itl, confidence
+	return k
+}
+
+// promptMix is what the demo traffic asks: an optional system prompt and
+// user prompts taken in turn.
+type promptMix struct {
+	system  string // empty: no system message
+	prompts []string
+}
+
+// normalMix is the demo's everyday traffic: short English questions.
+var normalMix = &promptMix{prompts: []string{
+	"Summarise the incident report in three bullet points.",
+	"Translate 'good morning' into French and German.",
+	"Write a haiku about load balancers.",
+	"What is the capital of Australia?",
+	"Explain KV-cache in one paragraph.",
+}}
+
+// traffic sends the demo's chat requests at a steady rate, alternating
+// streaming and non-streaming, with logprobs on every other pair, and
+// counts how they ended and which backend answered them
+// (X-Vigil-Backend). Its mix can change while it runs; Tally and setMix
+// are safe for concurrent use with run.
+type traffic struct {
+	base   string
+	rps    float64
+	client *http.Client
+	mix    atomic.Pointer[promptMix]
+
+	mu    sync.Mutex
+	tally trafficTally
+}
+
+// trafficTally counts the demo's requests: sent, answered 200, failed
+// (another status or no answer), and the 200s by the backend that
+// answered them. The zero value is empty.
+type trafficTally struct {
+	Sent, OK, Failed int64
+	ByBackend        map[string]int64
+}
+
+// newTraffic returns traffic to the gateway at base, rps requests a second
+// of the normal mix.
+func newTraffic(base string, rps float64) *traffic {
+	t := &traffic{base: base, rps: rps, client: &http.Client{Timeout: 30 * time.Second}}
+	t.mix.Store(normalMix)
+	return t
+}
+
+// setMix makes the next requests ask from m.
+func (t *traffic) setMix(m *promptMix) { t.mix.Store(m) }
+
+// Tally returns a copy of the counts so far.
+func (t *traffic) Tally() trafficTally {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.tally
+	c.ByBackend = make(map[string]int64, len(t.tally.ByBackend))
+	for k, v := range t.tally.ByBackend {
+		c.ByBackend[k] = v
+	}
+	return c
+}
+
+// sub returns the counts of a since b (a later tally of the same traffic).
+func (a trafficTally) sub(b trafficTally) trafficTally {
+	c := trafficTally{Sent: a.Sent - b.Sent, OK: a.OK - b.OK, Failed: a.Failed - b.Failed, ByBackend: map[string]int64{}}
+	for k, v := range a.ByBackend {
+		c.ByBackend[k] = v - b.ByBackend[k]
+	}
+	return c
+}
+
+// minShareRequests is the fewest answered requests a share is told of.
+const minShareRequests = 20
+
+// share is backend's share of the answered requests; NaN when fewer than
+// minShareRequests were answered.
+func (a trafficTally) share(backend string) float64 {
+	if a.OK < minShareRequests {
+		return math.NaN()
+	}
+	return float64(a.ByBackend[backend]) / float64(a.OK)
+}
+
+// run sends requests until ctx is done and waits for those in flight.
+func (t *traffic) run(ctx context.Context) error {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / t.rps))
+	defer tick.Stop()
+	var wg sync.WaitGroup // owns the request goroutines; waited for on return
+	defer wg.Wait()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		body := t.body(i)
+		wg.Go(func() { t.send(ctx, body) })
+	}
+}
+
+// body is the i-th request of the current mix: streaming every other
+// request, logprobs on every other pair, 16 to 47 output tokens.
+func (t *traffic) body(i int) []byte {
+	m := t.mix.Load()
+	lp := ""
+	if i%4 < 2 {
+		lp = `,"logprobs":true,"top_logprobs":3`
+	}
+	user, _ := json.Marshal(m.prompts[i%len(m.prompts)])
+	msgs := `{"role":"user","content":` + string(user) + `}`
+	if m.system != "" {
+		sys, _ := json.Marshal(m.system)
+		msgs = `{"role":"system","content":` + string(sys) + `},` + msgs
+	}
+	return fmt.Appendf(nil, `{"model":%q,"messages":[%s],"max_tokens":%d,"stream":%t%s}`,
+		demoModel, msgs, 16+i%32, i%2 == 0, lp)
+}
+
+// send posts one request and counts its outcome.
+func (t *traffic) send(ctx context.Context, body []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := t.client.Do(req)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if err != nil && ctx.Err() != nil {
+		return // the demo stopped: no failure
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tally.Sent++
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.tally.Failed++
+		return
+	}
+	t.tally.OK++
+	if t.tally.ByBackend == nil {
+		t.tally.ByBackend = map[string]int64{}
+	}
+	t.tally.ByBackend[resp.Header.Get("X-Vigil-Backend")]++
+}
