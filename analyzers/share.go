@@ -26,7 +26,8 @@ type Sharing struct {
 	// Replica names this process in the store. Empty: hostname plus a
 	// random suffix.
 	Replica string
-	// Interval between flushes. Zero: one second.
+	// Interval between flushes (state.redis.flush_interval). Zero:
+	// config.DefaultRedis()'s.
 	Interval time.Duration
 }
 
