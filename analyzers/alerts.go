@@ -19,14 +19,7 @@ import (
 // newAlerts builds the alert engine: adaptive thresholds kept in the shared
 // store (or in memory), and the lease that makes one replica the sender.
 func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine {
-	a := o.Alerts
-	cfg := alert.Config{Period: a.Period, Percentile: a.Percentile, Factor: a.Factor,
-		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity, DashboardURL: a.DashboardURL,
-		ColdStartErrorRate: a.ColdStart.ErrorRate, ColdStartLatencyFactor: a.ColdStart.LatencyFactor}
-	if len(a.Fixed) > 0 {
-		cfg.Fixed = maps.Clone(alert.DefaultFixed)
-		maps.Copy(cfg.Fixed, a.Fixed)
-	}
+	cfg := alertConfig(o.Alerts)
 	var store alert.Store = state.NewMemory()
 	opts := []alert.Option{alert.WithLogger(p.log)}
 	if p.share != nil {
@@ -49,6 +42,18 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Retried), "retried")
 	}))
 	return e
+}
+
+// alertConfig is the alert engine's configuration from the alerts section.
+func alertConfig(a config.Alerts) alert.Config {
+	cfg := alert.Config{Period: a.Period, History: a.History, Percentile: a.Percentile, Factor: a.Factor, MinHistory: a.MinHistory,
+		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity, DashboardURL: a.DashboardURL,
+		ColdStartErrorRate: a.ColdStart.ErrorRate, ColdStartLatencyFactor: a.ColdStart.LatencyFactor}
+	if len(a.Fixed) > 0 {
+		cfg.Fixed = maps.Clone(alert.DefaultFixed)
+		maps.Copy(cfg.Fixed, a.Fixed)
+	}
+	return cfg
 }
 
 // backendLabels returns, per backend name, the labels of its alert

@@ -37,8 +37,6 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
-	// Seed seeds the samplers' random keys. Zero: a fixed default.
-	Seed uint64
 	// Tracer makes the postprocess span of each sampled request, a child of
 	// its server span carrying the analysis results. Nil: no spans.
 	Tracer trace.Tracer
@@ -46,7 +44,7 @@ type Options struct {
 	// own windows only.
 	Sharing *share.Config
 	// Alerts configures alerting on the signals, every Alerts.Period (zero
-	// values: the alert engine's defaults, from config.Default());
+	// values: config.DefaultAlerts()'s);
 	// Notifier delivers (nil: alerts are computed and listed, not sent).
 	// With Sharing, one replica at a time sends (a lease in the store).
 	Alerts   config.Alerts
@@ -111,7 +109,7 @@ func New(o Options) (*Pipeline, error) {
 	c := o.Config
 	p := &Pipeline{cfg: c, log: o.Log, now: o.Now, tracer: o.Tracer, open: map[*exchange.Request]*logprob.Accumulator{}, alertPeriod: o.Alerts.Period}
 	if p.alertPeriod <= 0 {
-		p.alertPeriod = config.Default().Alerts.Period
+		p.alertPeriod = config.DefaultAlerts().Period
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -120,11 +118,7 @@ func New(o Options) (*Pipeline, error) {
 		p.now = time.Now
 	}
 	if c.Drift.Enabled {
-		seed := o.Seed
-		if seed == 0 {
-			seed = 0x5eed
-		}
-		d, err := drift.New(c, seed)
+		d, err := drift.New(c, uint64(c.Seed))
 		if err != nil {
 			return nil, err
 		}

@@ -43,7 +43,6 @@
 package config
 
 import (
-	"strconv"
 	"time"
 )
 
@@ -139,6 +138,10 @@ type Balancer struct {
 	// least 0.1), and without traffic the estimate decays toward zero as
 	// e^(−t/τ), so an avoided backend is tried again. > 0.
 	LatencyDecay time.Duration `yaml:"latency_decay"`
+	// Floor is the least weight a backend keeps, as a share of its base
+	// weight, however loaded its node: a busy backend still gets a trickle
+	// of requests, so its signals stay fresh. In (0, 1].
+	Floor float64 `yaml:"floor"`
 }
 
 // LoadWeights are the relative weights of the node signals (CPU, Mem, GPU,
@@ -180,6 +183,9 @@ type Redis struct {
 	URL string `yaml:"url"`
 	// Prefix starts every key Vigil writes.
 	Prefix string `yaml:"prefix"`
+	// FlushInterval is how often a replica writes its signal windows to
+	// Redis and reads the other replicas', > 0.
+	FlushInterval time.Duration `yaml:"flush_interval"`
 }
 
 // Tracing configures OpenTelemetry tracing.
@@ -241,6 +247,9 @@ type Analyzers struct {
 	// Consecutive is how many evaluations in a row must find a change
 	// before a signal leaves its "ok" state.
 	Consecutive int `yaml:"consecutive"`
+	// Seed seeds the random keys of the signals' samplers (the drift
+	// reservoirs), so that a run is reproducible. >= 0.
+	Seed int64 `yaml:"seed"`
 	// Drift configures signal 1, input drift.
 	Drift Drift `yaml:"drift"`
 	// Confidence configures signal 2, confidence decay.
@@ -390,10 +399,15 @@ type Alerts struct {
 	WebhookURL string `yaml:"webhook_url"`
 	// Period is how often alert conditions are evaluated, > 0.
 	Period time.Duration `yaml:"period"`
-	// Percentile of the last 7 days of a rule's period values that, times
-	// Factor, is its adaptive threshold.
+	// Percentile of the last History of a rule's period values that,
+	// times Factor, is its adaptive threshold.
 	Percentile float64 `yaml:"percentile"`
 	Factor     float64 `yaml:"factor"`
+	// History is how far back the adaptive thresholds look, > 0.
+	History time.Duration `yaml:"history"`
+	// MinHistory is the number of past periods a series needs before an
+	// adaptive threshold applies (ColdStart until then), >= 1.
+	MinHistory int `yaml:"min_history"`
 	// Consecutive breaching periods fire an alert.
 	Consecutive int `yaml:"consecutive"`
 	// Silence is the quiet time after a notification for the same labels.
@@ -417,7 +431,7 @@ type Alerts struct {
 }
 
 // ColdStart are the thresholds of a series until it holds enough periods
-// for an adaptive threshold (12). Drift, confidence and precision use
+// for an adaptive threshold (Alerts.MinHistory). Drift, confidence and precision use
 // their floors meanwhile; the perplexity band is fixed anyway.
 type ColdStart struct {
 	// ErrorRate is the error-rate threshold, in (0, 1).
@@ -523,6 +537,17 @@ type Limits struct {
 	// ShutdownGrace bounds how long requests and streams in flight then
 	// get to finish before they are cut, > 0.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// MaxIdleConns bounds the idle keep-alive connections the gateway
+	// keeps to all backends together, and MaxIdleConnsPerHost those to
+	// one backend; both >= 1 (Go's own zero values would mean no bound
+	// and 2, the latter far too few for a busy backend).
+	MaxIdleConns        int `yaml:"max_idle_conns"`
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// SideTimeout bounds, end to end, each request the gateway makes of
+	// its own accord (health checks, load scrapes, the model list
+	// fan-out of GET /v1/models), > 0. Each of those may bound itself
+	// tighter (health.timeout, balancer.scrape_interval).
+	SideTimeout time.Duration `yaml:"side_timeout"`
 }
 
 // Health configures active health checks of backends and passive ejection.
@@ -592,68 +617,3 @@ type Log struct {
 	// Access enables the one-line-per-request JSON access log.
 	Access bool `yaml:"access"`
 }
-
-// Default returns the default configuration: no backends, in-memory state,
-// every request traced without content. Each call returns a new value.
-func Default() Config {
-	return Config{
-		Listen: ":8080",
-		Balancer: Balancer{
-			Strategy: StrategyDynamic,
-			LoadWeights: LoadWeights{
-				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 1, KVCache: 1, Latency: 1, Errors: 1,
-			},
-			QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
-			LatencyDecay: 10 * time.Second,
-		},
-		State:     State{Redis: Redis{Prefix: "vigil"}},
-		Tracing:   Tracing{SampleRatio: 1.0, MaxContentBytes: 4096, Exporter: "otlp"},
-		Retrieval: Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
-		Analyzers: Analyzers{
-			QueueSize: 4096, MaxCaptureBytes: 1 << 20,
-			Interval: 15 * time.Second, Bucket: 10 * time.Second, MinRequests: 300,
-			Window: 15 * time.Minute, Reference: time.Hour, Alpha: 0.01, Consecutive: 2,
-			Drift: Drift{
-				Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true,
-			},
-			Confidence:  Confidence{Enabled: true, LowProb: 0.5, MinDrop: 0.03, Inject: Inject{TopLogprobs: 5}},
-			Latency:     Latency{Enabled: true, K: 2, MinRise: 0.1},
-			Output:      Output{Enabled: true, Sigma: 3, Minutes: 5, MinBaselineMinutes: 10},
-			Calibration: Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
-			Precision: Precision{
-				Enabled: true, SampleRatio: 0.05, TopLogprobs: 5, MaxTokens: 32, Concurrency: 4,
-				Timeout: 30 * time.Second, MinTokens: 200, MaxKL: 0.05, MinTop1Agreement: 0.9,
-			},
-		},
-		Alerts: Alerts{
-			Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning",
-			ColdStart: ColdStart{ErrorRate: 0.05, LatencyFactor: 3},
-			SLO: SLO{Windows: []BurnWindow{
-				{Long: time.Hour, Short: 5 * time.Minute, Burn: 14.4, Severity: "critical"},
-				{Long: 6 * time.Hour, Short: 30 * time.Minute, Burn: 6, Severity: "warning"},
-			}},
-		},
-		Limits: Limits{
-			MaxBodyBytes: 8 << 20, UpstreamTimeout: 300 * time.Second, StreamIdleTimeout: 300 * time.Second,
-			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
-			WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
-			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
-			ShutdownDelay: 5 * time.Second, ShutdownGrace: 60 * time.Second,
-		},
-		Health: Health{
-			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
-			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
-		},
-		Retries: Retries{Attempts: 3},
-		Cache:   Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
-		Usage:   Usage{Inject: true, TenantHeader: "X-Tenant"},
-		Log:     Log{Level: "info", Access: true},
-	}
-}
-
-// defaultBackend is the backend at index in a list before its keys are applied.
-func defaultBackend(index int) Backend {
-	return Backend{Name: defaultName(index), Kind: KindOpenAI, Weight: 100}
-}
-
-func defaultName(index int) string { return "b" + strconv.Itoa(index) }

@@ -35,14 +35,14 @@ func TestDefault(t *testing.T) {
 				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 1, KVCache: 1, Latency: 1, Errors: 1,
 			},
 			QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
-			LatencyDecay: 10 * time.Second,
+			LatencyDecay: 10 * time.Second, Floor: 0.01,
 		},
-		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil"}},
+		State:     config.State{Redis: config.Redis{URL: "", Prefix: "vigil", FlushInterval: time.Second}},
 		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false, MaxContentBytes: 4096, Exporter: "otlp"},
 		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Cache:     config.Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
 		Analyzers: wantAnalyzers(),
-		Alerts: config.Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning",
+		Alerts: config.Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, History: 7 * 24 * time.Hour, MinHistory: 12, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning",
 			ColdStart: config.ColdStart{ErrorRate: 0.05, LatencyFactor: 3},
 			SLO: config.SLO{Windows: []config.BurnWindow{
 				{Long: time.Hour, Short: 5 * time.Minute, Burn: 14.4, Severity: "critical"},
@@ -53,6 +53,7 @@ func TestDefault(t *testing.T) {
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536, MaxConnections: 10000,
 			ShutdownDelay: 5 * time.Second, ShutdownGrace: time.Minute,
+			MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, SideTimeout: 10 * time.Second,
 		},
 		Health: config.Health{
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
@@ -132,7 +133,7 @@ log: {level: debug, access: false}
 					b.Strategy, b.LoadWeights.CPU, b.LoadWeights.Queue, b.StaleAfter = "least_request", 0, 5, 30*time.Second
 					return b
 				}(),
-				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw"}},
+				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw", FlushInterval: time.Second}},
 				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
 				Retrieval: config.Default().Retrieval,
 				Cache:     config.Default().Cache,
@@ -446,7 +447,7 @@ func wantAnalyzers() config.Analyzers {
 	return config.Analyzers{
 		QueueSize: 4096, MaxCaptureBytes: 1048576,
 		Interval: 15 * time.Second, Bucket: 10 * time.Second, MinRequests: 300,
-		Window: 15 * time.Minute, Reference: time.Hour, Alpha: 0.01, Consecutive: 2,
+		Window: 15 * time.Minute, Reference: time.Hour, Alpha: 0.01, Consecutive: 2, Seed: 0x5eed,
 		Drift:       config.Drift{Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true},
 		Confidence:  config.Confidence{Enabled: true, LowProb: 0.5, MinDrop: 0.03, Inject: config.Inject{TopLogprobs: 5}},
 		Latency:     config.Latency{Enabled: true, K: 2, MinRise: 0.1},

@@ -150,6 +150,9 @@ func (b *Balancer) Validate() error {
 	l.add("stale_after", checkPositiveDuration(b.StaleAfter))
 	l.add("scrape_interval", checkPositiveDuration(b.ScrapeInterval))
 	l.add("latency_decay", checkPositiveDuration(b.LatencyDecay))
+	if !(b.Floor > 0 && b.Floor <= 1) {
+		l.add("floor", fmt.Errorf("must be in (0, 1], got %v", b.Floor))
+	}
 	return l.err()
 }
 
@@ -164,6 +167,7 @@ func (s *State) Validate() error {
 func (r *Redis) Validate() error {
 	var l errList
 	l.add("url", checkRedisURL(r.URL))
+	l.add("flush_interval", checkPositiveDuration(r.FlushInterval))
 	return l.err()
 }
 
@@ -218,6 +222,9 @@ func (a *Analyzers) Validate() error {
 	}
 	if a.Consecutive < 1 {
 		l.add("consecutive", fmt.Errorf("must be >= 1, got %d", a.Consecutive))
+	}
+	if a.Seed < 0 {
+		l.add("seed", fmt.Errorf("must be >= 0, got %d", a.Seed))
 	}
 	l.nest("drift", a.Drift.Validate())
 	l.nest("confidence", a.Confidence.Validate())
@@ -351,6 +358,10 @@ func (a *Alerts) Validate() error {
 	if !(a.Factor > 0) {
 		l.add("factor", fmt.Errorf("must be > 0, got %v", a.Factor))
 	}
+	l.add("history", checkPositiveDuration(a.History))
+	if a.MinHistory < 1 {
+		l.add("min_history", fmt.Errorf("must be >= 1, got %d", a.MinHistory))
+	}
 	if a.Consecutive < 1 {
 		l.add("consecutive", fmt.Errorf("must be >= 1, got %d", a.Consecutive))
 	}
@@ -447,6 +458,9 @@ func (lim *Limits) Validate() error {
 		l.add("shutdown_delay", fmt.Errorf("must be >= 0, got %v", lim.ShutdownDelay))
 	}
 	l.add("shutdown_grace", checkPositiveDuration(lim.ShutdownGrace))
+	l.add("max_idle_conns", checkPositiveInt(int64(lim.MaxIdleConns)))
+	l.add("max_idle_conns_per_host", checkPositiveInt(int64(lim.MaxIdleConnsPerHost)))
+	l.add("side_timeout", checkPositiveDuration(lim.SideTimeout))
 	return l.err()
 }
 

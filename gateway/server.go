@@ -132,11 +132,14 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	bal := balance.New(pool, balance.Options{
+	bal, err := balance.New(pool, balance.Options{
 		Strategy: cfg.Balancer.Strategy, Weights: cfg.Balancer.LoadWeights,
 		QueueSaturation: cfg.Balancer.QueueSaturation, StaleAfter: cfg.Balancer.StaleAfter,
-		Store: opts.WeightStore,
+		Floor: cfg.Balancer.Floor, Store: opts.WeightStore,
 	})
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
 		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, usage: opts.Usage, baseline: opts.Baseline, feedback: opts.Feedback,
@@ -173,8 +176,8 @@ func New(opts Options) (*Server, error) {
 	transport := opts.Transport
 	if transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns = 1024
-		t.MaxIdleConnsPerHost = 256
+		t.MaxIdleConns = cfg.Limits.MaxIdleConns
+		t.MaxIdleConnsPerHost = cfg.Limits.MaxIdleConnsPerHost
 		t.ResponseHeaderTimeout = cfg.Limits.UpstreamTimeout
 		// Bodies go to the client as the backend encoded them.
 		t.DisableCompression = true
@@ -193,12 +196,12 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	s.client = &http.Client{Transport: transport, Timeout: cfg.Limits.SideTimeout}
 	if cfg.Cache.Enabled {
 		s.cache = newResponseCache(cfg.Cache, opts.SharedStore, opts.Replica)
 	}
 	// Shadow requests are greedy generations of max_tokens tokens: give
-	// them the whole precision.timeout rather than the checks' 10 s.
+	// them the whole precision.timeout rather than limits.side_timeout.
 	s.shadow = newShadower(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
 		&http.Client{Transport: transport}, s.log, s.reg)
 	if cfg.Retrieval.URL != "" {

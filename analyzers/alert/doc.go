@@ -13,11 +13,11 @@
 //     when set, else the adaptive P·F where P is the Config.Percentile of
 //     the series' past period values (up to Config.History of them, by
 //     linear interpolation, see Percentile) and F is Config.Factor. An
-//     adaptive threshold needs Config.MinHistory (12) past periods: until
-//     then the series records values but never breaches. For a negative
-//     P the factor widens the threshold upwards too (P + |P|·(F−1)), and
-//     Config.Floor (DefaultFloor) bounds it from below for signals that
-//     hover around zero;
+//     adaptive threshold needs Config.MinHistory (alerts.min_history)
+//     past periods: until then the series records values but never
+//     breaches. For a negative P the factor widens the threshold upwards
+//     too (P + |P|·(F−1)), and Config.Floor (DefaultFloor) bounds it from
+//     below for signals that hover around zero;
 //   - records the value in the history, persisted through Store so that it
 //     survives restarts and is shared by replicas (a period recorded by
 //     one replica is not recorded again by another);

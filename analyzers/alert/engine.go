@@ -22,19 +22,19 @@ import (
 )
 
 // Config are the alerting rules' parameters. A zero value takes the
-// default of the matching alerts key in config.Default(), or the one
-// noted on the field.
+// default of the matching alerts key in config.DefaultAlerts(): the
+// engine has no defaults of its own.
 type Config struct {
 	// Period is the evaluation period: Observe is called once per Period.
 	Period time.Duration
-	// History is how far back the adaptive thresholds look. Zero: 7 days.
+	// History is how far back the adaptive thresholds look (alerts.history).
 	History time.Duration
 	// Percentile of the history, in (0, 1].
 	Percentile float64
 	// Factor multiplies the percentile.
 	Factor float64
 	// MinHistory is the number of past periods a series needs before an
-	// adaptive threshold applies. Zero: 12.
+	// adaptive threshold applies (alerts.min_history).
 	MinHistory int
 	// Consecutive breaching periods fire an alert. Rules in
 	// DefaultConsecutive (the perplexity band, whose signal already
@@ -66,12 +66,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	d := config.Default().Alerts
+	d := config.DefaultAlerts()
 	if c.Period <= 0 {
 		c.Period = d.Period
 	}
 	if c.History <= 0 {
-		c.History = 7 * 24 * time.Hour
+		c.History = d.History
 	}
 	if c.Percentile <= 0 {
 		c.Percentile = d.Percentile
@@ -80,7 +80,7 @@ func (c Config) withDefaults() Config {
 		c.Factor = d.Factor
 	}
 	if c.MinHistory <= 0 {
-		c.MinHistory = 12
+		c.MinHistory = d.MinHistory
 	}
 	if c.Consecutive <= 0 {
 		c.Consecutive = d.Consecutive

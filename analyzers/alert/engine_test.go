@@ -16,6 +16,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/stats"
+	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
 )
 
@@ -708,5 +709,26 @@ func TestPendingNoiseIsLearnt(t *testing.T) {
 	feed(e, c, RuleE2E, 5000, 5000, 5000, 5000, 100)
 	if d := cmp.Diff(append(repeat(100, 12), 1000, 100, 100), s.hist.values); d != "" {
 		t.Errorf("history after an incident that fired (-want +got):\n%s", d)
+	}
+}
+
+// TestConfigDefaultsAreConfigs: what the engine runs with, for a zero
+// Config and for one built from the alerts section, is config's alerts
+// section, so that the engine holds no default of its own.
+func TestConfigDefaultsAreConfigs(t *testing.T) {
+	a := config.DefaultAlerts()
+	want := Config{
+		Period: a.Period, History: a.History, Percentile: a.Percentile, Factor: a.Factor, MinHistory: a.MinHistory,
+		Consecutive: a.Consecutive, Silence: a.Silence, Severity: a.Severity,
+		ColdStartErrorRate: a.ColdStart.ErrorRate, ColdStartLatencyFactor: a.ColdStart.LatencyFactor,
+	}
+	if diff := cmp.Diff(want, Config{}.withDefaults()); diff != "" {
+		t.Errorf("zero Config's defaults differ from config.DefaultAlerts() (-want +got):\n%s", diff)
+	}
+	// Non-default values pass through unchanged.
+	other := Config{Period: time.Minute, History: 2 * time.Hour, Percentile: 0.5, Factor: 2, MinHistory: 3,
+		Consecutive: 1, Silence: time.Minute, Severity: "info", ColdStartErrorRate: 0.5, ColdStartLatencyFactor: 2}
+	if diff := cmp.Diff(other, other.withDefaults()); diff != "" {
+		t.Errorf("withDefaults changed set values (-want +got):\n%s", diff)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vigil-gw/vigil/analyzers/window"
+	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
 )
 
@@ -31,7 +32,8 @@ type Config struct {
 	// Replica names this process in the store. Empty: hostname plus a
 	// random suffix.
 	Replica string
-	// Interval between flushes. Zero: one second.
+	// Interval between flushes (state.redis.flush_interval). Zero:
+	// config.DefaultRedis()'s.
 	Interval time.Duration
 }
 
@@ -128,7 +130,7 @@ func New(cfg Config, ttl time.Duration, log *slog.Logger, now func() time.Time, 
 		cfg.Replica = ReplicaID()
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = config.DefaultRedis().FlushInterval
 	}
 	return &Sharer{cfg: cfg, ttl: ttl, log: log, now: now, m: newShareMetrics(reg), dropped: map[string]int64{}, onPin: onPin}
 }

@@ -161,7 +161,7 @@ func build(cfg config.Config, log, access *slog.Logger) (_ *app, err error) {
 		// outage costs only their sharing, never a request.
 		store := state.NewRedis(rc, cfg.State.Redis.Prefix)
 		shared, replica = store, share.ReplicaID()
-		ao.Sharing = &share.Config{Store: store, Replica: replica}
+		ao.Sharing = &share.Config{Store: store, Replica: replica, Interval: cfg.State.Redis.FlushInterval}
 		weights = &state.Weights{Store: store, Replica: replica, MaxAge: cfg.Balancer.StaleAfter}
 	}
 	ao.Alerts = cfg.Alerts

@@ -54,6 +54,7 @@ package balance
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -71,13 +72,9 @@ const (
 	LeastRequest = config.StrategyLeastRequest
 )
 
-// DefaultFloor is the smallest weight a backend gets, as a share of its base
-// weight, when Options.Floor is zero.
-const DefaultFloor = 0.01
-
 // Options configure a Balancer.
 type Options struct {
-	// Strategy is Dynamic, RoundRobin or LeastRequest. Empty: Dynamic.
+	// Strategy is Dynamic, RoundRobin or LeastRequest (balancer.strategy).
 	Strategy string
 	// Weights weigh the node signals in the node load and set the queue,
 	// latency and error terms of the cost.
@@ -88,8 +85,8 @@ type Options struct {
 	// StaleAfter is the age past which a signal is ignored
 	// (balancer.stale_after), > 0.
 	StaleAfter time.Duration
-	// Floor is the smallest weight as a share of the base weight, in (0, 1].
-	// Zero: DefaultFloor.
+	// Floor is the smallest weight as a share of the base weight
+	// (balancer.floor), in (0, 1].
 	Floor float64
 	// Store, if set, shares weights among gateway replicas. Nil: each
 	// replica uses its own weights.
@@ -135,17 +132,23 @@ const (
 )
 
 // New returns a Balancer over pool. Every backend starts at its base weight.
-func New(pool *upstream.Pool, o Options) *Balancer {
+// An unknown strategy or a floor outside (0, 1] is an error: the settings
+// come from config, which holds their defaults.
+func New(pool *upstream.Pool, o Options) (*Balancer, error) {
 	b := &Balancer{pool: pool, staleAfter: o.StaleAfter, floor: o.Floor, queueSat: o.QueueSaturation, store: o.Store,
 		wQueue: o.Weights.Queue, wLatency: o.Weights.Latency, wErrors: o.Weights.Errors}
 	switch o.Strategy {
+	case Dynamic:
+		b.strategy = stDynamic
 	case RoundRobin:
 		b.strategy = stRoundRobin
 	case LeastRequest:
 		b.strategy = stLeastRequest
+	default:
+		return nil, fmt.Errorf("balancer.strategy: unknown strategy %q", o.Strategy)
 	}
 	if !(b.floor > 0 && b.floor <= 1) {
-		b.floor = DefaultFloor
+		return nil, fmt.Errorf("balancer.floor: must be in (0, 1], got %v", o.Floor)
 	}
 	// Only the node signals enter the node load; queue, latency and errors
 	// are scored for display (weight 0) and enter the cost instead.
@@ -159,7 +162,7 @@ func New(pool *upstream.Pool, o Options) *Balancer {
 		states[i] = State{Weight: be.Weight, Scores: unknownScores(), Waiting: math.NaN(), Running: math.NaN(), ErrorFactor: 1}
 	}
 	b.snap.Store(&Snapshot{Backends: states})
-	return b
+	return b, nil
 }
 
 // A Snapshot is the balancer's view of every backend at one time. It is

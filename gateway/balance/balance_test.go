@@ -24,7 +24,7 @@ func newPool(t testing.TB, n int, mutate func(i int, b *config.Backend)) *upstre
 		}
 		cfgs = append(cfgs, b)
 	}
-	p, err := upstream.NewPool(cfgs, config.Default().Health, 0)
+	p, err := upstream.NewPool(cfgs, config.Default().Health, config.Default().Balancer.LatencyDecay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,17 @@ func newPool(t testing.TB, n int, mutate func(i int, b *config.Backend)) *upstre
 
 func defaults() Options {
 	b := config.Default().Balancer
-	return Options{Strategy: b.Strategy, Weights: b.LoadWeights, QueueSaturation: b.QueueSaturation, StaleAfter: b.StaleAfter}
+	return Options{Strategy: b.Strategy, Weights: b.LoadWeights, QueueSaturation: b.QueueSaturation, StaleAfter: b.StaleAfter, Floor: b.Floor}
+}
+
+// mustNew is New for options a test knows to be valid.
+func mustNew(tb testing.TB, p *upstream.Pool, o Options) *Balancer {
+	tb.Helper()
+	b, err := New(p, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }
 
 // TestWeights checks the blend: weighted mean of the fresh scores, stale and
@@ -71,7 +81,7 @@ func TestWeights(t *testing.T) {
 			p := newPool(t, 1, nil)
 			o := defaults()
 			o.Weights = tt.weights
-			b := New(p, o)
+			b := mustNew(t, p, o)
 			be := p.Backends()[0]
 			if tt.agent != nil {
 				be.StoreAgentLoad(tt.agent)
@@ -89,12 +99,44 @@ func TestWeights(t *testing.T) {
 	}
 }
 
+// TestFloorFromConfig: the least weight is balancer.floor as configured,
+// not a value of the balancer's own, and New refuses what config would
+// refuse instead of putting a default in its place.
+func TestFloorFromConfig(t *testing.T) {
+	now := time.Unix(1764400000, 0)
+	loaded := &upstream.AgentLoad{CPU: 1, Mem: 1, GPU: 1, GPUMem: 1, AsOf: now}
+	for _, floor := range []float64{config.Default().Balancer.Floor, 0.25} {
+		p := newPool(t, 1, nil)
+		o := defaults()
+		o.Floor = floor
+		b := mustNew(t, p, o)
+		p.Backends()[0].StoreAgentLoad(loaded)
+		if err := b.Update(context.Background(), now); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.Weight(0), 100*floor; math.Abs(got-want) > 1e-9 {
+			t.Errorf("floor %v: weight of a fully loaded backend %v, want %v", floor, got, want)
+		}
+	}
+	for _, bad := range []func(*Options){
+		func(o *Options) { o.Floor = 0 },
+		func(o *Options) { o.Floor = 1.5 },
+		func(o *Options) { o.Strategy = "" },
+	} {
+		o := defaults()
+		bad(&o)
+		if _, err := New(newPool(t, 1, nil), o); err == nil {
+			t.Errorf("New(%+v) = nil error, want one", o)
+		}
+	}
+}
+
 // TestObservedScores: latency is scored against the fastest backend, errors
 // as their rate, for display; neither changes the weight (the node factor),
 // the error rate sets the cost's error factor.
 func TestObservedScores(t *testing.T) {
 	p := newPool(t, 3, nil)
-	b := New(p, defaults())
+	b := mustNew(t, p, defaults())
 	now := time.Now()
 	bs := p.Backends()
 	bs[0].ObserveLatency(100*time.Millisecond, now)
@@ -142,7 +184,7 @@ func TestTwoChoices(t *testing.T) {
 	const n = 30000
 	setup := func(t *testing.T, mutate func(i int, c *config.Backend)) (*Balancer, []*upstream.Backend) {
 		p := newPool(t, 3, mutate)
-		b := New(p, defaults())
+		b := mustNew(t, p, defaults())
 		return b, p.Backends()
 	}
 	observeAll := func(bs []*upstream.Backend, d ...time.Duration) {
@@ -264,7 +306,7 @@ func TestTwoChoices(t *testing.T) {
 		bs[0].ObserveLatency(100*time.Millisecond, now)
 		bs[1].ObserveLatency(100*time.Millisecond, now)
 		// One second, three decay times ago: 1 s × e⁻³ ≈ 50 ms now.
-		bs[2].ObserveLatency(time.Second, now.Add(-3*upstream.DefaultLatencyDecay))
+		bs[2].ObserveLatency(time.Second, now.Add(-3*config.Default().Balancer.LatencyDecay))
 		if s := shares(b, n); math.Abs(s["b2"]-2.0/3) > 0.02 {
 			t.Errorf("shares %v: want b2 2/3", s)
 		}
@@ -300,7 +342,7 @@ func TestPickFilters(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			o := defaults()
 			o.Strategy = strategy
-			b := New(p, o)
+			b := mustNew(t, p, o)
 			seen := func(model string, kinds []string, exclude ...*upstream.Backend) map[string]bool {
 				m := map[string]bool{}
 				for range 200 {
@@ -341,7 +383,7 @@ func TestLeastRequestPicks(t *testing.T) {
 	p := newPool(t, 3, nil)
 	o := defaults()
 	o.Strategy = LeastRequest
-	b := New(p, o)
+	b := mustNew(t, p, o)
 	bs := p.Backends()
 	defer bs[0].Acquire()()
 	defer bs[1].Acquire()()
@@ -380,7 +422,7 @@ func TestStoreSeam(t *testing.T) {
 	st := &fakeStore{give: map[string]float64{"b0": 40, "b1": 5000}}
 	o := defaults()
 	o.Store = st
-	b := New(p, o)
+	b := mustNew(t, p, o)
 	p.Backends()[0].StoreServerLoad(&upstream.ServerLoad{Waiting: 8, Running: 0, KVCache: 0.5, AsOf: time.Now()})
 	if err := b.Update(context.Background(), time.Now()); err != nil {
 		t.Fatal(err)
@@ -402,7 +444,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	for _, strategy := range []string{Dynamic, RoundRobin, LeastRequest} {
 		o := defaults()
 		o.Strategy = strategy
-		b := New(p, o)
+		b := mustNew(t, p, o)
 		kinds := []string{"openai"}
 		if n := testing.AllocsPerRun(1000, func() { b.Pick("m", kinds) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", strategy, n)
@@ -423,7 +465,7 @@ func BenchmarkPick(b *testing.B) {
 		b.Run(strategy, func(b *testing.B) {
 			o := defaults()
 			o.Strategy = strategy
-			bal := New(p, o)
+			bal := mustNew(b, p, o)
 			bal.Update(context.Background(), now)
 			kinds := []string{"openai"}
 			b.ReportAllocs()

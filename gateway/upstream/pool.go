@@ -119,18 +119,14 @@ type Passive struct {
 	Backoff, MaxBackoff time.Duration
 }
 
-// DefaultLatencyDecay is the latency estimate's decay time when NewPool is
-// given none (balancer.latency_decay's default).
-const DefaultLatencyDecay = 10 * time.Second
-
 // NewPool builds a pool from validated backend configs; health gives the
-// passive ejection settings and latencyDecay the decay time of the latency
-// estimates (see [Backend.ObserveLatency]; <= 0: DefaultLatencyDecay).
+// passive ejection settings and latencyDecay (balancer.latency_decay) the
+// decay time of the latency estimates (see [Backend.ObserveLatency]), > 0.
 // Every backend starts healthy: an unchecked backend is given the benefit
 // of the doubt.
 func NewPool(cfgs []config.Backend, health config.Health, latencyDecay time.Duration) (*Pool, error) {
 	if latencyDecay <= 0 {
-		latencyDecay = DefaultLatencyDecay
+		return nil, fmt.Errorf("balancer.latency_decay: must be > 0, got %v", latencyDecay)
 	}
 	p := &Pool{passive: Passive{Failures: health.Failures, Backoff: health.Backoff, MaxBackoff: max(health.MaxBackoff, health.Backoff)},
 		decay: float64(latencyDecay)}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,7 +97,7 @@ func TestScraperAgesRepeatedSamples(t *testing.T) {
 		w.Write([]byte(body))
 	}))
 	defer agent.Close()
-	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent.URL, Weight: 1}}, config.Default().Health, 0)
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent.URL, Weight: 1}}, config.Default().Health, config.Default().Balancer.LatencyDecay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestScraperAgesRepeatedSamples(t *testing.T) {
 func TestPassiveBackoff(t *testing.T) {
 	h := config.Default().Health
 	h.Failures, h.Backoff, h.MaxBackoff = 3, time.Second, 3*time.Second
-	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, h, 0)
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, h, config.Default().Balancer.LatencyDecay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +153,25 @@ func TestPassiveBackoff(t *testing.T) {
 	}
 	if ej, _ := b.RecordFailure(time.Now()); ej {
 		t.Error("one failure after a success ejected")
+	}
+}
+
+// TestNewPoolDecayFromConfig: the latency estimates decay with the
+// configured time constant, and NewPool refuses a missing one rather than
+// putting a value of its own in its place.
+func TestNewPoolDecayFromConfig(t *testing.T) {
+	d := config.Default()
+	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://h:1", Weight: 1}}, d.Health, d.Balancer.LatencyDecay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := time.Duration(p.decay), d.Balancer.LatencyDecay; got != want {
+		t.Errorf("decay %v, want balancer.latency_decay %v", got, want)
+	}
+	for _, bad := range []time.Duration{0, -time.Second} {
+		if _, err := NewPool(nil, d.Health, bad); err == nil || !strings.Contains(err.Error(), "balancer.latency_decay") {
+			t.Errorf("NewPool(decay %v) error %v, want one naming balancer.latency_decay", bad, err)
+		}
 	}
 }
 
