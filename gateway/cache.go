@@ -17,6 +17,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/state"
 )
 
@@ -64,11 +65,12 @@ func newResponseCache(cfg config.Cache, shared state.Store, replica string) *res
 // operation and the body re-encoded with sorted keys and no spaces (so that
 // formatting does not matter), or false when the request is not
 // deterministic (sampling at a temperature above 0 without a seed).
-func (c *responseCache) key(op exchange.Operation, f *requestFields, body []byte) (string, bool) {
+func (c *responseCache) key(op exchange.Operation, f *request.Fields, body []byte) (string, bool) {
 	switch op {
 	case exchange.OpEmbeddings:
 	case exchange.OpChat, exchange.OpCompletion:
-		deterministic := (f.Temperature.ok && f.Temperature.v == 0) || f.Seed.present()
+		t, ok := f.Temperature.Get()
+		deterministic := (ok && t == 0) || f.Seed.Present()
 		if !deterministic {
 			return "", false
 		}

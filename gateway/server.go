@@ -32,6 +32,7 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -104,7 +105,7 @@ type Server struct {
 	metrics      *metrics
 	engine       *gin.Engine
 	inject       injector
-	tenants      *tenants
+	tenants      *request.Tenants
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
@@ -166,7 +167,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg, pool, bal, known)
 	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
-	s.tenants = newTenants(cfg.Usage.TenantHeader)
+	s.tenants = request.NewTenants(cfg.Usage.TenantHeader, new(modelLabels).label)
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, func(n int) { s.metrics.dropped.Add(float64(n)) })
 	}
@@ -388,7 +389,7 @@ type call struct {
 	// header values the gateway sets (hdrID...hdrBackend; each slice of
 	// it has its capacity cut to 1, so that an append elsewhere copies),
 	// each attempt's body reader and context, and the body tap.
-	fields requestFields
+	fields request.Fields
 	attrs  [12]attribute.KeyValue
 	hdr    [hdrCount]string
 	// forwardedFor: X-Forwarded-For is set (the client's address is known).
@@ -463,7 +464,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	x := &call{disp: s.disp, dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}
-	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.of(r)}
+	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
 	req := x.req
 	ctx, server := s.startServer(r, route, ss, x)
 	x.server = server
@@ -503,7 +504,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 }
 
 // forward runs the retrieval hook and logprob injection, then the attempts.
-func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte) {
 	req, op := x.req, x.req.Operation
 	if s.retrieval != nil && op == exchange.OpChat {
 		var aerr *apierror.Error
@@ -560,7 +561,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // all identical requests in flight (here, and across replicas with a shared
 // store), and reports whether it answered. On false the caller forwards
 // the request as usual.
-func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte, key string) bool {
+func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte, key string) bool {
 	serve := func(cr *cachedResponse) bool {
 		x.status, x.req.Backend, x.backend = cr.Status, "cache", nil
 		s.metrics.cacheHits.Inc()
@@ -609,7 +610,7 @@ type servedHere struct{ cr *cachedResponse }
 // attempt sends the request to x.backend once, replaying the body bytes.
 // It sets x.next when the attempt failed in a way that goes on to another
 // backend.
-func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
+func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte) {
 	release := x.backend.Acquire()
 	defer release()
 	x.attempts++
@@ -638,16 +639,16 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 
 // preprocess reads the body, checks the fields the route needs and picks
 // the backend. f is nil for passed-through routes.
-func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*requestFields, []byte, *apierror.Error) {
+func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*request.Fields, []byte, *apierror.Error) {
 	req := x.req
-	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
+	body, aerr := request.ReadBody(r, w, x.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
 		return nil, nil, aerr
 	}
 	req.Body = body
-	var f *requestFields
+	var f *request.Fields
 	if r.Method == http.MethodPost && req.Operation != exchange.OpOther {
-		fields, aerr := parseRequest(req.Operation, body)
+		fields, aerr := request.Parse(req.Operation, body)
 		if aerr != nil {
 			return nil, nil, aerr
 		}
@@ -655,7 +656,7 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 		f = &x.fields
 		req.Model, req.Stream = f.Model, f.Stream
 	} else if len(body) > 0 && body[0] == '{' {
-		req.Model = sniffModel(body)
+		req.Model = request.SniffModel(body)
 	}
 	if req.Route == "/generate_stream" {
 		req.Stream = true
@@ -683,15 +684,6 @@ func pickError(err error, model string, kinds []string) *apierror.Error {
 		return apierror.New(http.StatusNotFound, "invalid_request_error", "model_not_found", msg, exchange.ClassUnknownModel)
 	}
 	return apierror.New(http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", exchange.ClassNoBackend)
-}
-
-// sniffModel reads the "model" field of a passed-through JSON body, if any.
-func sniffModel(body []byte) string {
-	var f struct {
-		Model *string `json:"model"` // a later null unsets it (requestJSON)
-	}
-	_ = jsonUnmarshal(body, &f)
-	return deref(f.Model)
 }
 
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
