@@ -32,6 +32,7 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
+	"github.com/vigil-gw/vigil/gateway/cache"
 	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
@@ -109,9 +110,9 @@ type Server struct {
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
-	retrieval *retriever     // nil when no retrieval hook is configured
-	cache     *responseCache // nil when cache.enabled is false
-	shadow    *shadower      // nil when no backend is shadow-compared
+	retrieval *retriever   // nil when no retrieval hook is configured
+	cache     *cache.Cache // nil when cache.enabled is false
+	shadow    *shadower    // nil when no backend is shadow-compared
 
 	signals       SignalsSource
 	alerts        AlertsSource
@@ -196,7 +197,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
 	if cfg.Cache.Enabled {
-		s.cache = newResponseCache(cfg.Cache, opts.SharedStore, opts.Replica)
+		s.cache = cache.New(cfg.Cache, opts.SharedStore, opts.Replica)
 	}
 	// Shadow requests are greedy generations of max_tokens tokens: give
 	// them the whole precision.timeout rather than the checks' 10 s.
@@ -494,7 +495,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	x.kinds = kinds
 
 	if s.cache != nil && f != nil {
-		if key, ok := s.cache.key(op, f, body); ok {
+		if key, ok := s.cache.Key(op, f, body); ok {
 			if s.cached(ctx, w, r, x, f, body, key) {
 				return
 			}
@@ -562,29 +563,29 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // store), and reports whether it answered. On false the caller forwards
 // the request as usual.
 func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte, key string) bool {
-	serve := func(cr *cachedResponse) bool {
+	serve := func(cr *cache.Response) bool {
 		x.status, x.req.Backend, x.backend = cr.Status, "cache", nil
 		s.metrics.cacheHits.Inc()
 		w.Header().Set("X-Vigil-Backend", "cache")
-		serveCached(w, cr)
+		cache.Serve(w, cr)
 		return true
 	}
-	if cr := s.cache.get(ctx, key); cr != nil {
+	if cr := s.cache.Get(ctx, key); cr != nil {
 		return serve(cr)
 	}
 	leader := false
-	v, _, _ := s.cache.group.Do(key, func() (any, error) {
+	v, _, _ := s.cache.Do(key, func() (any, error) {
 		leader = true
-		if cr := s.cache.awaitOther(ctx, key); cr != nil {
+		if cr := s.cache.AwaitOther(ctx, key); cr != nil {
 			return cr, nil
 		}
 		s.metrics.cacheMiss.Inc()
-		cw := &captureWriter{ResponseWriter: w, limit: s.cache.cfg.MaxBodyBytes}
+		cw := s.cache.Capture(w)
 		w.Header().Set("X-Vigil-Cache", "miss")
 		s.forward(ctx, cw, r, x, f, body)
-		cr := cw.result(x)
+		cr := cw.Result(x.apiErr == nil && x.readErr == nil && x.status == http.StatusOK)
 		if cr != nil {
-			s.cache.put(ctx, key, cr)
+			s.cache.Put(ctx, key, cr)
 		}
 		return servedHere{cr}, nil
 	})
@@ -597,7 +598,7 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return serve(res.cr)
 		}
 		return false // not cacheable after all: forward this one too
-	case *cachedResponse:
+	case *cache.Response:
 		return serve(res) // another replica fetched it
 	}
 	return false
@@ -605,7 +606,7 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 
 // servedHere is the singleflight result of a fetch forwarded by this
 // process: the cached response, or nil when it was not cacheable.
-type servedHere struct{ cr *cachedResponse }
+type servedHere struct{ cr *cache.Response }
 
 // attempt sends the request to x.backend once, replaying the body bytes.
 // It sets x.next when the attempt failed in a way that goes on to another
