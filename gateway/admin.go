@@ -19,6 +19,7 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -304,7 +305,7 @@ func (s *Server) postBaseline(c *gin.Context) {
 }
 
 func (s *Server) postFeedback(c *gin.Context) {
-	body, aerr := readBody(c.Request, c.Writer, 64<<10, s.cfg.Limits.ReadTimeout)
+	body, aerr := request.ReadBody(c.Request, c.Writer, deadlinesOf(c.Writer, c.Request), 64<<10, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
 		apierror.Write(c.Writer, aerr)
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing"
 )
@@ -266,7 +267,7 @@ func BenchmarkMicroParseRequest(b *testing.B) {
 		b.Run(bb.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, aerr := parseRequest(exchange.OpChat, body); aerr != nil {
+				if _, aerr := request.Parse(exchange.OpChat, body); aerr != nil {
 					b.Fatal(aerr)
 				}
 			}
@@ -386,7 +387,7 @@ func BenchmarkMicroDispatcherChunk(b *testing.B) {
 func BenchmarkMicroSpans(b *testing.B) {
 	gw := benchGateway(b, true)
 	r := benchRequest(&url.URL{Path: "/v1/chat/completions"}, nil)
-	f, _ := parseRequest(exchange.OpChat, []byte(benchBodies[0].body))
+	f, _ := request.Parse(exchange.OpChat, []byte(benchBodies[0].body))
 	ss := newServerSpan(http.MethodPost, "/v1/chat/completions")
 	b.ReportAllocs()
 	for b.Loop() {

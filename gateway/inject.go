@@ -6,6 +6,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 )
 
 // Logprob injection (analyzers.confidence.inject, issue 4): for a sampled
@@ -44,24 +45,24 @@ func newInjector(c config.Inject) injector {
 // logprobs: chat without "top_logprobs" and with "logprobs" absent, null or
 // false; legacy completions with "logprobs" absent or null (0 asks for the
 // chosen token's logprob, so it is the client asking).
-func (in injector) sample(op exchange.Operation, f *requestFields) bool {
+func (in injector) sample(op exchange.Operation, f *request.Fields) bool {
 	return in.ratio > 0 && eligible(op, f) && rand.Float64() < in.ratio
 }
 
 // eligible reports whether logprobs may be injected into a request of
 // operation op with fields f: its client did not ask for any (sample), as
 // the backend reads the body (f.Folded).
-func eligible(op exchange.Operation, f *requestFields) bool {
+func eligible(op exchange.Operation, f *request.Fields) bool {
 	if f.Folded {
 		return false
 	}
 	switch op {
 	case exchange.OpChat:
-		if (f.Logprobs.present() && f.Logprobs != 'f') || f.TopLogprobs.present() {
+		if (f.Logprobs.Present() && f.Logprobs != 'f') || f.TopLogprobs.Present() {
 			return false
 		}
 	case exchange.OpCompletion:
-		if f.Logprobs.present() {
+		if f.Logprobs.Present() {
 			return false
 		}
 	default:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 )
 
 // spy records the request bodies a backend receives; refuse lists paths
@@ -365,7 +366,7 @@ func TestInjectEligible(t *testing.T) {
 		{exchange.OpOther, `{}`, false},
 	}
 	for _, tt := range tests {
-		f, aerr := parseRequest(exchange.OpOther, []byte(tt.body))
+		f, aerr := request.Parse(exchange.OpOther, []byte(tt.body))
 		if aerr != nil {
 			t.Fatal(aerr.Message)
 		}
@@ -374,7 +375,7 @@ func TestInjectEligible(t *testing.T) {
 		}
 	}
 	var off injector
-	if off.sample(exchange.OpChat, &requestFields{}) {
+	if off.sample(exchange.OpChat, &request.Fields{}) {
 		t.Error("the zero injector injects")
 	}
 }

@@ -2,19 +2,18 @@ package gateway
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/vigil-gw/vigil/exchange"
 )
 
-// The fast paths (scanRequest, scanResponse) must read exactly what
-// encoding/json decodes, or give up: these tests hold them to
-// json.Unmarshal on tricky documents, and the fuzz targets on any.
+// The fast path (scanResponse) must read exactly what encoding/json
+// decodes, or give up: these tests hold it to json.Unmarshal on tricky
+// documents, and the fuzz targets on any.
 //
-//	go test -run '^$' -fuzz FuzzScanRequest -fuzztime 60s ./gateway/
+//	go test -run '^$' -fuzz FuzzScanResponse -fuzztime 60s ./gateway/
 
+// scanCorpus is a copy of package request's, whose scanner this one was
+// split from.
 var scanCorpus = []string{
 	``, ` `, `null`, `[]`, `"x"`, `1`, `{}`, ` { } `, `{`, `}`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`, `{"a":1 "b":2}`,
 	`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`,
@@ -50,24 +49,6 @@ var scanCorpus = []string{
 	`{"choices":[{"delta":{"content":" the"},"logprobs":null,"finish_reason":null}],"usage":null}`,
 }
 
-// checkScanRequest fails t when scanRequest accepts body but reads it
-// otherwise than json.Unmarshal into requestJSON.
-func checkScanRequest(t *testing.T, body []byte) {
-	var f requestFields
-	ok := scanRequest(body, &f)
-	var j requestJSON
-	err := json.Unmarshal(body, &j)
-	if !ok {
-		return
-	}
-	if err != nil {
-		t.Fatalf("scanRequest accepted %q, which encoding/json rejects: %v", body, err)
-	}
-	if want := j.fields(); !reflect.DeepEqual(want, f) {
-		t.Fatalf("scanRequest(%q) =\n%+v\nencoding/json:\n%+v", body, f, want)
-	}
-}
-
 // checkScanResponse does the same for scanResponse, in both modes.
 func checkScanResponse(t *testing.T, doc []byte) {
 	var u responseFields
@@ -97,19 +78,9 @@ func checkScanResponse(t *testing.T, doc []byte) {
 
 func TestScanMatchesEncodingJSON(t *testing.T) {
 	for _, doc := range scanCorpus {
-		checkScanRequest(t, []byte(doc))
 		checkScanResponse(t, []byte(doc))
 	}
 	// The fast path takes the common documents, or it is no fast path.
-	for _, doc := range []string{
-		scanCorpus[15], scanCorpus[16], scanCorpus[17], benchBodies[0].body, benchBodies[1].body, benchBodies[2].body,
-		`{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":20}}`,
-	} {
-		var f requestFields
-		if !scanRequest([]byte(doc), &f) {
-			t.Errorf("scanRequest gave up on %s", doc)
-		}
-	}
 	plain, stream := recordSim(t)
 	docs := [][]byte{plain.body}
 	for _, ev := range stream.events {
@@ -123,52 +94,11 @@ func TestScanMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-// TestParseRequestErrors: the bodies the fast path leaves to
-// encoding/json get today's messages.
-// TestLaterNullUnsets: a later null takes a key back as the backend reads
-// the body (Python's json keeps the last of duplicate keys), where
-// encoding/json alone would keep the earlier value: the request is routed
-// and streamed as the backend takes it.
-func TestLaterNullUnsets(t *testing.T) {
-	for _, body := range []string{
-		`{"model":"a","stream":true,"messages":[],"model":null,"stream":null}`,
-		`{"model":"\u0061","stream":true,"messages":[],"model":null,"stream":null}`, // encoding/json's path
-	} {
-		f, err := parseRequest(exchange.OpChat, []byte(body))
-		if err != nil || f.Model != "" || f.Stream {
-			t.Errorf("%s: model %q, stream %v, %v; want no model, no stream", body, f.Model, f.Stream, err)
-		}
-	}
-	if m := sniffModel([]byte(`{"model":"a","model":null}`)); m != "" {
-		t.Errorf("sniffModel: %q, want none", m)
-	}
-}
-
-func TestParseRequestErrors(t *testing.T) {
-	tests := []struct{ body, want string }{
-		{`[]`, "request body must be a JSON object"},
-		{`{"model":1,"messages":[]}`, "'model': expected string, got number"},
-		{`{"stream":"yes","messages":[]}`, "'stream': expected bool, got string"},
-		{`{"max_tokens":"1","messages":[]}`, "'max_tokens': expected float64, got string"},
-		{`{"parameters":{"max_new_tokens":"7"},"messages":[]}`, "'parameters.max_new_tokens': expected float64, got string"},
-		{`{"messages":[1,]}`, "request body is not valid JSON: invalid character ']' looking for beginning of value"},
-		{`{"model":"m1"}`, "'messages' is required"},
-		{`{"model":"m1","messages":"x"}`, "'messages' has the wrong type"},
-	}
-	for _, tt := range tests {
-		_, aerr := parseRequest(exchange.OpChat, []byte(tt.body))
-		if aerr == nil || aerr.Message != tt.want {
-			t.Errorf("parseRequest(%s) = %v, want %q", tt.body, aerr, tt.want)
-		}
-	}
-}
-
-func FuzzScanRequest(f *testing.F) {
+func FuzzScanResponse(f *testing.F) {
 	for _, doc := range scanCorpus {
 		f.Add([]byte(doc))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		checkScanRequest(t, body)
 		checkScanResponse(t, body)
 	})
 }

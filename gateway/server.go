@@ -32,6 +32,8 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
+	"github.com/vigil-gw/vigil/gateway/cache"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -104,13 +106,13 @@ type Server struct {
 	metrics      *metrics
 	engine       *gin.Engine
 	inject       injector
-	tenants      *tenants
+	tenants      *request.Tenants
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
-	retrieval *retriever     // nil when no retrieval hook is configured
-	cache     *responseCache // nil when cache.enabled is false
-	shadow    *shadower      // nil when no backend is shadow-compared
+	retrieval *retriever   // nil when no retrieval hook is configured
+	cache     *cache.Cache // nil when cache.enabled is false
+	shadow    *shadower    // nil when no backend is shadow-compared
 
 	signals       SignalsSource
 	alerts        AlertsSource
@@ -169,7 +171,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg, pool, bal, known)
 	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
-	s.tenants = newTenants(cfg.Usage.TenantHeader)
+	s.tenants = request.NewTenants(cfg.Usage.TenantHeader, new(modelLabels).label)
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, func(n int) { s.metrics.dropped.Add(float64(n)) })
 	}
@@ -198,7 +200,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.client = &http.Client{Transport: transport, Timeout: cfg.Limits.SideTimeout}
 	if cfg.Cache.Enabled {
-		s.cache = newResponseCache(cfg.Cache, opts.SharedStore, opts.Replica)
+		s.cache = cache.New(cfg.Cache, opts.SharedStore, opts.Replica)
 	}
 	// Shadow requests are greedy generations of max_tokens tokens: give
 	// them the whole precision.timeout rather than limits.side_timeout.
@@ -391,7 +393,7 @@ type call struct {
 	// header values the gateway sets (hdrID...hdrBackend; each slice of
 	// it has its capacity cut to 1, so that an append elsewhere copies),
 	// each attempt's body reader and context, and the body tap.
-	fields requestFields
+	fields request.Fields
 	attrs  [12]attribute.KeyValue
 	hdr    [hdrCount]string
 	// forwardedFor: X-Forwarded-For is set (the client's address is known).
@@ -466,7 +468,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	x := &call{disp: s.disp, dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}
-	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.of(r)}
+	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
 	req := x.req
 	ctx, server := s.startServer(r, route, ss, x)
 	x.server = server
@@ -496,7 +498,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	x.kinds = kinds
 
 	if s.cache != nil && f != nil {
-		if key, ok := s.cache.key(op, f, body); ok {
+		if key, ok := s.cache.Key(op, f, body); ok {
 			if s.cached(ctx, w, r, x, f, body, key) {
 				return
 			}
@@ -506,7 +508,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 }
 
 // forward runs the retrieval hook and logprob injection, then the attempts.
-func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte) {
 	req, op := x.req, x.req.Operation
 	if s.retrieval != nil && op == exchange.OpChat {
 		var aerr *apierror.Error
@@ -563,30 +565,30 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // all identical requests in flight (here, and across replicas with a shared
 // store), and reports whether it answered. On false the caller forwards
 // the request as usual.
-func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte, key string) bool {
-	serve := func(cr *cachedResponse) bool {
+func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte, key string) bool {
+	serve := func(cr *cache.Response) bool {
 		x.status, x.req.Backend, x.backend = cr.Status, "cache", nil
 		s.metrics.cacheHits.Inc()
 		w.Header().Set("X-Vigil-Backend", "cache")
-		serveCached(w, cr)
+		cache.Serve(w, cr)
 		return true
 	}
-	if cr := s.cache.get(ctx, key); cr != nil {
+	if cr := s.cache.Get(ctx, key); cr != nil {
 		return serve(cr)
 	}
 	leader := false
-	v, _, _ := s.cache.group.Do(key, func() (any, error) {
+	v, _, _ := s.cache.Do(key, func() (any, error) {
 		leader = true
-		if cr := s.cache.awaitOther(ctx, key); cr != nil {
+		if cr := s.cache.AwaitOther(ctx, key); cr != nil {
 			return cr, nil
 		}
 		s.metrics.cacheMiss.Inc()
-		cw := &captureWriter{ResponseWriter: w, limit: s.cache.cfg.MaxBodyBytes}
+		cw := s.cache.Capture(w)
 		w.Header().Set("X-Vigil-Cache", "miss")
 		s.forward(ctx, cw, r, x, f, body)
-		cr := cw.result(x)
+		cr := cw.Result(x.apiErr == nil && x.readErr == nil && x.status == http.StatusOK)
 		if cr != nil {
-			s.cache.put(ctx, key, cr)
+			s.cache.Put(ctx, key, cr)
 		}
 		return servedHere{cr}, nil
 	})
@@ -599,7 +601,7 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return serve(res.cr)
 		}
 		return false // not cacheable after all: forward this one too
-	case *cachedResponse:
+	case *cache.Response:
 		return serve(res) // another replica fetched it
 	}
 	return false
@@ -607,12 +609,12 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 
 // servedHere is the singleflight result of a fetch forwarded by this
 // process: the cached response, or nil when it was not cacheable.
-type servedHere struct{ cr *cachedResponse }
+type servedHere struct{ cr *cache.Response }
 
 // attempt sends the request to x.backend once, replaying the body bytes.
 // It sets x.next when the attempt failed in a way that goes on to another
 // backend.
-func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *requestFields, body []byte) {
+func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte) {
 	release := x.backend.Acquire()
 	defer release()
 	x.attempts++
@@ -641,16 +643,16 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 
 // preprocess reads the body, checks the fields the route needs and picks
 // the backend. f is nil for passed-through routes.
-func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*requestFields, []byte, *apierror.Error) {
+func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*request.Fields, []byte, *apierror.Error) {
 	req := x.req
-	body, aerr := readBody(r, w, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
+	body, aerr := request.ReadBody(r, w, x.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
 		return nil, nil, aerr
 	}
 	req.Body = body
-	var f *requestFields
+	var f *request.Fields
 	if r.Method == http.MethodPost && req.Operation != exchange.OpOther {
-		fields, aerr := parseRequest(req.Operation, body)
+		fields, aerr := request.Parse(req.Operation, body)
 		if aerr != nil {
 			return nil, nil, aerr
 		}
@@ -658,7 +660,7 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 		f = &x.fields
 		req.Model, req.Stream = f.Model, f.Stream
 	} else if len(body) > 0 && body[0] == '{' {
-		req.Model = sniffModel(body)
+		req.Model = request.SniffModel(body)
 	}
 	if req.Route == "/generate_stream" {
 		req.Stream = true
@@ -686,15 +688,6 @@ func pickError(err error, model string, kinds []string) *apierror.Error {
 		return apierror.New(http.StatusNotFound, "invalid_request_error", "model_not_found", msg, exchange.ClassUnknownModel)
 	}
 	return apierror.New(http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", exchange.ClassNoBackend)
-}
-
-// sniffModel reads the "model" field of a passed-through JSON body, if any.
-func sniffModel(body []byte) string {
-	var f struct {
-		Model *string `json:"model"` // a later null unsets it (requestJSON)
-	}
-	_ = jsonUnmarshal(body, &f)
-	return deref(f.Model)
 }
 
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/tracing"
 )
@@ -111,7 +112,7 @@ func (h headerCarrier) Keys() []string             { return propagation.HeaderCa
 // attributes of the operation, model and backend are made once per model
 // label (see series); the attributes are set after the start, from
 // x.attrs, and only on a recording span.
-func (s *Server) startInference(ctx context.Context, x *call, f *requestFields) (context.Context, trace.Span) {
+func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields) (context.Context, trace.Span) {
 	b := x.backend
 	label := s.metrics.models.label(x.req.Model)
 	se := s.metrics.seriesFor(x.req.Operation, label, b.Name)
@@ -152,10 +153,10 @@ func (s *Server) startInference(ctx context.Context, x *call, f *requestFields) 
 }
 
 // firstNum returns the first of nums that is set.
-func firstNum(nums ...optNum) (float64, bool) {
+func firstNum(nums ...request.Num) (float64, bool) {
 	for _, n := range nums {
-		if n.ok {
-			return n.v, true
+		if v, ok := n.Get(); ok {
+			return v, true
 		}
 	}
 	return 0, false

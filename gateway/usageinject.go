@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 )
 
 // Usage injection (issue 14): most clients stream without
@@ -32,7 +33,7 @@ const usageMember = `,"stream_options":{"include_usage":true}`
 // module (vLLM), in Go's encoding/json, and among duplicate members inside
 // the object alike. Anything else (include_usage true or malformed,
 // stream_options not an object) returns body unchanged and false.
-func injectUsage(op exchange.Operation, f *requestFields, body []byte) ([]byte, bool) {
+func injectUsage(op exchange.Operation, f *request.Fields, body []byte) ([]byte, bool) {
 	if (op != exchange.OpChat && op != exchange.OpCompletion) || !f.Stream || f.Folded {
 		return body, false
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 )
 
 // TestInjectUsage: which requests get stream_options.include_usage
@@ -72,9 +73,9 @@ func TestInjectUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, e := parseRequest(tt.op, []byte(tt.body))
+			f, e := request.Parse(tt.op, []byte(tt.body))
 			if e != nil {
-				t.Fatalf("parseRequest: %v", e)
+				t.Fatalf("request.Parse: %v", e)
 			}
 			body := []byte(tt.body)
 			got, ok := injectUsage(tt.op, &f, body)

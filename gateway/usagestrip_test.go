@@ -18,6 +18,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -491,7 +492,7 @@ func TestUsageStripSim(t *testing.T) {
 							if bytes.Contains(want, []byte(`"usage"`)) {
 								t.Fatalf("the direct stream has usage:\n%s", want)
 							}
-							f, e := parseRequest(ep.op, []byte(body))
+							f, e := request.Parse(ep.op, []byte(body))
 							if e != nil {
 								t.Fatal(e)
 							}

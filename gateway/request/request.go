@@ -1,4 +1,8 @@
-package gateway
+// Package request reads what the gateway needs from a client's request: the
+// body, within its limits, and the few fields of it that routing, injection,
+// caching and the spans use; and the tenant a request is counted under.
+// Everything else in a body is forwarded untouched and unread.
+package request
 
 import (
 	"encoding/json"
@@ -14,82 +18,86 @@ import (
 	"github.com/vigil-gw/vigil/gateway/apierror"
 )
 
-// jsonKind records only the first byte of a JSON value ('"', '[', '{', 'n',
+// Kind records only the first byte of a JSON value ('"', '[', '{', 'n',
 // 't', 'f' or a digit) so that a field can be type-checked without copying it.
-type jsonKind byte
+type Kind byte
 
-func (k *jsonKind) UnmarshalJSON(b []byte) error {
+func (k *Kind) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 {
-		*k = jsonKind(b[0])
+		*k = Kind(b[0])
 	}
 	return nil
 }
 
-func (k jsonKind) present() bool { return k != 0 && k != 'n' }
+// Present reports whether the member was there and not null.
+func (k Kind) Present() bool { return k != 0 && k != 'n' }
 
-// requestFields are the few fields the gateway reads from a request body.
+// Fields are the few fields the gateway reads from a request body.
 // Everything else is forwarded untouched and unread.
-type requestFields struct {
+type Fields struct {
 	Model    string
 	Stream   bool
-	Messages jsonKind
-	Prompt   jsonKind
-	Input    jsonKind
-	Inputs   jsonKind
+	Messages Kind
+	Prompt   Kind
+	Input    Kind
+	Inputs   Kind
 	// Logprobs and TopLogprobs decide whether logprobs may be injected
-	// (inject.go); decoding them here spares a second parse.
-	Logprobs    jsonKind
-	TopLogprobs jsonKind
+	// (package rewrite); decoding them here spares a second parse.
+	Logprobs    Kind
+	TopLogprobs Kind
 	// StreamOptions decides whether usage may be injected
-	// (usageinject.go). Absent, it is nil; present, it is the member's
+	// (package rewrite). Absent, it is nil; present, it is the member's
 	// value as it is in the body (not a copy).
 	StreamOptions json.RawMessage
 	// Sampling parameters, for the inference span (OpenAI names, then TGI's).
-	MaxTokens           optNum
-	MaxCompletionTokens optNum
-	Temperature         optNum
-	TopP                optNum
-	Seed                jsonKind // present: deterministic, cacheable
+	MaxTokens           Num
+	MaxCompletionTokens Num
+	Temperature         Num
+	TopP                Num
+	Seed                Kind // present: deterministic, cacheable
 	Parameters          struct {
-		MaxNewTokens optNum
-		Temperature  optNum
-		TopP         optNum
+		MaxNewTokens Num
+		Temperature  Num
+		TopP         Num
 	}
 	// Folded: a root key of the body is one of the fields' keys only
 	// without regard to case ("STREAM", "ſtream"). encoding/json reads it
 	// into the field, the backend (Python's json, vLLM) does not, so the
 	// two read different requests: nothing is injected into such a body
-	// (inject.go, usageinject.go), or a client could lose the logprobs or
-	// usage it asked for, or get stream_options refused on a request the
-	// backend does not stream (issue 18, FuzzParseRequest). Set on the
+	// (package rewrite), or a client could lose the logprobs or usage it
+	// asked for, or get stream_options refused on a request the backend
+	// does not stream (FuzzParseRequest). Set on the
 	// encoding/json path, which every such body takes.
 	Folded bool
 }
 
-// optNum is an optional JSON number: ok is false when the member is
+// Num is an optional JSON number: ok is false when the member is
 // absent or null.
-type optNum struct {
+type Num struct {
 	v  float64
 	ok bool
 }
 
-// requestJSON is requestFields as encoding/json decodes it, the reference
+// Get returns the number, and false when the member was absent or null.
+func (n Num) Get() (float64, bool) { return n.v, n.ok }
+
+// requestJSON is Fields as encoding/json decodes it, the reference
 // that the fast path (scanRequest) follows and falls back on.
 type requestJSON struct {
 	Model               *string         `json:"model"`  // a later null unsets it, as the backend reads it
 	Stream              *bool           `json:"stream"` // a later null unsets it, as the backend reads it
-	Messages            jsonKind        `json:"messages"`
-	Prompt              jsonKind        `json:"prompt"`
-	Input               jsonKind        `json:"input"`
-	Inputs              jsonKind        `json:"inputs"`
-	Logprobs            jsonKind        `json:"logprobs"`
-	TopLogprobs         jsonKind        `json:"top_logprobs"`
+	Messages            Kind            `json:"messages"`
+	Prompt              Kind            `json:"prompt"`
+	Input               Kind            `json:"input"`
+	Inputs              Kind            `json:"inputs"`
+	Logprobs            Kind            `json:"logprobs"`
+	TopLogprobs         Kind            `json:"top_logprobs"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
 	MaxTokens           *float64        `json:"max_tokens"`
 	MaxCompletionTokens *float64        `json:"max_completion_tokens"`
 	Temperature         *float64        `json:"temperature"`
 	TopP                *float64        `json:"top_p"`
-	Seed                jsonKind        `json:"seed"`
+	Seed                Kind            `json:"seed"`
 	Parameters          struct {
 		MaxNewTokens *float64 `json:"max_new_tokens"`
 		Temperature  *float64 `json:"temperature"`
@@ -97,14 +105,14 @@ type requestJSON struct {
 	} `json:"parameters"`
 }
 
-func (j *requestJSON) fields() requestFields {
-	num := func(p *float64) optNum {
+func (j *requestJSON) fields() Fields {
+	num := func(p *float64) Num {
 		if p == nil {
-			return optNum{}
+			return Num{}
 		}
-		return optNum{*p, true}
+		return Num{*p, true}
 	}
-	f := requestFields{
+	f := Fields{
 		Model: deref(j.Model), Stream: j.Stream != nil && *j.Stream, Messages: j.Messages, Prompt: j.Prompt, Input: j.Input, Inputs: j.Inputs,
 		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
 		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
@@ -125,7 +133,7 @@ var parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 // json.Unmarshal into requestJSON would. It reports false for any body it
 // cannot read exactly so (invalid JSON among them): the caller decodes
 // that with encoding/json.
-func scanRequest(body []byte, f *requestFields) bool {
+func scanRequest(body []byte, f *Fields) bool {
 	d := jdoc{b: body}
 	if !d.open('{') {
 		return false
@@ -154,27 +162,27 @@ func scanRequest(body []byte, f *requestFields) bool {
 				d.lit("null")
 				// encoding/json would keep an earlier true here; the
 				// backend (Python's json: the later key wins) reads no
-				// stream, and so does requestJSON (issue 18,
-				// FuzzParseRequest: usage was injected into a request
-				// the backend does not stream, and refuses).
+				// stream, and so does requestJSON (FuzzParseRequest:
+				// else usage was injected into a request the backend
+				// does not stream, and refuses).
 				f.Stream = false
 			default:
 				d.giveUp = true
 			}
 		case "messages":
-			f.Messages = jsonKind(d.skip(1))
+			f.Messages = Kind(d.skip(1))
 		case "prompt":
-			f.Prompt = jsonKind(d.skip(1))
+			f.Prompt = Kind(d.skip(1))
 		case "input":
-			f.Input = jsonKind(d.skip(1))
+			f.Input = Kind(d.skip(1))
 		case "inputs":
-			f.Inputs = jsonKind(d.skip(1))
+			f.Inputs = Kind(d.skip(1))
 		case "logprobs":
-			f.Logprobs = jsonKind(d.skip(1))
+			f.Logprobs = Kind(d.skip(1))
 		case "top_logprobs":
-			f.TopLogprobs = jsonKind(d.skip(1))
+			f.TopLogprobs = Kind(d.skip(1))
 		case "seed":
-			f.Seed = jsonKind(d.skip(1))
+			f.Seed = Kind(d.skip(1))
 		case "stream_options":
 			d.ws()
 			start := d.i
@@ -223,18 +231,25 @@ func scanRequest(body []byte, f *requestFields) bool {
 	return d.end()
 }
 
-// readBody reads the whole request body, at most limit bytes, within
-// timeout (limits.read_timeout; under HTTPServer's server only). A body
+// ReadDeadliner sets the read deadline of a request's connection or
+// stream.
+type ReadDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// ReadBody reads the whole request body, at most limit bytes, within
+// timeout (limits.read_timeout) when dl, where r's read deadline is set,
+// is not nil (it is under the gateway's own HTTP server only). A body
 // over the limit is a 413, one not in time a 408; any other read failure
 // is a 400.
-func readBody(r *http.Request, w http.ResponseWriter, limit int64, timeout time.Duration) ([]byte, *apierror.Error) {
+func ReadBody(r *http.Request, w http.ResponseWriter, dl ReadDeadliner, limit int64, timeout time.Duration) ([]byte, *apierror.Error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	if dl := deadlinesOf(w, r); dl != nil && timeout > 0 {
+	if dl != nil && timeout > 0 {
 		// net/http lifts it when the body is read, as it starts reading
 		// the connection in the background to notice a client leaving.
 		_ = dl.SetReadDeadline(time.Now().Add(timeout))
@@ -271,10 +286,10 @@ func tooLarge(limit int64) *apierror.Error {
 		fmt.Sprintf("request body exceeds the limit of %d bytes", limit), exchange.ClassBadRequest)
 }
 
-// parseRequest checks that body is a JSON object with well-typed fields for
-// op and returns the fields the gateway needs.
-func parseRequest(op exchange.Operation, body []byte) (requestFields, *apierror.Error) {
-	var f requestFields
+// Parse checks that body is a JSON object with well-typed fields for op
+// and returns the fields the gateway needs; anything else is a 400.
+func Parse(op exchange.Operation, body []byte) (Fields, *apierror.Error) {
+	var f Fields
 	if len(body) == 0 {
 		return f, apierror.BadRequest("request body is empty; expected a JSON object")
 	}
@@ -287,8 +302,8 @@ func parseRequest(op exchange.Operation, body []byte) (requestFields, *apierror.
 		}
 		f.Folded = foldedKeys(body)
 	}
-	need := func(k jsonKind, name string, kinds string) *apierror.Error {
-		if !k.present() {
+	need := func(k Kind, name string, kinds string) *apierror.Error {
+		if !k.Present() {
 			return apierror.BadRequest(fmt.Sprintf("'%s' is required", name))
 		}
 		for i := range len(kinds) {
@@ -339,6 +354,15 @@ func decodeError(err error) *apierror.Error {
 		return apierror.BadRequest(fmt.Sprintf("'%s': expected %s, got %s", te.Field, te.Type.Kind(), te.Value))
 	}
 	return apierror.BadRequest("request body is not valid JSON: " + err.Error())
+}
+
+// SniffModel reads the "model" field of a passed-through JSON body, if any.
+func SniffModel(body []byte) string {
+	var f struct {
+		Model *string `json:"model"` // a later null unsets it (requestJSON)
+	}
+	_ = json.Unmarshal(body, &f)
+	return deref(f.Model)
 }
 
 // deref returns *p, or "" for nil.

@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"crypto/sha256"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// tenants names the caller of a request for the usage metrics and
+// Tenants names the caller of a request for the usage metrics and
 // GET /admin/usage: the value of the configured header (usage.tenant_header),
 // as a label value of bounded cardinality. It is safe for concurrent use.
 //
@@ -16,28 +16,31 @@ import (
 // with such a value) is reduced to "sha256:" and 12 hex digits of its
 // hash, enough to tell keys apart, not to recover one. So is any value
 // longer than maxTenantLen or with characters other than letters, digits
-// and "._-:@/". The first maxModelLabels distinct values are kept; later
-// ones are "other".
-type tenants struct {
+// and "._-:@/". The label function given to NewTenants bounds the
+// cardinality (the gateway's keeps the first distinct values; later ones
+// are "other").
+type Tenants struct {
 	header     string // canonical header name; "" when no tenant is taken
 	credential bool   // the header carries credentials: always hashed
-	labels     modelLabels
+	label      func(string) string
 }
 
 // maxTenantLen is the longest tenant value kept as it is.
 const maxTenantLen = 64
 
-func newTenants(header string) *tenants {
+// NewTenants takes the tenant from header ("" for none) and makes each
+// value a label with label, which must be safe for concurrent use.
+func NewTenants(header string, label func(string) string) *Tenants {
 	h := http.CanonicalHeaderKey(header)
 	switch h {
 	case "Authorization", "Proxy-Authorization", "Api-Key", "X-Api-Key":
-		return &tenants{header: h, credential: true}
+		return &Tenants{header: h, credential: true, label: label}
 	}
-	return &tenants{header: h}
+	return &Tenants{header: h, label: label}
 }
 
-// of returns r's tenant label; "" without the header.
-func (t *tenants) of(r *http.Request) string {
+// Of returns r's tenant label; "" without the header.
+func (t *Tenants) Of(r *http.Request) string {
 	if t.header == "" {
 		return ""
 	}
@@ -46,9 +49,9 @@ func (t *tenants) of(r *http.Request) string {
 		return ""
 	}
 	if t.credential || !plainTenant(v) {
-		return t.labels.label(hashTenant(v))
+		return t.label(hashTenant(v))
 	}
-	return t.labels.label(v)
+	return t.label(v)
 }
 
 // plainTenant reports whether v may be a label value as it is.

@@ -1,4 +1,7 @@
-package gateway
+// Package cache keeps whole responses of deterministic requests (cache.*
+// in the configuration) in the shared state store or in process, and
+// serves them again; identical misses in flight cause one upstream call.
+package cache
 
 import (
 	"bytes"
@@ -17,22 +20,24 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/state"
 )
 
-// cacheStore is where cached responses live: the shared state store, or a
+// store is where cached responses live: the shared state store, or a
 // bounded in-process map. Both are safe for concurrent use.
-type cacheStore interface {
+type store interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
 }
 
-// responseCache caches whole responses of deterministic requests. Identical
+// Cache caches whole responses of deterministic requests. Identical
 // misses arriving together cause one upstream call: a singleflight within
-// the process and, with a shared store, a short lease across replicas.
-type responseCache struct {
+// the process (Do) and, with a shared store, a short lease across replicas
+// (AwaitOther). It is safe for concurrent use.
+type Cache struct {
 	cfg     config.Cache
-	store   cacheStore
+	store   store
 	leases  leaser // nil without a shared store
 	replica string
 	group   singleflight.Group
@@ -43,32 +48,35 @@ type leaser interface {
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
 }
 
-// cachedResponse is what the cache keeps of a response.
-type cachedResponse struct {
+// Response is what the cache keeps of a response.
+type Response struct {
 	Status      int    `json:"status"`
 	ContentType string `json:"content_type"`
 	Body        []byte `json:"body"`
 }
 
-func newResponseCache(cfg config.Cache, shared state.Store, replica string) *responseCache {
-	c := &responseCache{cfg: cfg, replica: replica}
+// New is a cache with cfg in shared, leased by replica; in a bounded
+// in-process store when shared is nil.
+func New(cfg config.Cache, shared state.Store, replica string) *Cache {
+	c := &Cache{cfg: cfg, replica: replica}
 	if shared != nil {
 		c.store, c.leases = shared, shared
 	} else {
-		c.store = newLocalCache(cfg.MaxEntries)
+		c.store = newLocal(cfg.MaxEntries)
 	}
 	return c
 }
 
-// key returns the cache key of a deterministic request: a hash of the
+// Key returns the cache key of a deterministic request: a hash of the
 // operation and the body re-encoded with sorted keys and no spaces (so that
 // formatting does not matter), or false when the request is not
 // deterministic (sampling at a temperature above 0 without a seed).
-func (c *responseCache) key(op exchange.Operation, f *requestFields, body []byte) (string, bool) {
+func (c *Cache) Key(op exchange.Operation, f *request.Fields, body []byte) (string, bool) {
 	switch op {
 	case exchange.OpEmbeddings:
 	case exchange.OpChat, exchange.OpCompletion:
-		deterministic := (f.Temperature.ok && f.Temperature.v == 0) || f.Seed.present()
+		t, ok := f.Temperature.Get()
+		deterministic := (ok && t == 0) || f.Seed.Present()
 		if !deterministic {
 			return "", false
 		}
@@ -90,21 +98,25 @@ func (c *responseCache) key(op exchange.Operation, f *requestFields, body []byte
 	return "cache:" + hex.EncodeToString(h.Sum(nil)), true
 }
 
-func (c *responseCache) get(ctx context.Context, key string) *cachedResponse {
+// Get returns the response cached under key; nil on a miss, or when the
+// store fails.
+func (c *Cache) Get(ctx context.Context, key string) *Response {
 	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	b, err := c.store.Get(ctx, key)
 	if err != nil {
 		return nil // missing, or the store is down: a miss either way
 	}
-	var cr cachedResponse
+	var cr Response
 	if json.Unmarshal(b, &cr) != nil {
 		return nil
 	}
 	return &cr
 }
 
-func (c *responseCache) put(ctx context.Context, key string, cr *cachedResponse) {
+// Put caches cr under key for cache.ttl, jittered; a failure is a later
+// miss.
+func (c *Cache) Put(ctx context.Context, key string, cr *Response) {
 	b, err := json.Marshal(cr)
 	if err != nil {
 		return
@@ -115,9 +127,9 @@ func (c *responseCache) put(ctx context.Context, key string, cr *cachedResponse)
 	c.store.Set(ctx, key, b, ttl)
 }
 
-// awaitOther, when another replica holds the fetch lease of key, polls the
+// AwaitOther, when another replica holds the fetch lease of key, polls the
 // cache for its result until the lease time is up.
-func (c *responseCache) awaitOther(ctx context.Context, key string) *cachedResponse {
+func (c *Cache) AwaitOther(ctx context.Context, key string) *Response {
 	if c.leases == nil {
 		return nil
 	}
@@ -129,7 +141,7 @@ func (c *responseCache) awaitOther(ctx context.Context, key string) *cachedRespo
 	}
 	deadline := time.Now().Add(c.cfg.LockTTL)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if cr := c.get(ctx, key); cr != nil {
+		if cr := c.Get(ctx, key); cr != nil {
 			return cr
 		}
 		time.Sleep(25 * time.Millisecond)
@@ -137,9 +149,21 @@ func (c *responseCache) awaitOther(ctx context.Context, key string) *cachedRespo
 	return nil
 }
 
-// serveCached writes a cached response: JSON as it was, SSE event by event
+// Do runs fn once for all the callers with the same key in flight, and
+// gives each fn's result; shared says whether it went to more than one.
+func (c *Cache) Do(key string, fn func() (any, error)) (v any, err error, shared bool) {
+	return c.group.Do(key, fn)
+}
+
+// Capture returns w passing a response through and keeping a copy of it,
+// up to cache.max_body_bytes, for Put.
+func (c *Cache) Capture(w http.ResponseWriter) *CaptureWriter {
+	return &CaptureWriter{ResponseWriter: w, limit: c.cfg.MaxBodyBytes}
+}
+
+// Serve writes a cached response: JSON as it was, SSE event by event
 // with a flush after each, as a stream is.
-func serveCached(w http.ResponseWriter, cr *cachedResponse) {
+func Serve(w http.ResponseWriter, cr *Response) {
 	h := w.Header()
 	h.Set("Content-Type", cr.ContentType)
 	h.Set("X-Vigil-Cache", "hit")
@@ -161,9 +185,9 @@ func serveCached(w http.ResponseWriter, cr *cachedResponse) {
 	}
 }
 
-// captureWriter passes a response through and keeps a copy, up to limit,
+// CaptureWriter passes a response through and keeps a copy, up to limit,
 // for the cache. Flush and Unwrap keep streaming working.
-type captureWriter struct {
+type CaptureWriter struct {
 	http.ResponseWriter
 	status int
 	buf    bytes.Buffer
@@ -171,14 +195,16 @@ type captureWriter struct {
 	over   bool
 }
 
-func (c *captureWriter) WriteHeader(code int) {
+// WriteHeader records the first status and passes code on.
+func (c *CaptureWriter) WriteHeader(code int) {
 	if c.status == 0 {
 		c.status = code
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
 
-func (c *captureWriter) Write(p []byte) (int, error) {
+// Write passes p on and keeps a copy while the limit allows.
+func (c *CaptureWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
@@ -193,22 +219,26 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 	return c.ResponseWriter.Write(p)
 }
 
-func (c *captureWriter) Flush() { http.NewResponseController(c.ResponseWriter).Flush() }
+// Flush flushes the underlying writer.
+func (c *CaptureWriter) Flush() { http.NewResponseController(c.ResponseWriter).Flush() }
 
-func (c *captureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (c *CaptureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// result is the response to cache, or nil when it should not be (not a
-// 200 from a backend, too large, or broken).
-func (c *captureWriter) result(x *call) *cachedResponse {
-	if c.status != http.StatusOK || c.over || x.apiErr != nil || x.readErr != nil || x.status != http.StatusOK {
+// Result is the response to cache, or nil when it should not be (not a
+// 200 from a backend, too large, or broken). upstreamOK says that the
+// backend answered 200 and its answer was read whole without a
+// gateway-made error.
+func (c *CaptureWriter) Result(upstreamOK bool) *Response {
+	if c.status != http.StatusOK || c.over || !upstreamOK {
 		return nil
 	}
-	return &cachedResponse{Status: c.status, ContentType: c.Header().Get("Content-Type"), Body: bytes.Clone(c.buf.Bytes())}
+	return &Response{Status: c.status, ContentType: c.Header().Get("Content-Type"), Body: bytes.Clone(c.buf.Bytes())}
 }
 
-// localCache is a bounded in-process cacheStore: least recently used
+// local is a bounded in-process store: least recently used
 // entries go first; expired ones on access.
-type localCache struct {
+type local struct {
 	mu    sync.Mutex
 	max   int
 	ll    *list.List // front: most recent
@@ -221,11 +251,11 @@ type localEntry struct {
 	expires time.Time
 }
 
-func newLocalCache(max int) *localCache {
-	return &localCache{max: max, ll: list.New(), items: map[string]*list.Element{}}
+func newLocal(max int) *local {
+	return &local{max: max, ll: list.New(), items: map[string]*list.Element{}}
 }
 
-func (l *localCache) Get(_ context.Context, key string) ([]byte, error) {
+func (l *local) Get(_ context.Context, key string) ([]byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.items[key]
@@ -242,7 +272,7 @@ func (l *localCache) Get(_ context.Context, key string) ([]byte, error) {
 	return ent.value, nil
 }
 
-func (l *localCache) Set(_ context.Context, key string, value []byte, ttl time.Duration) error {
+func (l *local) Set(_ context.Context, key string, value []byte, ttl time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.items[key]; ok {
