@@ -14,7 +14,6 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
-	"github.com/vigil-gw/vigil/gateway/request"
 )
 
 // spy records the request bodies a backend receives; refuse lists paths
@@ -318,64 +317,5 @@ func TestInjectSampleRatio(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(gw.metrics.injections); n < 120 || n > 280 {
 		t.Errorf("%v of 400 requests injected at ratio 0.5", n)
-	}
-}
-
-func TestInjectRewrite(t *testing.T) {
-	in := newInjector(config.Inject{SampleRatio: 1, TopLogprobs: 3})
-	tests := []struct {
-		op         exchange.Operation
-		body, want string
-	}{
-		{exchange.OpChat, `{"a":1}`, `{"a":1,"logprobs":true,"top_logprobs":3}`},
-		{exchange.OpChat, "{\"a\":1}\n", "{\"a\":1,\"logprobs\":true,\"top_logprobs\":3}\n"},
-		{exchange.OpChat, "{\"a\":1 \n}", "{\"a\":1 \n,\"logprobs\":true,\"top_logprobs\":3}"},
-		{exchange.OpChat, `{}`, `{"logprobs":true,"top_logprobs":3}`},
-		{exchange.OpChat, "{ \n }", "{ \n \"logprobs\":true,\"top_logprobs\":3}"},
-		{exchange.OpCompletion, `{"prompt":"}"}`, `{"prompt":"}","logprobs":3}`},
-		{exchange.OpCompletion, `{}`, `{"logprobs":3}`},
-	}
-	for _, tt := range tests {
-		if got := string(in.rewrite(tt.op, []byte(tt.body))); got != tt.want {
-			t.Errorf("rewrite(%s, %q) = %q, want %q", tt.op, tt.body, got, tt.want)
-		}
-	}
-}
-
-func TestInjectEligible(t *testing.T) {
-	in := newInjector(config.Inject{SampleRatio: 1, TopLogprobs: 5})
-	tests := []struct {
-		op   exchange.Operation
-		body string
-		want bool
-	}{
-		{exchange.OpChat, `{}`, true},
-		{exchange.OpChat, `{"logprobs":false}`, true},
-		{exchange.OpChat, `{"logprobs":null}`, true},
-		{exchange.OpChat, `{"logprobs":null,"top_logprobs":null}`, true},
-		{exchange.OpChat, `{"logprobs":true}`, false},
-		{exchange.OpChat, `{"logprobs":1}`, false},
-		{exchange.OpChat, `{"top_logprobs":0}`, false},
-		{exchange.OpChat, `{"logprobs":false,"top_logprobs":0}`, false},
-		{exchange.OpCompletion, `{}`, true},
-		{exchange.OpCompletion, `{"logprobs":null}`, true},
-		{exchange.OpCompletion, `{"logprobs":0}`, false},
-		{exchange.OpCompletion, `{"logprobs":5}`, false},
-		{exchange.OpEmbeddings, `{}`, false},
-		{exchange.OpGenerate, `{}`, false},
-		{exchange.OpOther, `{}`, false},
-	}
-	for _, tt := range tests {
-		f, aerr := request.Parse(exchange.OpOther, []byte(tt.body))
-		if aerr != nil {
-			t.Fatal(aerr.Message)
-		}
-		if got := in.sample(tt.op, &f); got != tt.want {
-			t.Errorf("sample(%s, %s) = %v, want %v", tt.op, tt.body, got, tt.want)
-		}
-	}
-	var off injector
-	if off.sample(exchange.OpChat, &request.Fields{}) {
-		t.Error("the zero injector injects")
 	}
 }

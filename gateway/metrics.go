@@ -31,7 +31,7 @@ type metrics struct {
 	maxGap  *prometheus.HistogramVec
 	dropped prometheus.Counter
 	// injections counts requests sent upstream with logprobs the client
-	// did not ask for (inject.go).
+	// did not ask for (rewrite.Injector).
 	injections prometheus.Counter
 	// usageInjections counts streams sent upstream asking for usage their
 	// client did not ask for (usage.inject).

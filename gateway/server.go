@@ -34,6 +34,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/cache"
 	"github.com/vigil-gw/vigil/gateway/request"
+	"github.com/vigil-gw/vigil/gateway/rewrite"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -105,7 +106,7 @@ type Server struct {
 	disp         *dispatcher
 	metrics      *metrics
 	engine       *gin.Engine
-	inject       injector
+	inject       rewrite.Injector
 	tenants      *request.Tenants
 
 	tracer    trace.Tracer
@@ -170,7 +171,7 @@ func New(opts Options) (*Server, error) {
 		known = append(known, b.Models...)
 	}
 	s.metrics = newMetrics(s.reg, pool, bal, known)
-	s.inject = newInjector(cfg.Analyzers.Confidence.Inject)
+	s.inject = rewrite.NewInjector(cfg.Analyzers.Confidence.Inject)
 	s.tenants = request.NewTenants(cfg.Usage.TenantHeader, new(modelLabels).label)
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, func(n int) { s.metrics.dropped.Add(float64(n)) })
@@ -524,23 +525,23 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
 	}
 	switch {
-	case x.shadowPicked && !req.Stream && eligible(op, f) && s.shadow.namesIDs(x.backend):
+	case x.shadowPicked && !req.Stream && rewrite.Eligible(op, f) && s.shadow.namesIDs(x.backend):
 		// The backend named token ids in a comparison before: ask for
 		// this answer's logprobs by id, stripped from the client's bytes
 		// as injected logprobs are. Another backend, on a retry, gets
 		// the logprobs without the ids member it may not know.
 		plain, ids := s.shadow.injection(op)
-		body, x.idsBody, x.idsBackend = appendMembers(body, plain), appendMembers(body, ids), x.backend
+		body, x.idsBody, x.idsBackend = rewrite.AppendMembers(body, plain), rewrite.AppendMembers(body, ids), x.backend
 		req.Injected = true
 		s.metrics.injections.Inc()
-	case f != nil && s.inject.sample(op, f):
+	case f != nil && s.inject.Sample(op, f):
 		// req.Body stays the client's body; Injected tells the analyzers.
-		body = s.inject.rewrite(op, body)
+		body = s.inject.Rewrite(op, body)
 		req.Injected = true
 		s.metrics.injections.Inc()
 	}
 	if f != nil && s.cfg.Usage.Inject {
-		if b, ok := injectUsage(op, f, body); ok {
+		if b, ok := rewrite.InjectUsage(op, f, body); ok {
 			body, x.usageInjected = b, true
 			s.metrics.usageInjections.Inc()
 		}
@@ -788,19 +789,19 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
 		switch {
 		case isSSE:
-			resp.Body = newStripper(resp.Body, true)
+			resp.Body = rewrite.NewStripper(resp.Body, true)
 		case strings.HasPrefix(ct, "application/json"):
 			// The body gets shorter, so it goes chunked: the client sees
 			// the same body bytes as without injection, but no
 			// Content-Length header.
-			resp.Body = newStripper(resp.Body, false)
+			resp.Body = rewrite.NewStripper(resp.Body, false)
 			h.Del("Content-Length")
 			resp.ContentLength = -1
 		}
 	}
 	// The usage that usage.inject asked for leaves last.
 	if x.usageInjected && resp.StatusCode == http.StatusOK && isSSE {
-		resp.Body = newUsageStripper(resp.Body)
+		resp.Body = rewrite.NewUsageStripper(resp.Body)
 	}
 	return nil
 }

@@ -254,6 +254,9 @@ func indexKey(b []byte, key string) int {
 	}
 }
 
+// isSpace reports whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
 // finishReason returns a chunk's "finish_reason" string value without
 // parsing the chunk; "" when it has none (or null).
 func finishReason(b []byte) string {

@@ -1,4 +1,4 @@
-package gateway
+package rewrite
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/request"
 )
 
-// Usage injection (issue 14): most clients stream without
+// Usage injection (usage.inject): most clients stream without
 // stream_options.include_usage, which leaves the gateway without token
 // counts. For the OpenAI chat and completions streams of such clients the
 // gateway asks the backend for usage, lets the tap account it, and strips
@@ -18,7 +18,7 @@ import (
 // usageMember is appended to a request body that has no stream_options.
 const usageMember = `,"stream_options":{"include_usage":true}`
 
-// injectUsage returns the body to send upstream for a request of operation
+// InjectUsage returns the body to send upstream for a request of operation
 // op with fields f and body body, and whether usage was injected.
 //
 // Only chat and completions streams are eligible, and only when the client
@@ -33,7 +33,7 @@ const usageMember = `,"stream_options":{"include_usage":true}`
 // module (vLLM), in Go's encoding/json, and among duplicate members inside
 // the object alike. Anything else (include_usage true or malformed,
 // stream_options not an object) returns body unchanged and false.
-func injectUsage(op exchange.Operation, f *request.Fields, body []byte) ([]byte, bool) {
+func InjectUsage(op exchange.Operation, f *request.Fields, body []byte) ([]byte, bool) {
 	if (op != exchange.OpChat && op != exchange.OpCompletion) || !f.Stream || f.Folded {
 		return body, false
 	}
@@ -49,7 +49,7 @@ func injectUsage(op exchange.Operation, f *request.Fields, body []byte) ([]byte,
 	// last of duplicate keys. It runs only for the rare client that sends
 	// stream_options.
 	var m map[string]json.RawMessage
-	if jsonUnmarshal(so, &m) != nil {
+	if json.Unmarshal(so, &m) != nil {
 		return body, false
 	}
 	if v, ok := m["include_usage"]; !ok || (string(v) != "false" && string(v) != "null") {

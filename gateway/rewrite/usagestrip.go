@@ -1,6 +1,7 @@
-package gateway
+package rewrite
 
 import (
+	"bytes"
 	"io"
 )
 
@@ -63,9 +64,9 @@ const (
 // longest vLLM chunk, a token with top_logprobs=20, is a few KiB.
 const maxUsageLine = 1 << 20
 
-// newUsageStripper returns src, an SSE body of a request that had usage
+// NewUsageStripper returns src, an SSE body of a request that had usage
 // injected, with the injected usage taken out.
-func newUsageStripper(src io.ReadCloser) io.ReadCloser {
+func NewUsageStripper(src io.ReadCloser) io.ReadCloser {
 	return &usageStripper{src: src, eventStart: true}
 }
 
@@ -301,6 +302,30 @@ func (sc *jsonScanner) stripUsage(doc []byte) (n int, usageChunk bool) {
 			return len(doc), false
 		}
 		rs, _ = sc.scanRoot(doc) // still valid: a member went with its comma
+	}
+}
+
+// indexKey is bytes.Index(b, []byte(key)), for keys that start with a
+// quote. It searches from the byte after the quote: JSON is full of
+// quotes, and bytes.Index checks each occurrence of its pattern's first
+// byte before it turns to a vector search (the stripper's test of a
+// content chunk went from 560 to 191 ns). The gateway's tap has a copy:
+// rewrite does not import the gateway, and a byte search is no part of
+// rewrite's API.
+func indexKey(b []byte, key string) int {
+	if len(key) < 2 {
+		return bytes.Index(b, []byte(key))
+	}
+	rest := key[1:]
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(rest))
+		if i < 0 {
+			return -1
+		}
+		if at := off + i - 1; at >= 0 && b[at] == key[0] {
+			return at
+		}
+		off += i + 1
 	}
 }
 

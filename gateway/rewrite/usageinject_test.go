@@ -1,4 +1,4 @@
-package gateway
+package rewrite
 
 import (
 	"encoding/json"
@@ -78,7 +78,7 @@ func TestInjectUsage(t *testing.T) {
 				t.Fatalf("request.Parse: %v", e)
 			}
 			body := []byte(tt.body)
-			got, ok := injectUsage(tt.op, &f, body)
+			got, ok := InjectUsage(tt.op, &f, body)
 			want := tt.want
 			if want == "" {
 				want = tt.body

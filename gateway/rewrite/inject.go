@@ -1,4 +1,4 @@
-package gateway
+package rewrite
 
 import (
 	"math/rand/v2"
@@ -9,7 +9,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/request"
 )
 
-// Logprob injection (analyzers.confidence.inject, issue 4): for a sampled
+// Logprob injection (analyzers.confidence.inject): for a sampled
 // share of the chat and completions requests whose clients did not ask for
 // logprobs, the gateway asks the backend for them, lets the tap hand them
 // to the analyzers, and strips them (strip.go) from what the client gets,
@@ -22,37 +22,39 @@ import (
 // non-streaming body gains a "details" object, the last stream event
 // carries one), so there is no single value to null.
 
-// injector decides which requests get logprobs injected. The zero value
+// Injector decides which requests get logprobs injected. The zero value
 // injects nothing. It is safe for concurrent use.
-type injector struct {
+type Injector struct {
 	ratio float64
 	// chat and completion are the members appended to chat and legacy
 	// completions bodies, each starting with its comma.
 	chat, completion string
 }
 
-func newInjector(c config.Inject) injector {
+// NewInjector returns the Injector that config c describes: it samples
+// c.SampleRatio of the eligible requests and asks for c.TopLogprobs.
+func NewInjector(c config.Inject) Injector {
 	k := strconv.Itoa(c.TopLogprobs)
-	return injector{
+	return Injector{
 		ratio:      c.SampleRatio,
 		chat:       `,"logprobs":true,"top_logprobs":` + k,
 		completion: `,"logprobs":` + k,
 	}
 }
 
-// sample reports whether a request of operation op with fields f gets
+// Sample reports whether a request of operation op with fields f gets
 // logprobs injected. A request is eligible when its client did not ask for
 // logprobs: chat without "top_logprobs" and with "logprobs" absent, null or
 // false; legacy completions with "logprobs" absent or null (0 asks for the
 // chosen token's logprob, so it is the client asking).
-func (in injector) sample(op exchange.Operation, f *request.Fields) bool {
-	return in.ratio > 0 && eligible(op, f) && rand.Float64() < in.ratio
+func (in Injector) Sample(op exchange.Operation, f *request.Fields) bool {
+	return in.ratio > 0 && Eligible(op, f) && rand.Float64() < in.ratio
 }
 
-// eligible reports whether logprobs may be injected into a request of
-// operation op with fields f: its client did not ask for any (sample), as
+// Eligible reports whether logprobs may be injected into a request of
+// operation op with fields f: its client did not ask for any (Sample), as
 // the backend reads the body (f.Folded).
-func eligible(op exchange.Operation, f *request.Fields) bool {
+func Eligible(op exchange.Operation, f *request.Fields) bool {
 	if f.Folded {
 		return false
 	}
@@ -71,27 +73,27 @@ func eligible(op exchange.Operation, f *request.Fields) bool {
 	return true
 }
 
-// rewrite returns body, a JSON object, with the logprob members for op
+// Rewrite returns body, a JSON object, with the logprob members for op
 // appended before its final '}'. When the client sent "logprobs": false or
 // null, the body then holds the key twice; the later one wins in Python's
 // json module (vLLM) and in Go's encoding/json alike.
-func (in injector) rewrite(op exchange.Operation, body []byte) []byte {
+func (in Injector) Rewrite(op exchange.Operation, body []byte) []byte {
 	add := in.completion
 	if op == exchange.OpChat {
 		add = in.chat
 	}
-	return appendMembers(body, add)
+	return AppendMembers(body, add)
 }
 
-// appendMembers returns body, a JSON object, with add (members, starting
+// AppendMembers returns body, a JSON object, with add (members, starting
 // with a comma) appended before its final '}'.
-func appendMembers(body []byte, add string) []byte {
+func AppendMembers(body []byte, add string) []byte {
 	end := len(body) - 1
 	for end >= 0 && isSpace(body[end]) {
 		end--
 	}
 	if end < 0 || body[end] != '}' {
-		return body // parseRequest admits only objects; keep the bytes if not
+		return body // request.Parse admits only objects; keep the bytes if not
 	}
 	prev := end - 1
 	for prev >= 0 && isSpace(body[prev]) {

@@ -1,4 +1,4 @@
-package gateway
+package rewrite
 
 import (
 	"bytes"
@@ -41,7 +41,10 @@ const stripBufSize = 16 << 10
 
 var stripBufs = sync.Pool{New: func() any { b := make([]byte, stripBufSize); return &b }}
 
-func newStripper(src io.ReadCloser, sse bool) *stripper {
+// NewStripper returns src, a response body of a request that had logprobs
+// injected, with them taken out as a stripper does; sse says whether src
+// is an SSE stream (else one JSON document).
+func NewStripper(src io.ReadCloser, sse bool) io.ReadCloser {
 	return &stripper{src: src, sse: sse}
 }
 

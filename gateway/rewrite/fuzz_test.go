@@ -1,0 +1,438 @@
+package rewrite
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
+)
+
+// Fuzz targets for the bodies that clients and backends control, as
+// rewriting sees them: injection into requests, stripping from answers.
+// Each checks properties, not only that nothing panics. test/run runs
+// every target for 5 s after the race tests, `test/run -fuzz` for 60 s
+// each; one by hand:
+//
+//	go test -run '^$' -fuzz '^FuzzInjectRequest$' -fuzztime 60s ./gateway/rewrite/
+//
+// Inputs that once failed live in testdata/fuzz/<target>/ and run with
+// every `go test`.
+
+// requestCorpus is a copy of package request's scanCorpus (a test
+// variable that no other package can import): FuzzInjectRequest starts
+// from FuzzParseRequest's inputs.
+var requestCorpus = []string{
+	``, ` `, `null`, `[]`, `"x"`, `1`, `{}`, ` { } `, `{`, `}`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`, `{"a":1 "b":2}`,
+	`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"m1","max_tokens":32,"stream":true,"stream_options":{"include_usage":true},"messages":[]}`,
+	`{"model":"m1","stream":false,"prompt":"x","logprobs":0,"top_logprobs":null,"seed":7}`,
+	`{"model":null,"stream":null,"messages":null}`,
+	`{"model":1}`, `{"model":true}`, `{"model":[]}`, `{"stream":"yes"}`, `{"stream":1}`, `{"stream":tru}`,
+	`{"model":"a","model":"b"}`, `{"model":"a","model":null}`, `{"stream":true,"stream":null}`, `{"stream":true,"stream":false}`,
+	`{"max_tokens":1,"max_tokens":null}`, `{"max_tokens":null,"max_tokens":3}`,
+	`{"max_tokens":"1"}`, `{"max_tokens":1e400}`, `{"max_tokens":-0}`, `{"max_tokens":1.5e3}`, `{"max_tokens":01}`,
+	`{"max_tokens":-}`, `{"max_tokens":1.}`, `{"max_tokens":.5}`, `{"max_tokens":1e}`, `{"max_tokens":1E+2}`,
+	`{"temperature":0,"top_p":0.9,"max_completion_tokens":12}`,
+	`{"parameters":{"max_new_tokens":7,"temperature":0.5,"top_p":null}}`, `{"parameters":null}`, `{"parameters":[]}`,
+	`{"parameters":{"max_new_tokens":"7"}}`, `{"parameters":{"Max_New_Tokens":7}}`,
+	`{"parameters":{"max_new_tokens":1},"parameters":{"top_p":0.5}}`,
+	`{"Model":"m1"}`, `{"MODEL":"m1","model":"m2"}`, `{"STREAM":true}`, `{"Stream_Options":{}}`, `{"ſtream":true}`,
+	`{"mod\u0065l":"m1"}`, `{"model":"m\u0031"}`, `{"model":"mé"}`, "{\"model\":\"m\xff\"}", `{"model":"a\"b"}`,
+	`{"model":"a\x"}`, `{"model":"a\u12"}`, "{\"model\":\"a\nb\"}", `{"model":"a`, `{"model":"a"`, `{"model":"a",`,
+	`{"stream_options":null}`, `{"stream_options":{"include_usage":false}}`, `{"stream_options":"x"}`,
+	`{"stream_options":{"a":1},"stream_options":[1,2]}`,
+	`{"messages":[1,2,[3,{"a":[true,false,null]}]],"prompt":"p","input":["a"],"inputs":"q"}`,
+	`{"messages":[1,]}`, `{"messages":[,1]}`, `{"messages":[1 2]}`, `{"messages":{"a":1,"b":}}`, `{"x":nul}`, `{"x":nulll}`,
+	`{"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+	`{"a":1} `, `{"a":1} x`, `{"a":1}{}`, "\ufeff{}", "{\"a\":\"\t\"}", `{"a":"\/\b\f\n\r\t\\\""}`,
+	`{"id":"chatcmpl-1","model":"m1","choices":[{"index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":8}}`,
+	`{"usage":null}`, `{"usage":{"prompt_tokens":1.5}}`, `{"usage":{"prompt_tokens":1e2}}`, `{"usage":{"prompt_tokens":null,"completion_tokens":-4}}`,
+	`{"usage":{"prompt_tokens":99999999999999999999}}`, `{"usage":{"Prompt_Tokens":3}}`, `{"usage":[]}`, `{"usage":"x"}`,
+	`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`, `{"usage":{"prompt_tokens":1},"usage":null}`,
+	`{"details":{"generated_tokens":7,"finish_reason":"length"}}`, `{"details":{"finish_reason":5}}`, `{"details":null}`,
+	`{"choices":[]}`, `{"choices":null}`, `{"choices":[null,{"finish_reason":"stop"}]}`, `{"choices":[{"finish_reason":null}]}`,
+	`{"choices":[{"finish_reason":"stop"},{"finish_reason":1}]}`, `{"choices":[1]}`, `{"choices":{}}`, `{"choices":[{"Finish_Reason":"x"}]}`,
+	`{"choices":[{"finish_reason":"a"}],"choices":[{}]}`, `{"id":5}`, `{"ID":"x"}`, `{"id":"a","id":"b"}`,
+	`{"choices":[{"delta":{"content":" the"},"logprobs":null,"finish_reason":null}],"usage":null}`,
+}
+
+// fuzzOps are the operations whose bodies request.Parse reads (the
+// gateway passes other routes' bodies through unread).
+var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate}
+
+// FuzzInjectRequest: on a body request.Parse accepts, logprob and usage
+// injection (inject.go, usageinject.go) only insert members before the
+// final '}', give valid JSON, apply at most once, leave the other fields
+// alone, and never take away what the client asked for as the backend
+// reads the body (checkInjection). Its inputs are FuzzParseRequest's (in
+// package request), which checks the parsing itself.
+func FuzzInjectRequest(f *testing.F) {
+	for _, doc := range requestCorpus {
+		f.Add([]byte(doc), uint8(0), uint8(5))
+		// The same members in a body that chat and completions accept,
+		// so that injection is tried on them.
+		if len(doc) > 2 && doc[0] == '{' {
+			f.Add([]byte(`{"messages":[],"prompt":"p",`+doc[1:]), uint8(len(doc)%2), uint8(2)) // chat or completions
+		}
+	}
+	for i, s := range []struct {
+		op   uint8 // index in fuzzOps
+		body string
+	}{
+		{0, `{"model":"m1","messages":[{"role":"user","content":"hi"}],"stream":true}`},
+		{1, `{"model":"m1","prompt":"x","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`},
+		{1, `{"model":"m1","prompt":["a"],"stream":true,"logprobs":null,"stream_options":{"include_usage":null}}`},
+		{0, `{"model":"m1","messages":[],"logprobs":false,"top_logprobs":null,"stream":true,"stream_options":null}`},
+		{0, ` {"messages":[] } ` + "\n"},
+		{2, `{"input":["a","b"],"model":"e"}`},
+		{3, `{"inputs":"x","parameters":{"max_new_tokens":2}}`},
+	} {
+		f.Add([]byte(s.body), s.op, uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, opSel, topK uint8) {
+		op := fuzzOps[int(opSel)%len(fuzzOps)]
+		rf, aerr := request.Parse(op, body)
+		if aerr != nil {
+			return
+		}
+		checkInjection(t, op, body, &rf, int(topK%21))
+		checkUsageInjection(t, op, body, &rf)
+	})
+}
+
+// backendMembers returns the root members of doc, a JSON object, as the
+// backend reads them: Python's json module (vLLM) compares keys exactly,
+// after decoding their escapes, and the last of duplicate keys wins. (Go's
+// encoding/json also matches keys without case into struct fields; a map
+// takes them exactly.)
+func backendMembers(t *testing.T, doc []byte) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &m); err != nil {
+		t.Fatalf("%q: %v", doc, err)
+	}
+	return m
+}
+
+// isOneOf reports whether the member value v is absent or one of lits.
+func isOneOf(v json.RawMessage, lits ...string) bool {
+	if v == nil {
+		return true
+	}
+	for _, l := range lits {
+		if string(v) == l {
+			return true
+		}
+	}
+	return false
+}
+
+// checkInserted fails t unless out is body with add (or add without its
+// leading comma) inserted before body's final '}', and valid JSON.
+func checkInserted(t *testing.T, body, out []byte, add string) {
+	t.Helper()
+	end := bytes.LastIndexByte(body, '}')
+	tail := len(body) - end
+	if end < 0 || len(out) < len(body)+len(add)-1 || len(out) > len(body)+len(add) {
+		t.Fatalf("%q became %q: not %q inserted", body, out, add)
+	}
+	ins := out[end : len(out)-tail]
+	if !bytes.Equal(out[:end], body[:end]) || !bytes.Equal(out[len(out)-tail:], body[end:]) || (string(ins) != add && string(ins) != add[1:]) {
+		t.Fatalf("%q became %q: not %q inserted before the final '}'", body, out, add)
+	}
+	if !json.Valid(out) {
+		t.Fatalf("%q became %q: invalid JSON", body, out)
+	}
+}
+
+// checkInjection checks logprob injection on an accepted body.
+func checkInjection(t *testing.T, op exchange.Operation, body []byte, rf *request.Fields, k int) {
+	t.Helper()
+	if !Eligible(op, rf) {
+		return
+	}
+	// The gateway strips the logprobs it injected: it must never inject
+	// into a request whose client asked for them as the backend reads it,
+	// or that client loses the logprobs it asked for.
+	client := backendMembers(t, body)
+	if op == exchange.OpChat && (!isOneOf(client["logprobs"], "null", "false") || !isOneOf(client["top_logprobs"], "null")) ||
+		op == exchange.OpCompletion && !isOneOf(client["logprobs"], "null") {
+		t.Fatalf("%s %q is eligible for injection, but the backend reads logprobs %s, top_logprobs %s in it",
+			op, body, client["logprobs"], client["top_logprobs"])
+	}
+	in := NewInjector(config.Inject{SampleRatio: 1, TopLogprobs: k})
+	add := in.completion
+	if op == exchange.OpChat {
+		add = in.chat
+	}
+	out := in.Rewrite(op, body)
+	checkInserted(t, body, out, add)
+	rf2, aerr := request.Parse(op, out)
+	if aerr != nil {
+		t.Fatalf("%q with logprobs injected (%q) is refused: %v", body, out, aerr)
+	}
+	if Eligible(op, &rf2) {
+		t.Fatalf("%q with logprobs injected (%q) is eligible again", body, out)
+	}
+	rf2.Logprobs, rf2.TopLogprobs = rf.Logprobs, rf.TopLogprobs
+	if !reflect.DeepEqual(*rf, rf2) {
+		t.Fatalf("injecting logprobs into %q changed other fields:\n%+v\n%+v", body, *rf, rf2)
+	}
+	upstream := backendMembers(t, out)
+	if op == exchange.OpChat && (string(upstream["logprobs"]) != "true" || string(upstream["top_logprobs"]) != strconv.Itoa(k)) ||
+		op == exchange.OpCompletion && string(upstream["logprobs"]) != strconv.Itoa(k) {
+		t.Fatalf("%q with logprobs injected (%q): the backend reads logprobs %s, top_logprobs %s", body, out, upstream["logprobs"], upstream["top_logprobs"])
+	}
+}
+
+// checkUsageInjection checks usage injection on an accepted body.
+func checkUsageInjection(t *testing.T, op exchange.Operation, body []byte, rf *request.Fields) {
+	t.Helper()
+	out, ok := InjectUsage(op, rf, body)
+	if !ok {
+		if !bytes.Equal(out, body) {
+			t.Fatalf("injectUsage declined %q but changed it to %q", body, out)
+		}
+		return
+	}
+	// The usage stripper takes out every usage the backend sends: the
+	// client must have left usage off, as the backend reads its body; and
+	// the backend must read a stream, or it refuses stream_options (vLLM:
+	// "Stream options can only be defined when `stream=True`").
+	client := backendMembers(t, body)
+	if string(client["stream"]) != "true" {
+		t.Fatalf("usage injected into %q, which the backend reads as stream %s", body, client["stream"])
+	}
+	so := client["stream_options"]
+	var opts map[string]json.RawMessage
+	if !isOneOf(so, "null") {
+		if json.Unmarshal(so, &opts) != nil || !isOneOf(opts["include_usage"], "false", "null") || opts["include_usage"] == nil {
+			t.Fatalf("usage injected into %q, whose stream_options the backend reads as %s", body, so)
+		}
+	}
+	add := usageMember
+	if rf.StreamOptions != nil && string(rf.StreamOptions) != "null" {
+		o, _ := appendMember(rf.StreamOptions, `,"include_usage":true`)
+		add = `,"stream_options":` + string(o)
+	}
+	checkInserted(t, body, out, add)
+	rf2, aerr := request.Parse(op, out)
+	if aerr != nil {
+		t.Fatalf("%q with usage injected (%q) is refused: %v", body, out, aerr)
+	}
+	if again, ok := InjectUsage(op, &rf2, out); ok {
+		t.Fatalf("%q with usage injected (%q) gets it again: %q", body, out, again)
+	}
+	rf2.StreamOptions = rf.StreamOptions
+	if !reflect.DeepEqual(*rf, rf2) {
+		t.Fatalf("injecting usage into %q changed other fields:\n%+v\n%+v", body, *rf, rf2)
+	}
+	var upOpts map[string]json.RawMessage
+	if err := json.Unmarshal(backendMembers(t, out)["stream_options"], &upOpts); err != nil || string(upOpts["include_usage"]) != "true" {
+		t.Fatalf("%q with usage injected (%q): the backend reads stream_options %v", body, out, upOpts)
+	}
+	delete(upOpts, "include_usage")
+	delete(opts, "include_usage")
+	if len(opts) == 0 {
+		opts = nil
+	}
+	if len(upOpts) == 0 {
+		upOpts = nil
+	}
+	if !reflect.DeepEqual(opts, upOpts) {
+		t.Fatalf("%q with usage injected (%q): the client's other stream options changed", body, out)
+	}
+}
+
+// jsonTrim trims JSON white space.
+func jsonTrim(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }
+
+// lineEnds are the SSE line endings, by a fuzzed index.
+var lineEnds = []string{"\n", "\r\n", "\r"}
+
+// fuzzChoice is one choice of a chat or completions answer or stream chunk
+// with text, an extra member key:text (before or after "logprobs") and
+// logprobs lp.
+func fuzzChoice(i int, chat, stream bool, text, key, lp string, keyFirst bool) string {
+	content := `"text":` + text
+	switch {
+	case chat && stream:
+		content = `"delta":{"content":` + text + `}`
+	case chat:
+		content = `"message":{"role":"assistant","content":` + text + `}`
+	}
+	extra := "," + key + ":" + text
+	c := `{"index":` + strconv.Itoa(i) + "," + content
+	if keyFirst {
+		c += extra
+	}
+	c += `,"logprobs":` + lp
+	if !keyFirst {
+		c += extra
+	}
+	return c + `,"finish_reason":null}`
+}
+
+// FuzzStripInjectedLogprobs: the answer a backend gives with logprobs
+// injected, stripped, is byte for byte the answer it gives without them
+// (logprobs null), however the bytes arrive, as one JSON body or as an
+// SSE stream with any line ending; and the answer without them passes
+// unchanged. The logprobs value, the text and an extra member's key come
+// from the fuzzer.
+func FuzzStripInjectedLogprobs(f *testing.F) {
+	f.Add("Hi", "text_offset", []byte(`{"content":[{"token":"Hi","logprob":-0.1,"bytes":[72,105],"top_logprobs":[]}]}`), uint8(0), uint64(0))
+	f.Add(`"}]{\`, "log\u0070robs", []byte(`[1,{"a":"]}"}]`), uint8(0x1f), uint64(1))
+	f.Add("é\u2028<\x00", "logprobs", []byte(` {} `), uint8(0xff), uint64(2))
+	f.Add("data: x\n\n", "choices", []byte(`{"tokens":[" a"],"token_logprobs":[-0.1],"top_logprobs":[{" a":-0.1}],"text_offset":[0]}`), uint8(0x48), uint64(3))
+	f.Fuzz(func(t *testing.T, text, key string, lp []byte, shape uint8, seed uint64) {
+		textJSON, _ := json.Marshal(text)
+		keyJSON, _ := json.Marshal(key)
+		if lp = jsonTrim(lp); !json.Valid(lp) || lp[0] != '{' && lp[0] != '[' {
+			lp = []byte(`{"content":[{"token":` + string(textJSON) + `,"logprob":-0.5,"bytes":[],"top_logprobs":[]}]}`)
+		}
+		n := 1 + int(shape%3)
+		chat, sse, keyFirst := shape&4 != 0, shape&8 != 0, shape&16 != 0
+		nl := lineEnds[int(shape>>5)%len(lineEnds)]
+		build := func(lp string) []byte {
+			var b strings.Builder
+			if !sse {
+				b.WriteString(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m1","choices":[`)
+				for i := range n {
+					if i > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString(fuzzChoice(i, chat, false, string(textJSON), string(keyJSON), lp, keyFirst))
+				}
+				b.WriteString(`],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+				return []byte(b.String())
+			}
+			b.WriteString(": ping" + nl + nl)
+			for i := range 2 * n {
+				b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m1","choices":[`)
+				b.WriteString(fuzzChoice(i%n, chat, true, string(textJSON), string(keyJSON), lp, keyFirst))
+				b.WriteString("]}" + nl + nl)
+			}
+			b.WriteString("data: [DONE]" + nl + nl)
+			return []byte(b.String())
+		}
+		plain, injected := build("null"), build(string(lp))
+		if got := stripFeeds(t, plain, sse, seed); !bytes.Equal(got, plain) {
+			t.Fatalf("an answer without logprobs changed:\n in %q\nout %q", plain, got)
+		}
+		if got := stripFeeds(t, injected, sse, seed); !bytes.Equal(got, plain) {
+			t.Fatalf("injected answer %q stripped:\n got %q\nwant %q", injected, got, plain)
+		}
+	})
+}
+
+// chainFeeds reads in through the strippers as the gateway chains them
+// for a stream with usage (and, with lp, logprobs) injected: whole, one
+// byte at a time and in random chunks, which must agree.
+func chainFeeds(t *testing.T, in []byte, lp bool, seed uint64) []byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 3))
+	read := func(src io.Reader) []byte {
+		var rc io.ReadCloser = io.NopCloser(src)
+		if lp {
+			rc = NewStripper(rc, true)
+		}
+		rc = NewUsageStripper(rc)
+		defer rc.Close()
+		var out []byte
+		buf := make([]byte, 64)
+		for range 1 << 20 {
+			n, err := rc.Read(buf[:1+r.IntN(len(buf))])
+			out = append(out, buf[:n]...)
+			if err == io.EOF {
+				return out
+			}
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+		}
+		t.Fatal("the strippers never reached EOF")
+		return nil
+	}
+	whole := read(bytes.NewReader(in))
+	oneByte := read(iotest.OneByteReader(bytes.NewReader(in)))
+	chunked := read(&chunkReader{src: in, r: r, max: 1 + r.IntN(40)})
+	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
+		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
+	}
+	return whole
+}
+
+// FuzzStripInjectedUsage: a stream a backend sends with usage injected
+// (OpenAI: "usage":null in every chunk; vLLM's continuous_usage_stats: a
+// usage object in every chunk; both: a final chunk with "choices":[] and
+// the usage), stripped, is byte for byte the stream it sends without, with
+// logprobs injected too or not (both strippers chained as the gateway
+// chains them), for any position of the usage member among the chunk's
+// members, any line ending, and however the bytes arrive.
+func FuzzStripInjectedUsage(f *testing.F) {
+	f.Add("Hi", "system_fingerprint", []byte(oaiUsage), uint8(4), uint8(0), uint64(0))
+	f.Add(`"usage":{}`, "x", []byte(`{"prompt_tokens":1,"total_tokens":2,"completion_tokens":1}`), uint8(0), uint8(0x0f), uint64(1))
+	f.Add("\r\n\r\n", "Usage", []byte(`{ "a" : [ ] }`), uint8(9), uint8(0x16), uint64(2))
+	f.Add("", "choices", []byte(`{}`), uint8(5), uint8(0x27), uint64(3))
+	f.Fuzz(func(t *testing.T, text, key string, usage []byte, pos, shape uint8, seed uint64) {
+		textJSON, _ := json.Marshal(text)
+		keyJSON, _ := json.Marshal(key)
+		if string(keyJSON) == usageKey {
+			return // a member "usage" the backend sends anyway: the client loses it (documented)
+		}
+		if usage = jsonTrim(usage); !json.Valid(usage) || usage[0] != '{' {
+			usage = []byte(oaiUsage)
+		}
+		continuous, withLogprobs, chat := shape&1 != 0, shape&2 != 0, shape&4 != 0
+		nl := lineEnds[int(shape>>3)%len(lineEnds)]
+		lp := `{"content":[{"token":` + string(textJSON) + `,"logprob":-0.5}]}`
+		chunk := func(injected bool) string {
+			lpv := "null"
+			if injected && withLogprobs {
+				lpv = lp
+			}
+			members := []string{`"id":"chatcmpl-1"`, `"object":"chat.completion.chunk"`, `"created":1`, `"model":"m1"`,
+				`"choices":[` + fuzzChoice(0, chat, true, string(textJSON), string(keyJSON), lpv, shape&32 != 0) + `]`,
+				string(keyJSON) + ":" + string(textJSON)}
+			if injected {
+				u := `"usage":null`
+				if continuous {
+					u = `"usage":` + string(usage)
+				}
+				p := int(pos) % (len(members) + 1)
+				members = append(members[:p], append([]string{u}, members[p:]...)...)
+			}
+			return "{" + strings.Join(members, ",") + "}"
+		}
+		stream := func(injected bool) []byte {
+			var b strings.Builder
+			for range 3 {
+				b.WriteString("data: " + chunk(injected) + nl + nl)
+			}
+			if shape&64 != 0 {
+				b.WriteString(": keep-alive" + nl + nl)
+			}
+			if injected {
+				b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m1","choices":[],"usage":` + string(usage) + "}" + nl + nl)
+			}
+			b.WriteString("data: [DONE]" + nl + nl)
+			return []byte(b.String())
+		}
+		plain, injected := stream(false), stream(true)
+		if got := chainFeeds(t, plain, withLogprobs, seed); !bytes.Equal(got, plain) {
+			t.Fatalf("a stream without usage changed:\n in %q\nout %q", plain, got)
+		}
+		if got := chainFeeds(t, injected, withLogprobs, seed); !bytes.Equal(got, plain) {
+			t.Fatalf("injected stream %q stripped:\n got %q\nwant %q", injected, got, plain)
+		}
+	})
+}
