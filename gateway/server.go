@@ -32,6 +32,7 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
+	"github.com/vigil-gw/vigil/gateway/shadow"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -81,7 +82,7 @@ type Options struct {
 	WeightStore balance.Store
 	// Shadow receives the shadow comparisons of backends against their
 	// references (analyzers.precision). Nil: none are made.
-	Shadow ShadowSink
+	Shadow shadow.Sink
 }
 
 // A Server is the gateway. Build it with New, serve Handler() with an
@@ -110,7 +111,8 @@ type Server struct {
 	prop      propagation.TextMapPropagator
 	retrieval *retriever     // nil when no retrieval hook is configured
 	cache     *responseCache // nil when cache.enabled is false
-	shadow    *shadower      // nil when no backend is shadow-compared
+
+	shadow *shadow.Shadower // nil when no backend is shadow-compared
 
 	signals       SignalsSource
 	alerts        AlertsSource
@@ -199,7 +201,7 @@ func New(opts Options) (*Server, error) {
 	}
 	// Shadow requests are greedy generations of max_tokens tokens: give
 	// them the whole precision.timeout rather than the checks' 10 s.
-	s.shadow = newShadower(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
+	s.shadow = shadow.New(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
 		&http.Client{Transport: transport}, s.log, s.reg)
 	if cfg.Retrieval.URL != "" {
 		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
@@ -258,7 +260,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.shadow != nil {
 		g.Go(func() error {
 			<-ctx.Done()
-			s.shadow.close()
+			s.shadow.Close()
 			return nil
 		})
 	}
@@ -366,7 +368,7 @@ type call struct {
 	truncated   bool
 	readErr     error
 	apiErr      *apierror.Error
-	// Shadow comparison (shadow.go): the body sent upstream and the
+	// Shadow comparison (package shadow): the body sent upstream and the
 	// client's Authorization, kept (not copied) while a backend is
 	// shadow-compared; finish decides whether this request is.
 	shadowBody []byte
@@ -513,18 +515,18 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	// A shadow comparison is decided now, so that the client's answer can
-	// serve as the backend's side of it (forced.go).
-	x.shadowPicked = f != nil && s.shadow.sample(op, x.backend)
+	// serve as the backend's side of it (teacher forcing).
+	x.shadowPicked = f != nil && s.shadow.Sample(op, x.backend)
 	if s.shadow != nil {
 		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
 	}
 	switch {
-	case x.shadowPicked && !req.Stream && eligible(op, f) && s.shadow.namesIDs(x.backend):
+	case x.shadowPicked && !req.Stream && eligible(op, f) && s.shadow.NamesIDs(x.backend):
 		// The backend named token ids in a comparison before: ask for
 		// this answer's logprobs by id, stripped from the client's bytes
 		// as injected logprobs are. Another backend, on a retry, gets
 		// the logprobs without the ids member it may not know.
-		plain, ids := s.shadow.injection(op)
+		plain, ids := s.shadow.Injection(op)
 		body, x.idsBody, x.idsBackend = appendMembers(body, plain), appendMembers(body, ids), x.backend
 		req.Injected = true
 		s.metrics.injections.Inc()
@@ -892,12 +894,12 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		}
 		s.disp.response(x.req, &x.pending, resp)
 	}
-	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadowPicked && s.shadow.paired(x.backend) {
+	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadowPicked && s.shadow.Paired(x.backend) {
 		var answer []byte
-		if !x.req.Stream && !x.truncated && bytes.Contains(x.captured, tokenIDMark) {
-			answer = x.captured // its logprobs name token ids: the backend's side (forced.go)
+		if !x.req.Stream && !x.truncated && shadow.HasTokenIDs(x.captured) {
+			answer = x.captured // its logprobs name token ids: the backend's side (teacher forcing)
 		}
-		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, answer, x.shadowAuth)
+		s.shadow.Start(x.backend, x.req.Operation, x.shadowBody, answer, x.shadowAuth)
 	}
 	if p != nil {
 		panic(p)
