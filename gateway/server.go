@@ -30,6 +30,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/accesslog"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/shadow"
@@ -44,7 +45,7 @@ type Options struct {
 	// Log receives the process's own messages. Nil: slog.Default().
 	Log *slog.Logger
 	// AccessLog receives one JSON line per request. Nil: no access log.
-	// Built on NewAccessLogHandler, the lines are written by the
+	// Built on accesslog.NewHandler, the lines are written by the
 	// gateway's own encoder, the same bytes at a fraction of the cost.
 	AccessLog *slog.Logger
 	// Registry receives the gateway's metrics and is served on /metrics.
@@ -90,8 +91,7 @@ type Options struct {
 type Server struct {
 	cfg      config.Config
 	log      *slog.Logger
-	access   *slog.Logger
-	accessW  *lineWriter // the access log's writer when access is on NewAccessLogHandler
+	access   *accesslog.Logger
 	reg      *prometheus.Registry
 	pool     *upstream.Pool
 	balancer *balance.Balancer
@@ -140,16 +140,11 @@ func New(opts Options) (*Server, error) {
 		Store: opts.WeightStore,
 	})
 	s := &Server{
-		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
+		cfg: cfg, log: opts.Log, access: accesslog.New(opts.AccessLog), reg: opts.Registry, pool: pool, balancer: bal,
 		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, usage: opts.Usage, baseline: opts.Baseline, feedback: opts.Feedback,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.access != nil {
-		if h, ok := s.access.Handler().(*accessHandler); ok {
-			s.accessW = h.w
-		}
 	}
 	s.tracer, s.prop = opts.Tracer, opts.Propagator
 	if s.tracer == nil {
