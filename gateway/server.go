@@ -33,6 +33,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/accesslog"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
+	"github.com/vigil-gw/vigil/gateway/retrieval"
 	"github.com/vigil-gw/vigil/gateway/shadow"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
@@ -109,8 +110,8 @@ type Server struct {
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
-	retrieval *retriever     // nil when no retrieval hook is configured
-	cache     *responseCache // nil when cache.enabled is false
+	retrieval *retrieval.Hook // nil when no retrieval hook is configured
+	cache     *responseCache  // nil when cache.enabled is false
 
 	shadow *shadow.Shadower // nil when no backend is shadow-compared
 
@@ -199,7 +200,7 @@ func New(opts Options) (*Server, error) {
 	s.shadow = shadow.New(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
 		&http.Client{Transport: transport}, s.log, s.reg)
 	if cfg.Retrieval.URL != "" {
-		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
+		s.retrieval = retrieval.New(cfg.Retrieval, &http.Client{Transport: transport})
 	}
 	s.attemptLists = newAttemptLists(pool)
 	s.checker = &upstream.Checker{
