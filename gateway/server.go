@@ -1,6 +1,8 @@
 // Package gateway is Vigil's data plane: the HTTP server, the streaming
-// reverse proxy with its tap for the analyzers, routing, error mapping, the
-// access log, metrics and the admin API.
+// reverse proxy with its tap for the analyzers, routing, error mapping,
+// metrics, and the wiring of the access log (gateway/accesslog), the admin
+// API (gateway/admin), the retrieval hook (gateway/retrieval) and the
+// shadow comparisons (gateway/shadow).
 package gateway
 
 import (
@@ -31,6 +33,7 @@ import (
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/accesslog"
+	"github.com/vigil-gw/vigil/gateway/admin"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/retrieval"
@@ -59,12 +62,12 @@ type Options struct {
 	// back the admin and feedback routes. Nil: /admin/signals,
 	// /admin/history, /admin/usage, /admin/baseline and /v1/feedback answer
 	// 501, the lists are empty.
-	Signals       SignalsSource
-	Alerts        AlertsSource
-	Notifications NotificationsSource
-	History       HistorySource
-	Usage         UsageSource
-	Baseline      Baseliner
+	Signals       admin.SignalsSource
+	Alerts        admin.AlertsSource
+	Notifications admin.NotificationsSource
+	History       admin.HistorySource
+	Usage         admin.UsageSource
+	Baseline      admin.Baseliner
 	Feedback      FeedbackSink
 	// Tracer makes the request's spans and Propagator carries the trace
 	// context in and out. Nil: spans with real ids that are never recorded,
@@ -115,13 +118,8 @@ type Server struct {
 
 	shadow *shadow.Shadower // nil when no backend is shadow-compared
 
-	signals       SignalsSource
-	alerts        AlertsSource
-	notifications NotificationsSource
-	history       HistorySource
-	usage         UsageSource
-	baseline      Baseliner
-	feedback      FeedbackSink
+	admin    *admin.API
+	feedback FeedbackSink
 
 	certs    *certReloader  // listen_tls; nil: plain HTTP
 	draining atomic.Bool    // shutting down: /readyz answers 503 (Drain)
@@ -142,7 +140,11 @@ func New(opts Options) (*Server, error) {
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Log, access: accesslog.New(opts.AccessLog), reg: opts.Registry, pool: pool, balancer: bal,
-		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, usage: opts.Usage, baseline: opts.Baseline, feedback: opts.Feedback,
+		feedback: opts.Feedback,
+		admin: admin.New(admin.Options{
+			Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof, StaleAfter: cfg.Balancer.StaleAfter, Pool: pool, Balancer: bal,
+			Signals: opts.Signals, Alerts: opts.Alerts, Notifications: opts.Notifications, History: opts.History, Usage: opts.Usage, Baseline: opts.Baseline,
+		}),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -240,6 +242,10 @@ func (s *Server) Pool() *upstream.Pool { return s.pool }
 // Balancer returns the gateway's balancer.
 func (s *Server) Balancer() *balance.Balancer { return s.balancer }
 
+// BackendStates returns the backends as the gateway sees them now, for the
+// analyzers' history. Safe for concurrent use.
+func (s *Server) BackendStates() []exchange.BackendState { return s.admin.BackendStates() }
+
 // Run runs the gateway's background work (health checks, load scraping and
 // weights, delivery to the Observer) until ctx is done, then drains queued
 // events.
@@ -278,19 +284,7 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
-	e.GET("/dashboard", s.dashboard)
-	e.GET("/dashboard/assets/*file", s.dashboardAsset)
-	admin := e.Group("/admin", s.adminAuth)
-	admin.GET("/backends", s.getBackends)
-	admin.GET("/signals", s.getSignals)
-	admin.GET("/alerts", s.getAlerts)
-	admin.GET("/notifications", s.getNotifications)
-	admin.GET("/history", s.getHistory)
-	admin.GET("/usage", s.getUsage)
-	admin.POST("/baseline", s.postBaseline)
-	if s.cfg.Admin.Pprof {
-		s.pprofRoutes(e)
-	}
+	s.admin.Register(e) // /dashboard, /admin/*, /debug/pprof
 	other := s.proxyRoute("", "/v1/*", exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
