@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/shadow"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -28,7 +28,7 @@ func startCalledSim(t *testing.T, knobs func(*sim.Knobs), refuse ...string) (*sp
 	return sp, srv.URL
 }
 
-// shadows is a ShadowSink that keeps every comparison.
+// shadows is a shadow.Sink that keeps every comparison.
 type shadows struct {
 	mu  sync.Mutex
 	got []*exchange.Shadow
@@ -133,7 +133,7 @@ func TestShadowTeacherForced(t *testing.T) {
 	if n := len(qc.list("/v1/chat/completions")); n != 3 {
 		t.Errorf("backend chat requests: %d, want 3 (two clients', one shadow)", n)
 	}
-	if !strings.Contains(string(sh.BackendBody), `"content":`) || !bytes.Contains(sh.BackendBody, tokenIDMark) {
+	if !strings.Contains(string(sh.BackendBody), `"content":`) || !shadow.HasTokenIDs(sh.BackendBody) {
 		t.Errorf("backend side is not the client's answer: %s", sh.BackendBody)
 	}
 
@@ -143,7 +143,7 @@ func TestShadowTeacherForced(t *testing.T) {
 	// compared.
 	plain := `{"model":"m1","max_tokens":20,"messages":[{"role":"user","content":"And the rivers?"}]}`
 	code, _, body := post(t, gw.URL+"/v1/chat/completions", plain)
-	if code != 200 || bytes.Contains(body, tokenIDMark) || !strings.Contains(string(body), `"logprobs":null`) {
+	if code != 200 || shadow.HasTokenIDs(body) || !strings.Contains(string(body), `"logprobs":null`) {
 		t.Fatalf("client got %d %s: want its answer without logprobs", code, body)
 	}
 	sh = sink.wait(t, 3)[2]
@@ -164,7 +164,7 @@ func TestShadowTeacherForced(t *testing.T) {
 }
 
 // TestShadowFallsBackToWalk: a reference without /tokenize is compared by
-// the greedy walk, and is not asked to tokenize again for forcingRetry.
+// the greedy walk, and is not asked to tokenize again for a while.
 func TestShadowFallsBackToWalk(t *testing.T) {
 	_, q := startCalledSim(t, func(k *sim.Knobs) { k.Noise = 0.5 })
 	rc, ref := startCalledSim(t, nil, "/tokenize")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway/accesslog"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -73,7 +74,7 @@ func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 	o := Options{
 		Config:    cfg,
 		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		AccessLog: slog.New(NewAccessLogHandler(access)),
+		AccessLog: slog.New(accesslog.NewHandler(access)),
 	}
 	for _, f := range opts {
 		f(&o)

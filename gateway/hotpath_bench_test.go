@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/accesslog"
 	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing"
@@ -154,7 +155,7 @@ func benchGateway(b *testing.B, full bool) *Server {
 		}
 		b.Cleanup(func() { tp.Shutdown(context.Background()) })
 		o.Tracer, o.Propagator = tp.Tracer(), tp.Propagator()
-		o.AccessLog = slog.New(NewAccessLogHandler(io.Discard))
+		o.AccessLog = slog.New(accesslog.NewHandler(io.Discard))
 		o.Observer = nopObserver{}
 	}
 	gw, err := New(o)
@@ -293,8 +294,7 @@ func BenchmarkMicroRequestID(b *testing.B) {
 }
 
 func BenchmarkMicroAccessLog(b *testing.B) {
-	s := &Server{access: slog.New(NewAccessLogHandler(io.Discard))}
-	s.accessW = s.access.Handler().(*accessHandler).w
+	s := &Server{access: accesslog.New(slog.New(accesslog.NewHandler(io.Discard)))}
 	x := benchCall()
 	ctx := context.Background()
 	b.ReportAllocs()

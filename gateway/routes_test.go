@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,26 @@ import (
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
 )
+
+// getResp GETs url with the given request headers and returns the response
+// with its whole body.
+func getResp(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
 
 // get GETs url with the given request headers (name, value, ...) and
 // returns the status and the body.
@@ -178,18 +199,5 @@ func TestModelLabelsBounded(t *testing.T) {
 	}
 	if got := l.label("m"); got != "m" {
 		t.Errorf("an admitted model lost its label: %q", got)
-	}
-}
-
-// TestAdminWithoutAnalyzers: a gateway built without analyzers says so
-// rather than inventing a picture.
-func TestAdminWithoutAnalyzers(t *testing.T) {
-	_, a := startSim(t, "m1", nil)
-	gw := startGateway(t, []config.Backend{backend("a", a, "m1")}, nil)
-	if code, body := get(t, gw.URL+"/admin/signals"); code != http.StatusNotImplemented || !strings.Contains(string(body), `"code":"not_enabled"`) {
-		t.Errorf("/admin/signals without analyzers: %d %s", code, body)
-	}
-	if code, body := get(t, gw.URL+"/admin/alerts"); code != 200 || string(body) != "[]" {
-		t.Errorf("/admin/alerts without analyzers: %d %s", code, body)
 	}
 }

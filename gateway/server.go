@@ -1,6 +1,8 @@
 // Package gateway is Vigil's data plane: the HTTP server, the streaming
-// reverse proxy with its tap for the analyzers, routing, error mapping, the
-// access log, metrics and the admin API.
+// reverse proxy with its tap for the analyzers, routing, error mapping,
+// metrics, and the wiring of the access log (gateway/accesslog), the admin
+// API (gateway/admin), the retrieval hook (gateway/retrieval) and the
+// shadow comparisons (gateway/shadow).
 package gateway
 
 import (
@@ -30,11 +32,15 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/accesslog"
+	"github.com/vigil-gw/vigil/gateway/admin"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/cache"
 	"github.com/vigil-gw/vigil/gateway/request"
+	"github.com/vigil-gw/vigil/gateway/retrieval"
 	"github.com/vigil-gw/vigil/gateway/rewrite"
+	"github.com/vigil-gw/vigil/gateway/shadow"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -46,7 +52,7 @@ type Options struct {
 	// Log receives the process's own messages. Nil: slog.Default().
 	Log *slog.Logger
 	// AccessLog receives one JSON line per request. Nil: no access log.
-	// Built on NewAccessLogHandler, the lines are written by the
+	// Built on accesslog.NewHandler, the lines are written by the
 	// gateway's own encoder, the same bytes at a fraction of the cost.
 	AccessLog *slog.Logger
 	// Registry receives the gateway's metrics and is served on /metrics.
@@ -59,12 +65,12 @@ type Options struct {
 	// back the admin and feedback routes. Nil: /admin/signals,
 	// /admin/history, /admin/usage, /admin/baseline and /v1/feedback answer
 	// 501, the lists are empty.
-	Signals       SignalsSource
-	Alerts        AlertsSource
-	Notifications NotificationsSource
-	History       HistorySource
-	Usage         UsageSource
-	Baseline      Baseliner
+	Signals       admin.SignalsSource
+	Alerts        admin.AlertsSource
+	Notifications admin.NotificationsSource
+	History       admin.HistorySource
+	Usage         admin.UsageSource
+	Baseline      admin.Baseliner
 	Feedback      FeedbackSink
 	// Tracer makes the request's spans and Propagator carries the trace
 	// context in and out. Nil: spans with real ids that are never recorded,
@@ -84,7 +90,7 @@ type Options struct {
 	WeightStore balance.Store
 	// Shadow receives the shadow comparisons of backends against their
 	// references (analyzers.precision). Nil: none are made.
-	Shadow ShadowSink
+	Shadow shadow.Sink
 }
 
 // A Server is the gateway. Build it with New, serve Handler() with an
@@ -92,8 +98,7 @@ type Options struct {
 type Server struct {
 	cfg      config.Config
 	log      *slog.Logger
-	access   *slog.Logger
-	accessW  *lineWriter // the access log's writer when access is on NewAccessLogHandler
+	access   *accesslog.Logger
 	reg      *prometheus.Registry
 	pool     *upstream.Pool
 	balancer *balance.Balancer
@@ -111,17 +116,13 @@ type Server struct {
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
-	retrieval *retriever   // nil when no retrieval hook is configured
-	cache     *cache.Cache // nil when cache.enabled is false
-	shadow    *shadower    // nil when no backend is shadow-compared
+	retrieval *retrieval.Hook // nil when no retrieval hook is configured
+	cache     *cache.Cache    // nil when cache.enabled is false
 
-	signals       SignalsSource
-	alerts        AlertsSource
-	notifications NotificationsSource
-	history       HistorySource
-	usage         UsageSource
-	baseline      Baseliner
-	feedback      FeedbackSink
+	shadow *shadow.Shadower // nil when no backend is shadow-compared
+
+	admin    *admin.API
+	feedback FeedbackSink
 
 	certs    *certReloader  // listen_tls; nil: plain HTTP
 	draining atomic.Bool    // shutting down: /readyz answers 503 (Drain)
@@ -144,16 +145,15 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, log: opts.Log, access: opts.AccessLog, reg: opts.Registry, pool: pool, balancer: bal,
-		signals: opts.Signals, alerts: opts.Alerts, notifications: opts.Notifications, history: opts.History, usage: opts.Usage, baseline: opts.Baseline, feedback: opts.Feedback,
+		cfg: cfg, log: opts.Log, access: accesslog.New(opts.AccessLog), reg: opts.Registry, pool: pool, balancer: bal,
+		feedback: opts.Feedback,
+		admin: admin.New(admin.Options{
+			Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof, StaleAfter: cfg.Balancer.StaleAfter, Pool: pool, Balancer: bal,
+			Signals: opts.Signals, Alerts: opts.Alerts, Notifications: opts.Notifications, History: opts.History, Usage: opts.Usage, Baseline: opts.Baseline,
+		}),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.access != nil {
-		if h, ok := s.access.Handler().(*accessHandler); ok {
-			s.accessW = h.w
-		}
 	}
 	s.tracer, s.prop = opts.Tracer, opts.Propagator
 	if s.tracer == nil {
@@ -205,10 +205,10 @@ func New(opts Options) (*Server, error) {
 	}
 	// Shadow requests are greedy generations of max_tokens tokens: give
 	// them the whole precision.timeout rather than limits.side_timeout.
-	s.shadow = newShadower(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
+	s.shadow = shadow.New(cfg.Analyzers.Precision, cfg.Backends, pool, opts.Shadow,
 		&http.Client{Transport: transport}, s.log, s.reg)
 	if cfg.Retrieval.URL != "" {
-		s.retrieval = &retriever{cfg: cfg.Retrieval, client: &http.Client{Transport: transport}}
+		s.retrieval = retrieval.New(cfg.Retrieval, &http.Client{Transport: transport})
 	}
 	s.attemptLists = newAttemptLists(pool)
 	s.checker = &upstream.Checker{
@@ -248,6 +248,10 @@ func (s *Server) Pool() *upstream.Pool { return s.pool }
 // Balancer returns the gateway's balancer.
 func (s *Server) Balancer() *balance.Balancer { return s.balancer }
 
+// BackendStates returns the backends as the gateway sees them now, for the
+// analyzers' history. Safe for concurrent use.
+func (s *Server) BackendStates() []exchange.BackendState { return s.admin.BackendStates() }
+
 // Run runs the gateway's background work (health checks, load scraping and
 // weights, delivery to the Observer) until ctx is done, then drains queued
 // events.
@@ -264,7 +268,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.shadow != nil {
 		g.Go(func() error {
 			<-ctx.Done()
-			s.shadow.close()
+			s.shadow.Close()
 			return nil
 		})
 	}
@@ -286,19 +290,7 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
-	e.GET("/dashboard", s.dashboard)
-	e.GET("/dashboard/assets/*file", s.dashboardAsset)
-	admin := e.Group("/admin", s.adminAuth)
-	admin.GET("/backends", s.getBackends)
-	admin.GET("/signals", s.getSignals)
-	admin.GET("/alerts", s.getAlerts)
-	admin.GET("/notifications", s.getNotifications)
-	admin.GET("/history", s.getHistory)
-	admin.GET("/usage", s.getUsage)
-	admin.POST("/baseline", s.postBaseline)
-	if s.cfg.Admin.Pprof {
-		s.pprofRoutes(e)
-	}
+	s.admin.Register(e) // /dashboard, /admin/*, /debug/pprof
 	other := s.proxyRoute("", "/v1/*", exchange.OpOther)
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
@@ -372,7 +364,7 @@ type call struct {
 	truncated   bool
 	readErr     error
 	apiErr      *apierror.Error
-	// Shadow comparison (shadow.go): the body sent upstream and the
+	// Shadow comparison (package shadow): the body sent upstream and the
 	// client's Authorization, kept (not copied) while a backend is
 	// shadow-compared; finish decides whether this request is.
 	shadowBody []byte
@@ -519,18 +511,18 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	// A shadow comparison is decided now, so that the client's answer can
-	// serve as the backend's side of it (forced.go).
-	x.shadowPicked = f != nil && s.shadow.sample(op, x.backend)
+	// serve as the backend's side of it (teacher forcing).
+	x.shadowPicked = f != nil && s.shadow.Sample(op, x.backend)
 	if s.shadow != nil {
 		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
 	}
 	switch {
-	case x.shadowPicked && !req.Stream && rewrite.Eligible(op, f) && s.shadow.namesIDs(x.backend):
+	case x.shadowPicked && !req.Stream && rewrite.Eligible(op, f) && s.shadow.NamesIDs(x.backend):
 		// The backend named token ids in a comparison before: ask for
 		// this answer's logprobs by id, stripped from the client's bytes
 		// as injected logprobs are. Another backend, on a retry, gets
 		// the logprobs without the ids member it may not know.
-		plain, ids := s.shadow.injection(op)
+		plain, ids := s.shadow.Injection(op)
 		body, x.idsBody, x.idsBackend = rewrite.AppendMembers(body, plain), rewrite.AppendMembers(body, ids), x.backend
 		req.Injected = true
 		s.metrics.injections.Inc()
@@ -889,12 +881,12 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		}
 		s.disp.response(x.req, &x.pending, resp)
 	}
-	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadowPicked && s.shadow.paired(x.backend) {
+	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadowPicked && s.shadow.Paired(x.backend) {
 		var answer []byte
-		if !x.req.Stream && !x.truncated && bytes.Contains(x.captured, tokenIDMark) {
-			answer = x.captured // its logprobs name token ids: the backend's side (forced.go)
+		if !x.req.Stream && !x.truncated && shadow.HasTokenIDs(x.captured) {
+			answer = x.captured // its logprobs name token ids: the backend's side (teacher forcing)
 		}
-		s.shadow.start(x.backend, x.req.Operation, x.shadowBody, answer, x.shadowAuth)
+		s.shadow.Start(x.backend, x.req.Operation, x.shadowBody, answer, x.shadowAuth)
 	}
 	if p != nil {
 		panic(p)

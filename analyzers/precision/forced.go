@@ -14,7 +14,7 @@ import (
 // not only those before the two greedy sequences part. The backend's side
 // is its response, whose tokens are vLLM's "token_id:<id>"; the
 // reference's is vLLM's prompt_logprobs over prompt + continuation
-// (gateway/forced.go makes both requests).
+// (gateway/shadow makes both requests).
 
 // ParsePromptLogprobs returns the positions from index from on of the
 // first choice's vLLM prompt_logprobs in a completions response: at each,

@@ -25,6 +25,7 @@ import (
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway"
+	"github.com/vigil-gw/vigil/gateway/accesslog"
 	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/tracing"
 )
@@ -88,7 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			stopFlush()
 			<-flushed
 		}()
-		access = slog.New(gateway.NewAccessLogHandler(buf))
+		access = slog.New(accesslog.NewHandler(buf))
 	}
 	app, err := build(cfg, log, access)
 	if err != nil {

@@ -1,22 +1,18 @@
-package gateway
+package admin
 
 import (
 	"bytes"
 	"net/http"
 	"testing"
-
-	"github.com/vigil-gw/vigil/config"
 )
 
 // TestPprof checks that /debug/pprof is served only when admin.pprof is
 // on, and then only with the admin token.
 func TestPprof(t *testing.T) {
-	_, a := startSim(t, "m1", nil)
-	backends := []config.Backend{backend("a", a, "m1")}
 	auth := []string{"Authorization", "Bearer s3cret"}
 
 	t.Run("off", func(t *testing.T) {
-		gw := startGateway(t, backends, func(c *config.Config) { c.Admin.Token = "s3cret" })
+		gw := startAPI(t, Options{Token: "s3cret"})
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/profile?seconds=1"} {
 			if code, body := get(t, gw.URL+path, auth...); code != http.StatusNotFound {
 				t.Errorf("GET %s with pprof off: %d %s, want 404", path, code, body)
@@ -24,7 +20,7 @@ func TestPprof(t *testing.T) {
 		}
 	})
 	t.Run("on", func(t *testing.T) {
-		gw := startGateway(t, backends, func(c *config.Config) { c.Admin.Token, c.Admin.Pprof = "s3cret", true })
+		gw := startAPI(t, Options{Token: "s3cret", Pprof: true})
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/cmdline"} {
 			if code, _ := get(t, gw.URL+path); code != http.StatusUnauthorized {
 				t.Errorf("GET %s without the token: %d, want 401", path, code)
@@ -51,7 +47,7 @@ func TestPprof(t *testing.T) {
 		}
 	})
 	t.Run("on without a token", func(t *testing.T) {
-		gw := startGateway(t, backends, func(c *config.Config) { c.Admin.Pprof = true })
+		gw := startAPI(t, Options{Pprof: true})
 		if code, _ := get(t, gw.URL+"/debug/pprof/heap?debug=1"); code != http.StatusOK {
 			t.Errorf("GET /debug/pprof/heap with no admin.token set: %d, want 200 (open, like /admin)", code)
 		}

@@ -1,4 +1,8 @@
-package gateway
+// Package shadow compares backends with their references (signal 5,
+// precision divergence): sampled shadow copies of clients' requests,
+// teacher forcing and the greedy walk, run by a bounded pool of workers
+// off the request path.
+package shadow
 
 import (
 	"bytes"
@@ -28,15 +32,15 @@ import (
 // continuation (teacher forcing, forced.go) or, where the two cannot do
 // that, sends a greedy copy of the request (with token logprobs and a
 // capped length) to both (the greedy walk), and hands the answers to a
-// ShadowSink. The client's request and response
+// Sink. The client's request and response
 // are untouched; a slow or failing reference costs nothing but the
 // comparison. At most precision.concurrency comparisons run at once; a
 // sampled request beyond that, or whose reference is unhealthy (failing its
 // checks or ejected), is skipped and counted.
 
-// A ShadowSink receives finished shadow comparisons. It is called from
+// A Sink receives finished shadow comparisons. It is called from
 // shadow workers, concurrently.
-type ShadowSink interface {
+type Sink interface {
 	OnShadow(*exchange.Shadow)
 }
 
@@ -46,9 +50,12 @@ const shadowMaxBody = 4 << 20
 // shadowPath is the route each shadowed operation is sent to.
 var shadowPath = map[exchange.Operation]string{exchange.OpChat: "/v1/chat/completions", exchange.OpCompletion: "/v1/completions"}
 
-type shadower struct {
+// A Shadower runs the shadow comparisons of the backends that name a
+// reference. Its methods are safe for concurrent use; Sample, Paired,
+// NamesIDs and Close also on a nil Shadower (no backend compared).
+type Shadower struct {
 	cfg    config.Precision
-	sink   ShadowSink
+	sink   Sink
 	client *http.Client
 	log    *slog.Logger
 	ref    map[string]*upstream.Backend // backend name → its reference
@@ -67,8 +74,8 @@ type shadower struct {
 	wg     sync.WaitGroup
 }
 
-// newShadower returns nil when no backend is compared (or the signal is off).
-func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream.Pool, sink ShadowSink, client *http.Client, log *slog.Logger, reg prometheus.Registerer) *shadower {
+// New returns nil when no backend is compared (or the signal is off).
+func New(cfg config.Precision, backends []config.Backend, pool *upstream.Pool, sink Sink, client *http.Client, log *slog.Logger, reg prometheus.Registerer) *Shadower {
 	if !cfg.Enabled || sink == nil || cfg.SampleRatio == 0 {
 		return nil
 	}
@@ -85,7 +92,7 @@ func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream
 	if len(ref) == 0 {
 		return nil
 	}
-	sh := &shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency), unable: map[string]time.Time{}, ids: map[string]bool{},
+	sh := &Shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency), unable: map[string]time.Time{}, ids: map[string]bool{},
 		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_shadow_comparisons_total",
 			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight, or the reference unhealthy), failed (a shadow request failed).",
@@ -100,8 +107,8 @@ func newShadower(cfg config.Precision, backends []config.Backend, pool *upstream
 	return sh
 }
 
-// sample reports whether a request of operation op to backend is compared.
-func (sh *shadower) sample(op exchange.Operation, backend *upstream.Backend) bool {
+// Sample reports whether a request of operation op to backend is compared.
+func (sh *Shadower) Sample(op exchange.Operation, backend *upstream.Backend) bool {
 	if sh == nil || backend == nil || sh.ref[backend.Name] == nil {
 		return false
 	}
@@ -111,17 +118,17 @@ func (sh *shadower) sample(op exchange.Operation, backend *upstream.Backend) boo
 	return rand.Float64() < sh.cfg.SampleRatio
 }
 
-// paired reports whether backend has a reference to be compared with.
-func (sh *shadower) paired(backend *upstream.Backend) bool {
+// Paired reports whether backend has a reference to be compared with.
+func (sh *Shadower) Paired(backend *upstream.Backend) bool {
 	return sh != nil && backend != nil && sh.ref[backend.Name] != nil
 }
 
-// start compares backend with its reference on a copy of body in the
+// Start compares backend with its reference on a copy of body in the
 // background; auth is the client's Authorization header, passed on.
 // answer is the client's own non-streaming response, or nil: when its
 // logprobs name token ids it is the backend's side of a teacher-forced
 // comparison, and only the reference is asked.
-func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) {
+func (sh *Shadower) Start(backend *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) {
 	ref := sh.ref[backend.Name]
 	if !ref.Healthy() {
 		// Failing health checks or ejected: leave it alone.
@@ -156,7 +163,7 @@ func (sh *shadower) start(backend *upstream.Backend, op exchange.Operation, body
 
 // compare runs one comparison: teacher forcing where the backend and the
 // reference support it (forced.go), else the greedy walk.
-func (sh *shadower) compare(backend, ref *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) error {
+func (sh *Shadower) compare(backend, ref *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) error {
 	shadow, err := shadowBody(op, body, sh.cfg)
 	if err != nil {
 		return err
@@ -189,7 +196,7 @@ func (sh *shadower) compare(backend, ref *upstream.Backend, op exchange.Operatio
 	return nil
 }
 
-func (sh *shadower) post(ctx context.Context, b *upstream.Backend, path string, body []byte, auth string) ([]byte, error) {
+func (sh *Shadower) post(ctx context.Context, b *upstream.Backend, path string, body []byte, auth string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.JoinPath(path).String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -222,8 +229,8 @@ type statusError struct {
 
 func (e *statusError) Error() string { return fmt.Sprintf("%s: status %d", e.backend, e.status) }
 
-// close stops new comparisons, cancels those in flight and waits for them.
-func (sh *shadower) close() {
+// Close stops new comparisons, cancels those in flight and waits for them.
+func (sh *Shadower) Close() {
 	if sh == nil {
 		return
 	}

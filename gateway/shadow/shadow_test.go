@@ -1,4 +1,4 @@
-package gateway
+package shadow
 
 import (
 	"encoding/json"

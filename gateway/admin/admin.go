@@ -1,17 +1,17 @@
-package gateway
+// Package admin serves the gateway's admin API (/admin/*: backends,
+// signals, alerts, notifications, history, usage, baseline), the dashboard
+// that reads it, and the Go runtime's profiles (/debug/pprof), all behind
+// the admin token. What it shows comes in through Options: the gateway's
+// backends and balancer, and the analyzers' sources.
+package admin
 
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
-	"errors"
-	"io"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,7 +19,6 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
-	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -57,17 +56,60 @@ type Baseliner interface {
 	PinBaseline(ctx context.Context) error
 }
 
-// FeedbackSink takes calibration labels from POST /v1/feedback. It returns
-// ErrUnknownResponse for an id it does not know.
-type FeedbackSink interface {
-	Feedback(ctx context.Context, id string, correct bool) error
+// Options configure an API. Pool and Balancer are required.
+type Options struct {
+	// Token is the bearer token the admin routes and the profiles ask
+	// for (admin.token). Empty: they are open.
+	Token string
+	// Pprof serves /debug/pprof (admin.pprof).
+	Pprof bool
+	// StaleAfter is balancer.stale_after: an older error rate is unknown.
+	StaleAfter time.Duration
+	Pool       *upstream.Pool
+	Balancer   *balance.Balancer
+	// Signals, Alerts, Notifications, History, Usage and Baseline back
+	// the admin routes. Nil: /admin/signals, /admin/history, /admin/usage
+	// and /admin/baseline answer 501, the lists are empty.
+	Signals       SignalsSource
+	Alerts        AlertsSource
+	Notifications NotificationsSource
+	History       HistorySource
+	Usage         UsageSource
+	Baseline      Baseliner
 }
 
-// ErrUnknownResponse is returned by a FeedbackSink for an unknown response id.
-var ErrUnknownResponse = exchange.ErrUnknownResponse
+// An API serves the admin routes, the dashboard and the profiles. It is
+// safe for concurrent use.
+type API struct {
+	o Options
+}
 
-func (s *Server) adminAuth(c *gin.Context) {
-	tok := s.cfg.Admin.Token
+// New returns the API of o.
+func New(o Options) *API { return &API{o: o} }
+
+// Register adds the API's routes to e: the dashboard (public: its data
+// comes from the admin routes), /admin/* behind the token, and
+// /debug/pprof when Pprof is on.
+func (a *API) Register(e *gin.Engine) {
+	e.GET("/dashboard", a.dashboard)
+	e.GET("/dashboard/assets/*file", a.dashboardAsset)
+	g := e.Group("/admin", a.auth)
+	g.GET("/backends", a.getBackends)
+	g.GET("/signals", a.getSignals)
+	g.GET("/alerts", a.getAlerts)
+	g.GET("/notifications", a.getNotifications)
+	g.GET("/history", a.getHistory)
+	g.GET("/usage", a.getUsage)
+	g.POST("/baseline", a.postBaseline)
+	if a.o.Pprof {
+		a.pprofRoutes(e)
+	}
+}
+
+// auth lets a request through with the admin token, or any when none is
+// set; others get a 401.
+func (a *API) auth(c *gin.Context) {
+	tok := a.o.Token
 	if tok == "" {
 		return
 	}
@@ -137,9 +179,9 @@ type healthJSON struct {
 	EjectedUntil        *time.Time `json:"ejected_until,omitempty"`
 }
 
-func (s *Server) getBackends(c *gin.Context) {
-	snap := s.balancer.Snapshot()
-	staleAfter := s.cfg.Balancer.StaleAfter
+func (a *API) getBackends(c *gin.Context) {
+	snap := a.o.Balancer.Snapshot()
+	staleAfter := a.o.StaleAfter
 	now := time.Now()
 	known := func(v float64) *float64 {
 		if math.IsNaN(v) {
@@ -147,13 +189,13 @@ func (s *Server) getBackends(c *gin.Context) {
 		}
 		return &v
 	}
-	out := make([]backendJSON, 0, len(s.pool.Backends()))
-	for i, b := range s.pool.Backends() {
+	out := make([]backendJSON, 0, len(a.o.Pool.Backends()))
+	for i, b := range a.o.Pool.Backends() {
 		st := &snap.Backends[i]
 		j := backendJSON{
 			Name: b.Name, URL: b.URL.String(), Kind: b.Kind, Models: b.Models(),
 			Healthy: b.Healthy(), Weight: st.Weight, Base: b.Weight, Inflight: b.Inflight(), Picks: b.Picks(),
-			Load: map[string]float64{}, LoadBlend: st.Load, Cost: s.balancer.Cost(i, now), WeightShared: st.Shared,
+			Load: map[string]float64{}, LoadBlend: st.Load, Cost: a.o.Balancer.Cost(i, now), WeightShared: st.Shared,
 			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
 		}
 		j.Load = loadOf(st)
@@ -197,23 +239,23 @@ func observed(b *upstream.Backend, now time.Time, staleAfter time.Duration) (ttf
 }
 
 // BackendStates returns the backends as the gateway sees them now, for the
-// analyzers' history. Safe for concurrent use.
-func (s *Server) BackendStates() []exchange.BackendState {
-	snap := s.balancer.Snapshot()
+// analyzers' history.
+func (a *API) BackendStates() []exchange.BackendState {
+	snap := a.o.Balancer.Snapshot()
 	now := time.Now()
-	out := make([]exchange.BackendState, 0, len(s.pool.Backends()))
-	for i, b := range s.pool.Backends() {
+	out := make([]exchange.BackendState, 0, len(a.o.Pool.Backends()))
+	for i, b := range a.o.Pool.Backends() {
 		st := &snap.Backends[i]
 		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(), Picks: b.Picks(),
 			Load: loadOf(st), LoadBlend: st.Load}
-		bs.TTFBMs, bs.ErrorRate = observed(b, now, s.cfg.Balancer.StaleAfter)
+		bs.TTFBMs, bs.ErrorRate = observed(b, now, a.o.StaleAfter)
 		out = append(out, bs)
 	}
 	return out
 }
 
-func (s *Server) getHistory(c *gin.Context) {
-	if s.history == nil {
+func (a *API) getHistory(c *gin.Context) {
+	if a.o.History == nil {
 		apierror.Write(c.Writer, notEnabled("signal history"))
 		return
 	}
@@ -237,7 +279,7 @@ func (s *Server) getHistory(c *gin.Context) {
 		}
 		step = d
 	}
-	s.writeSource(c, func(ctx context.Context) ([]byte, error) { return s.history.HistoryJSON(ctx, since, step) })
+	writeSource(c, func(ctx context.Context) ([]byte, error) { return a.o.History.HistoryJSON(ctx, since, step) })
 }
 
 func zeroNaN(v float64) float64 {
@@ -247,39 +289,39 @@ func zeroNaN(v float64) float64 {
 	return v
 }
 
-func (s *Server) getSignals(c *gin.Context) {
-	if s.signals == nil {
+func (a *API) getSignals(c *gin.Context) {
+	if a.o.Signals == nil {
 		apierror.Write(c.Writer, notEnabled("signal analysis"))
 		return
 	}
-	s.writeSource(c, s.signals.SignalsJSON)
+	writeSource(c, a.o.Signals.SignalsJSON)
 }
 
-func (s *Server) getAlerts(c *gin.Context) {
-	if s.alerts == nil {
+func (a *API) getAlerts(c *gin.Context) {
+	if a.o.Alerts == nil {
 		c.Data(http.StatusOK, "application/json; charset=utf-8", []byte("[]"))
 		return
 	}
-	s.writeSource(c, s.alerts.AlertsJSON)
+	writeSource(c, a.o.Alerts.AlertsJSON)
 }
 
-func (s *Server) getNotifications(c *gin.Context) {
-	if s.notifications == nil {
+func (a *API) getNotifications(c *gin.Context) {
+	if a.o.Notifications == nil {
 		c.Data(http.StatusOK, "application/json; charset=utf-8", []byte("[]"))
 		return
 	}
-	s.writeSource(c, s.notifications.NotificationsJSON)
+	writeSource(c, a.o.Notifications.NotificationsJSON)
 }
 
-func (s *Server) getUsage(c *gin.Context) {
-	if s.usage == nil {
+func (a *API) getUsage(c *gin.Context) {
+	if a.o.Usage == nil {
 		apierror.Write(c.Writer, notEnabled("usage accounting"))
 		return
 	}
-	s.writeSource(c, s.usage.UsageJSON)
+	writeSource(c, a.o.Usage.UsageJSON)
 }
 
-func (s *Server) writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {
+func writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {
 	body, err := get(c.Request.Context())
 	if err != nil {
 		apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone))
@@ -292,126 +334,14 @@ func notEnabled(what string) *apierror.Error {
 	return apierror.New(http.StatusNotImplemented, "invalid_request_error", "not_enabled", what+" is not enabled in this gateway", exchange.ClassNone)
 }
 
-func (s *Server) postBaseline(c *gin.Context) {
-	if s.baseline == nil {
+func (a *API) postBaseline(c *gin.Context) {
+	if a.o.Baseline == nil {
 		apierror.Write(c.Writer, notEnabled("drift analysis"))
 		return
 	}
-	if err := s.baseline.PinBaseline(c.Request.Context()); err != nil {
+	if err := a.o.Baseline.PinBaseline(c.Request.Context()); err != nil {
 		apierror.Write(c.Writer, apierror.New(http.StatusConflict, "invalid_request_error", "baseline_failed", err.Error(), exchange.ClassNone))
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"pinned": true})
-}
-
-func (s *Server) postFeedback(c *gin.Context) {
-	body, aerr := request.ReadBody(c.Request, c.Writer, deadlinesOf(c.Writer, c.Request), 64<<10, s.cfg.Limits.ReadTimeout)
-	if aerr != nil {
-		apierror.Write(c.Writer, aerr)
-		return
-	}
-	var f struct {
-		ID      string `json:"id"`
-		Correct *bool  `json:"correct"`
-	}
-	if err := json.Unmarshal(body, &f); err != nil || f.ID == "" || f.Correct == nil {
-		apierror.Write(c.Writer, apierror.BadRequest(`expected {"id": "<response id>", "correct": true|false}`))
-		return
-	}
-	if s.feedback == nil {
-		apierror.Write(c.Writer, notEnabled("calibration feedback"))
-		return
-	}
-	switch err := s.feedback.Feedback(c.Request.Context(), f.ID, *f.Correct); {
-	case errors.Is(err, ErrUnknownResponse):
-		apierror.Write(c.Writer, apierror.New(http.StatusNotFound, "invalid_request_error", "unknown_response", "no response with id "+f.ID+" is known", exchange.ClassNone))
-	case err != nil:
-		apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone))
-	default:
-		c.JSON(http.StatusOK, gin.H{"recorded": true})
-	}
-}
-
-// listModels answers GET /v1/models with the union of the healthy
-// backends' model lists, in backend order, first occurrence winning.
-func (s *Server) listModels(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
-	defer cancel()
-	backends := slices.DeleteFunc(slices.Clone(s.pool.Backends()), func(b *upstream.Backend) bool { return !b.Healthy() })
-	if len(backends) == 0 {
-		apierror.Write(c.Writer, pickError(upstream.ErrNoHealthy, "", nil))
-		return
-	}
-	lists := make([][]json.RawMessage, len(backends))
-	var wg sync.WaitGroup
-	for i, b := range backends {
-		wg.Go(func() { lists[i] = s.fetchModels(ctx, b) })
-	}
-	wg.Wait()
-	seen := map[string]bool{}
-	data := []json.RawMessage{}
-	answered := false
-	for _, l := range lists {
-		if l != nil {
-			answered = true
-		}
-		for _, m := range l {
-			var id struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(m, &id) != nil || seen[id.ID] {
-				continue
-			}
-			seen[id.ID] = true
-			data = append(data, m)
-		}
-	}
-	if !answered {
-		apierror.Write(c.Writer, apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable", "no backend answered its model list", exchange.ClassUpstream5xx))
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
-}
-
-// fetchModels returns a backend's model objects, nil when it did not answer.
-// Models outside a backend's configured list are left out.
-func (s *Server) fetchModels(ctx context.Context, b *upstream.Backend) []json.RawMessage {
-	get := func(path string) ([]byte, bool) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.JoinPath(path).String(), nil)
-		if err != nil {
-			return nil, false
-		}
-		resp, err := s.client.Do(req)
-		if err != nil {
-			return nil, false
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		return body, err == nil && resp.StatusCode == http.StatusOK
-	}
-	if body, ok := get("/v1/models"); ok {
-		var l struct {
-			Data []json.RawMessage `json:"data"`
-		}
-		if json.Unmarshal(body, &l) == nil {
-			return slices.DeleteFunc(l.Data, func(m json.RawMessage) bool {
-				var id struct {
-					ID string `json:"id"`
-				}
-				return json.Unmarshal(m, &id) != nil || !b.Serves(id.ID)
-			})
-		}
-	}
-	if b.Kind == upstream.KindTGI { // older TGI has only /info
-		if body, ok := get("/info"); ok {
-			var info struct {
-				ModelID string `json:"model_id"`
-			}
-			if json.Unmarshal(body, &info) == nil && info.ModelID != "" {
-				m, _ := json.Marshal(gin.H{"id": info.ModelID, "object": "model", "owned_by": b.Name})
-				return []json.RawMessage{m}
-			}
-		}
-	}
-	return nil
 }

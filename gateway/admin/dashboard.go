@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"bytes"
@@ -92,7 +92,7 @@ func loadDashboardAssets() map[string]*dashboardFile {
 }
 
 // dashboard serves the page (GET /dashboard).
-func (s *Server) dashboard(c *gin.Context) {
+func (a *API) dashboard(c *gin.Context) {
 	c.Header("Content-Security-Policy", dashboardCSP)
 	c.Header("Referrer-Policy", "no-referrer")
 	serveDashboardFile(c, "dashboard.html", dashboardPage)
@@ -100,7 +100,7 @@ func (s *Server) dashboard(c *gin.Context) {
 
 // dashboardAsset serves the page's scripts and styles
 // (GET /dashboard/assets/*file).
-func (s *Server) dashboardAsset(c *gin.Context) {
+func (a *API) dashboardAsset(c *gin.Context) {
 	name := strings.TrimPrefix(c.Param("file"), "/")
 	f, ok := dashboardAssets[name]
 	if !ok {

@@ -1,4 +1,4 @@
-package gateway
+package shadow
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
-// Teacher forcing (issue 17). The greedy walk compares two generations
+// Teacher forcing. The greedy walk compares two generations
 // only up to their first disagreement, so top-1 agreement is 1 by
 // construction and the positions that matter most are never seen. Teacher
 // forcing scores the backend's own continuation with the reference, on the
@@ -47,12 +47,17 @@ const forcingRetry = 10 * time.Minute
 // tokenIDMark is the prefix of vLLM's tokens under return_tokens_as_token_ids.
 var tokenIDMark = []byte(`"token_id:`)
 
+// HasTokenIDs reports whether a response's logprobs name token ids
+// ("token_id:<id>", vLLM's return_tokens_as_token_ids): such a client
+// answer can serve as the backend's side of a teacher-forced comparison.
+func HasTokenIDs(body []byte) bool { return bytes.Contains(body, tokenIDMark) }
+
 // errCannotForce wraps why a comparison cannot be teacher-forced; the
 // caller falls back to the greedy walk.
 var errCannotForce = errors.New("teacher forcing unavailable")
 
 // canForce reports whether teacher forcing is worth trying for the pair.
-func (sh *shadower) canForce(backend, ref *upstream.Backend) bool {
+func (sh *Shadower) canForce(backend, ref *upstream.Backend) bool {
 	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -61,7 +66,7 @@ func (sh *shadower) canForce(backend, ref *upstream.Backend) bool {
 
 // cannot records that b cannot take part in teacher forcing, and returns
 // the error that makes the caller fall back.
-func (sh *shadower) cannot(b *upstream.Backend, why error) error {
+func (sh *Shadower) cannot(b *upstream.Backend, why error) error {
 	sh.mu.Lock()
 	sh.unable[b.Name] = time.Now().Add(forcingRetry)
 	delete(sh.ids, b.Name)
@@ -69,10 +74,10 @@ func (sh *shadower) cannot(b *upstream.Backend, why error) error {
 	return fmt.Errorf("%w: %s: %w", errCannotForce, b.Name, why)
 }
 
-// namesIDs reports whether backend's answers named token ids when a
+// NamesIDs reports whether backend's answers named token ids when a
 // comparison asked it to: its clients' sampled requests may then ask for
 // logprobs by id themselves, and the answer serves as the backend's side.
-func (sh *shadower) namesIDs(backend *upstream.Backend) bool {
+func (sh *Shadower) NamesIDs(backend *upstream.Backend) bool {
 	if sh == nil || backend == nil {
 		return false
 	}
@@ -85,10 +90,10 @@ func (sh *shadower) namesIDs(backend *upstream.Backend) bool {
 	return sh.ids[backend.Name] && !time.Now().Before(sh.unable[ref.Name])
 }
 
-// injection returns the members that ask a client's request of operation
+// Injection returns the members that ask a client's request of operation
 // op for the comparison's logprobs (precision.top_logprobs alternatives),
 // without and with return_tokens_as_token_ids, each starting with a comma.
-func (sh *shadower) injection(op exchange.Operation) (plain, ids string) {
+func (sh *Shadower) Injection(op exchange.Operation) (plain, ids string) {
 	k := strconv.Itoa(sh.cfg.TopLogprobs)
 	plain = `,"logprobs":` + k
 	if op == exchange.OpChat {
@@ -99,7 +104,7 @@ func (sh *shadower) injection(op exchange.Operation) (plain, ids string) {
 
 // force runs a teacher-forced comparison. An error wrapping errCannotForce
 // means the pair (or this request) cannot be forced.
-func (sh *shadower) force(ctx context.Context, backend, ref *upstream.Backend, op exchange.Operation, body, shadow, answer []byte, auth string) (*exchange.Shadow, error) {
+func (sh *Shadower) force(ctx context.Context, backend, ref *upstream.Backend, op exchange.Operation, body, shadow, answer []byte, auth string) (*exchange.Shadow, error) {
 	var req struct {
 		Model    json.RawMessage `json:"model"`
 		Messages json.RawMessage `json:"messages"`
@@ -165,7 +170,7 @@ func (sh *shadower) force(ctx context.Context, backend, ref *upstream.Backend, o
 
 // promptIDs returns the prompt's token ids as the reference renders and
 // tokenizes it: a completion prompt given as ids is used as it is.
-func (sh *shadower) promptIDs(ctx context.Context, ref *upstream.Backend, op exchange.Operation, model, messages, prompt json.RawMessage, auth string) ([]int, error) {
+func (sh *Shadower) promptIDs(ctx context.Context, ref *upstream.Backend, op exchange.Operation, model, messages, prompt json.RawMessage, auth string) ([]int, error) {
 	var tok any
 	switch {
 	case op == exchange.OpChat && len(messages) > 0:

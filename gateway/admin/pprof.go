@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http/pprof"
@@ -11,8 +11,8 @@ import (
 // unknown and answer 404). The handlers are net/http/pprof's, called
 // directly: the package's registration on http.DefaultServeMux is never
 // served by the gateway.
-func (s *Server) pprofRoutes(e *gin.Engine) {
-	g := e.Group("/debug/pprof", s.adminAuth)
+func (a *API) pprofRoutes(e *gin.Engine) {
+	g := e.Group("/debug/pprof", a.auth)
 	g.GET("/*name", func(c *gin.Context) {
 		// Index serves the list at "/" and any named profile (heap,
 		// allocs, goroutine, block, mutex, threadcreate) by its path.

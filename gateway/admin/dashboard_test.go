@@ -1,48 +1,19 @@
-package gateway
+package admin
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/vigil-gw/vigil/config"
 )
-
-// getResp GETs url with the given request headers and returns the response
-// with its whole body.
-func getResp(t *testing.T, url string, header ...string) (*http.Response, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
-}
-
-func startDashboardGateway(t *testing.T) *testGateway {
-	t.Helper()
-	_, sim := startSim(t, "m", nil)
-	return startGateway(t, []config.Backend{backend("a", sim)}, func(c *config.Config) { c.Admin.Token = "s3cret" })
-}
 
 // The page and every asset it links are served without the admin token,
 // with fixed content types, and revalidated by ETag.
 func TestDashboardServed(t *testing.T) {
-	gw := startDashboardGateway(t)
+	gw := startAPI(t, Options{Token: "s3cret"})
 
 	resp, page := getResp(t, gw.URL+"/dashboard")
 	if resp.StatusCode != http.StatusOK {
