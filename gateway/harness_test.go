@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -53,11 +54,42 @@ type testGateway struct {
 	*Server
 	URL    string
 	access *syncBuffer
+	net    *testutil.Network // where URL is served; nil: the real network
 }
 
 // startGateway serves a gateway over the given backends until the test
 // ends. mutate may adjust the config first.
 func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.Config), opts ...func(*Options)) *testGateway {
+	t.Helper()
+	return serveGateway(t, backends, mutate, func(h http.Handler) string {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}, opts...)
+}
+
+// startGatewayIn serves a gateway on the in-memory network n, reaching its
+// backends through n, until the test ends: for tests in a synctest bubble.
+func startGatewayIn(t *testing.T, n *testutil.Network, backends []config.Backend, mutate func(*config.Config)) *testGateway {
+	t.Helper()
+	tr := n.Transport()
+	tr.MaxIdleConnsPerHost = 256
+	gw := serveGateway(t, backends, mutate, func(h http.Handler) string { return n.Serve(t, h) },
+		func(o *Options) { o.Transport = tr })
+	gw.net = n
+	return gw
+}
+
+// startSimIn is startSim on the in-memory network n.
+func startSimIn(t *testing.T, n *testutil.Network, model string, knobs func(*sim.Knobs)) (*sim.Server, string) {
+	t.Helper()
+	s := newSim(model, knobs)
+	return s, n.Serve(t, s.Handler())
+}
+
+// serveGateway runs a gateway until the test ends, serving it with serve,
+// which returns its base URL.
+func serveGateway(t *testing.T, backends []config.Backend, mutate func(*config.Config), serve func(http.Handler) string, opts ...func(*Options)) *testGateway {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Backends = backends
@@ -85,28 +117,30 @@ func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
-		srv.Close()
 		cancel()
 		<-done
 	})
-	return &testGateway{Server: s, URL: srv.URL, access: access}
+	return &testGateway{Server: s, URL: serve(s.Handler()), access: access}
 }
 
 // startSim serves a simulator with a fixed created time, so that responses
 // are byte-for-byte reproducible.
 func startSim(t *testing.T, model string, knobs func(*sim.Knobs)) (*sim.Server, string) {
 	t.Helper()
+	s := newSim(model, knobs)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return s, srv.URL
+}
+
+func newSim(model string, knobs func(*sim.Knobs)) *sim.Server {
 	k := sim.DefaultKnobs()
 	k.TTFT, k.ITL = time.Millisecond, 0
 	if knobs != nil {
 		knobs(&k)
 	}
-	s := sim.New(sim.Options{Model: model, Seed: 42, Created: 1764400000, Knobs: k})
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	return s, srv.URL
+	return sim.New(sim.Options{Model: model, Seed: 42, Created: 1764400000, Knobs: k})
 }
 
 func backend(name, url string, models ...string) config.Backend {
