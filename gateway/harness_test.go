@@ -75,7 +75,10 @@ func startGatewayIn(t *testing.T, n *testutil.Network, backends []config.Backend
 	tr := n.Transport()
 	tr.MaxIdleConnsPerHost = 256
 	gw := serveGateway(t, backends, mutate, func(h http.Handler) string { return n.Serve(t, h) },
-		func(o *Options) { o.Transport = tr })
+		func(o *Options) {
+			tr.ResponseHeaderTimeout = o.Config.Limits.UpstreamTimeout // as New's own transport has
+			o.Transport = tr
+		})
 	gw.net = n
 	return gw
 }

@@ -80,12 +80,23 @@ func (n *Network) Client() *http.Client {
 func (n *Network) Serve(t testing.TB, h http.Handler) string {
 	t.Helper()
 	l := n.Listen()
-	srv := &http.Server{Handler: h}
+	// Close does not wait for the connections' goroutines, and a bubble
+	// must not end with one left: count them out.
+	var conns sync.WaitGroup
+	srv := &http.Server{Handler: h, ConnState: func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			conns.Done()
+		}
+	}}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(l) }()
 	t.Cleanup(func() {
 		srv.Close()
 		<-done
+		conns.Wait()
 	})
 	return "http://" + l.Addr().String()
 }
