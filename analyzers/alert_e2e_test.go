@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/test/alertmanagertest"
 )
