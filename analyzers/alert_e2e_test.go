@@ -9,6 +9,7 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/test/alertmanagertest"
 )
@@ -83,20 +84,15 @@ func TestDegradationAlerts(t *testing.T) {
 		t.FailNow()
 	}
 	t.Logf("fired %v (%v) after the confidence fell 10%%: %v", rules, names, after)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var got []string
+	want := names[slices.Index(rules, alert.RuleConfidenceDrop)]
+	var got []string
+	testutil.WaitFor(t, "Alertmanager to have "+want, func() bool {
+		got = got[:0]
 		for _, a := range am.Alerts(t) {
 			if l, ok := a["labels"].(map[string]any); ok {
 				got = append(got, fmt.Sprint(l["alertname"]))
 			}
 		}
-		if slices.Contains(got, names[slices.Index(rules, alert.RuleConfidenceDrop)]) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Alertmanager has %v, want %v", got, names)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return slices.Contains(got, want)
+	})
 }

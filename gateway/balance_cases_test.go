@@ -9,9 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -22,6 +24,11 @@ import (
 // one whose GPU is idle. Case (b), fleet P99 TTFT with a queueing backend,
 // is a figure of the balancing benchmark (test/bench/run -suite balance).
 
+// Cases (a), (c) and (d) run in a synctest bubble, on an in-memory
+// network: the simulators' latencies and the balancer's measurements of
+// them are in the bubble's time, which a busy machine does not stretch, so
+// that a pause of the machine cannot make an equal backend look slow.
+
 // served is one answered request: when it ended and which backend served it.
 type served struct {
 	at      time.Time
@@ -31,9 +38,14 @@ type served struct {
 // drive streams chat completions through the gateway from clients
 // concurrent goroutines until n requests are answered (n > 0) or stop is
 // closed, and returns who served each.
-func drive(t *testing.T, gwURL string, clients, n int, stop <-chan struct{}) []served {
+func drive(t *testing.T, gw *testGateway, clients, n int, stop <-chan struct{}) []served {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
+	gwURL := gw.URL
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	if gw.net != nil {
+		tr = gw.net.Transport()
+	}
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
 	var (
 		mu    sync.Mutex
@@ -90,17 +102,17 @@ func shareOf(reqs []served) map[string]float64 {
 
 // startFleet starts one simulator per TTFT, each backend named b0, b1, …,
 // and a gateway in front of them with the default balancer.
-func startFleet(t *testing.T, ttfts []time.Duration, mutate func(*config.Config)) (*testGateway, []*sim.Server, []string) {
+// All on the in-memory network n.
+func startFleet(t *testing.T, n *testutil.Network, ttfts []time.Duration, mutate func(*config.Config)) (*testGateway, []*sim.Server) {
 	t.Helper()
 	var cfgs []config.Backend
 	var sims []*sim.Server
-	var urls []string
 	for i, ttft := range ttfts {
-		s, u := startSim(t, "m1", func(k *sim.Knobs) { k.TTFT, k.ITL = ttft, 2*time.Millisecond })
+		s, u := startSimIn(t, n, "m1", func(k *sim.Knobs) { k.TTFT, k.ITL = ttft, 2*time.Millisecond })
 		cfgs = append(cfgs, backend(fmt.Sprintf("b%d", i), u, "m1"))
-		sims, urls = append(sims, s), append(urls, u)
+		sims = append(sims, s)
 	}
-	return startGateway(t, cfgs, mutate), sims, urls
+	return startGatewayIn(t, n, cfgs, mutate), sims
 }
 
 // TestBalanceSlowBackend (case a): of three backends, one answers its first
@@ -108,13 +120,15 @@ func startFleet(t *testing.T, ttfts []time.Duration, mutate func(*config.Config)
 // serves under 5 % of 600 requests. Before the balancer has measured it, a
 // few requests land there: that is how it is measured.
 func TestBalanceSlowBackend(t *testing.T) {
-	gw, _, _ := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
-	reqs := drive(t, gw.URL, 6, 600, nil)
-	s := shareOf(reqs)
-	t.Logf("shares %v over %d requests", s, len(reqs))
-	if s["b2"] >= 0.05 {
-		t.Errorf("the 10× slower backend served %.1f %% of requests, want < 5 %%", 100*s["b2"])
-	}
+	synctest.Test(t, func(t *testing.T) {
+		gw, _ := startFleet(t, &testutil.Network{}, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
+		reqs := drive(t, gw, 6, 600, nil)
+		s := shareOf(reqs)
+		t.Logf("shares %v over %d requests", s, len(reqs))
+		if s["b2"] >= 0.05 {
+			t.Errorf("the 10× slower backend served %.1f %% of requests, want < 5 %%", 100*s["b2"])
+		}
+	})
 }
 
 // TestBalanceEqualBackends (case c): three equal backends each serve within
@@ -128,15 +142,17 @@ func TestBalanceSlowBackend(t *testing.T) {
 // here was 0.5 points off at most (test/bench/run -suite balance measures
 // longer runs against the ±5 % relative target).
 func TestBalanceEqualBackends(t *testing.T) {
-	gw, _, _ := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond}, nil)
-	reqs := drive(t, gw.URL, 6, 1200, nil)
-	s := shareOf(reqs)
-	t.Logf("shares %v over %d requests", s, len(reqs))
-	for _, b := range []string{"b0", "b1", "b2"} {
-		if math.Abs(s[b]-1.0/3) > 0.05 {
-			t.Errorf("%s served %.2f %%, want 33.33 %% ± 5 points", b, 100*s[b])
+	synctest.Test(t, func(t *testing.T) {
+		gw, _ := startFleet(t, &testutil.Network{}, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond}, nil)
+		reqs := drive(t, gw, 6, 1200, nil)
+		s := shareOf(reqs)
+		t.Logf("shares %v over %d requests", s, len(reqs))
+		for _, b := range []string{"b0", "b1", "b2"} {
+			if math.Abs(s[b]-1.0/3) > 0.05 {
+				t.Errorf("%s served %.2f %%, want 33.33 %% ± 5 points", b, 100*s[b])
+			}
 		}
-	}
+	})
 }
 
 // TestBalanceSlowBackendRecovers (case d): a backend 10× slower is avoided;
@@ -145,54 +161,58 @@ func TestBalanceEqualBackends(t *testing.T) {
 // within 30 s, with the default latency decay (10 s).
 func TestBalanceSlowBackendRecovers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: this test runs 10 to 40 s")
+		t.Skip("-short: this test runs 10 to 40 s of the bubble's time")
 	}
-	gw, sims, urls := startFleet(t, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
-	stop := make(chan struct{})
-	var (
-		reqs []served
-		done = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		reqs = drive(t, gw.URL, 6, 0, stop)
-	}()
-	time.Sleep(3 * time.Second) // the slow backend is measured and avoided
-	setKnobs(t, urls[2], `{"ttft":"20ms"}`)
-	recovered := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		gw, sims := startFleet(t, &testutil.Network{}, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
+		stop := make(chan struct{})
+		var (
+			reqs []served
+			done = make(chan struct{})
+		)
+		go func() {
+			defer close(done)
+			reqs = drive(t, gw, 6, 0, stop)
+		}()
+		time.Sleep(3 * time.Second) // the slow backend is measured and avoided
+		k := sims[2].Knobs()
+		k.TTFT = 20 * time.Millisecond
+		sims[2].SetKnobs(k)
+		recovered := time.Now()
 
-	// The simulators' own counts of requests received: over each 2 s, the
-	// recovered backend's share of the fleet's requests.
-	counts := func() (own, all int64) {
-		for i, s := range sims {
-			n := s.Stats().Requests
-			all += n
-			if i == 2 {
-				own = n
+		// The simulators' own counts of requests received: over each 2 s, the
+		// recovered backend's share of the fleet's requests.
+		counts := func() (own, all int64) {
+			for i, s := range sims {
+				n := s.Stats().Requests
+				all += n
+				if i == 2 {
+					own = n
+				}
+			}
+			return own, all
+		}
+		const window = 2 * time.Second
+		var back time.Duration
+		prevOwn, prevAll := counts()
+		for time.Since(recovered) < 40*time.Second {
+			time.Sleep(window)
+			own, all := counts()
+			share := float64(own-prevOwn) / float64(max(all-prevAll, 1))
+			t.Logf("%5.1fs after recovery: share %.3f over the last %v", time.Since(recovered).Seconds(), share, window)
+			prevOwn, prevAll = own, all
+			if share >= 0.8/3 {
+				back = time.Since(recovered)
+				break
 			}
 		}
-		return own, all
-	}
-	const window = 2 * time.Second
-	var back time.Duration
-	prevOwn, prevAll := counts()
-	for time.Since(recovered) < 40*time.Second {
-		time.Sleep(window)
-		own, all := counts()
-		share := float64(own-prevOwn) / float64(max(all-prevAll, 1))
-		t.Logf("%5.1fs after recovery: share %.3f over the last %v", time.Since(recovered).Seconds(), share, window)
-		prevOwn, prevAll = own, all
-		if share >= 0.8/3 {
-			back = time.Since(recovered)
-			break
+		close(stop)
+		<-done
+		if back == 0 || back > 30*time.Second {
+			t.Errorf("the recovered backend's share did not reach 80 %% of even within 30 s (reached after %v; 0: never in 40 s)", back)
 		}
-	}
-	close(stop)
-	<-done
-	if back == 0 || back > 30*time.Second {
-		t.Errorf("the recovered backend's share did not reach 80 %% of even within 30 s (reached after %v; 0: never in 40 s)", back)
-	}
-	t.Logf("share back after %v; %d requests in all", back, len(reqs))
+		t.Logf("share back after %v; %d requests in all", back, len(reqs))
+	})
 }
 
 // TestBalanceBusyGPU (case e): two backends whose agents report the same
@@ -220,7 +240,7 @@ func TestBalanceBusyGPU(t *testing.T) {
 		snap := gw.Balancer().Snapshot()
 		return math.Abs(snap.Backends[0].Weight-want[0]) < 1e-9 && math.Abs(snap.Backends[1].Weight-want[1]) < 1e-9
 	})
-	reqs := drive(t, gw.URL, 4, 400, nil)
+	reqs := drive(t, gw, 4, 400, nil)
 	s := shareOf(reqs)
 	t.Logf("weights %.1f (GPU 0.95) and %.1f (GPU 0.2); shares %v", want[0], want[1], s)
 	if !(s["b0"] < s["b1"]) {

@@ -648,10 +648,12 @@ func TestLeastRequest(t *testing.T) {
 // OpenAI Go SDK return an error (ssestream.StreamError), never a clean end.
 func TestStreamBreakSDK(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read all the request: a close with unread input would be a reset,
+		// which can discard what was sent before it, however long one waits.
+		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m1","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}`+"\n\n")
 		w.(http.Flusher).Flush()
-		time.Sleep(20 * time.Millisecond)
 		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			conn.Close()
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/gateway/accesslog"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -54,11 +55,45 @@ type testGateway struct {
 	*Server
 	URL    string
 	access *syncBuffer
+	net    *testutil.Network // where URL is served; nil: the real network
 }
 
 // startGateway serves a gateway over the given backends until the test
 // ends. mutate may adjust the config first.
 func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.Config), opts ...func(*Options)) *testGateway {
+	t.Helper()
+	return serveGateway(t, backends, mutate, func(h http.Handler) string {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}, opts...)
+}
+
+// startGatewayIn serves a gateway on the in-memory network n, reaching its
+// backends through n, until the test ends: for tests in a synctest bubble.
+func startGatewayIn(t *testing.T, n *testutil.Network, backends []config.Backend, mutate func(*config.Config)) *testGateway {
+	t.Helper()
+	tr := n.Transport()
+	tr.MaxIdleConnsPerHost = 256
+	gw := serveGateway(t, backends, mutate, func(h http.Handler) string { return n.Serve(t, h) },
+		func(o *Options) {
+			tr.ResponseHeaderTimeout = o.Config.Limits.UpstreamTimeout // as New's own transport has
+			o.Transport = tr
+		})
+	gw.net = n
+	return gw
+}
+
+// startSimIn is startSim on the in-memory network n.
+func startSimIn(t *testing.T, n *testutil.Network, model string, knobs func(*sim.Knobs)) (*sim.Server, string) {
+	t.Helper()
+	s := newSim(model, knobs)
+	return s, n.Serve(t, s.Handler())
+}
+
+// serveGateway runs a gateway until the test ends, serving it with serve,
+// which returns its base URL.
+func serveGateway(t *testing.T, backends []config.Backend, mutate func(*config.Config), serve func(http.Handler) string, opts ...func(*Options)) *testGateway {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Backends = backends
@@ -86,28 +121,30 @@ func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
-		srv.Close()
 		cancel()
 		<-done
 	})
-	return &testGateway{Server: s, URL: srv.URL, access: access}
+	return &testGateway{Server: s, URL: serve(s.Handler()), access: access}
 }
 
 // startSim serves a simulator with a fixed created time, so that responses
 // are byte-for-byte reproducible.
 func startSim(t *testing.T, model string, knobs func(*sim.Knobs)) (*sim.Server, string) {
 	t.Helper()
+	s := newSim(model, knobs)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return s, srv.URL
+}
+
+func newSim(model string, knobs func(*sim.Knobs)) *sim.Server {
 	k := sim.DefaultKnobs()
 	k.TTFT, k.ITL = time.Millisecond, 0
 	if knobs != nil {
 		knobs(&k)
 	}
-	s := sim.New(sim.Options{Model: model, Seed: 42, Created: 1764400000, Knobs: k})
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	return s, srv.URL
+	return sim.New(sim.Options{Model: model, Seed: 42, Created: 1764400000, Knobs: k})
 }
 
 func backend(name, url string, models ...string) config.Backend {
@@ -120,29 +157,9 @@ func tgiBackend(name, url string) config.Backend {
 	return b
 }
 
-// post sends body to url and returns the status, headers and whole body.
-func post(t *testing.T, url, body string) (int, http.Header, []byte) {
-	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: reading body: %v", url, err)
-	}
-	return resp.StatusCode, resp.Header, b
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// post and waitFor keep their short names for the many gateway tests that
+// call them; the helpers themselves are shared with other packages' tests.
+var (
+	post    = testutil.Post
+	waitFor = testutil.WaitFor
+)

@@ -214,10 +214,12 @@ func TestBackendKilledMidStream(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// Read all the request: a close with unread input would be a reset,
+				// which can discard what was sent before it, however long one waits.
+				io.Copy(io.Discard, r.Body)
 				w.Header().Set("Content-Type", "text/event-stream")
 				fmt.Fprint(w, tt.sent)
 				w.(http.Flusher).Flush()
-				time.Sleep(20 * time.Millisecond)
 				conn, _, err := w.(http.Hijacker).Hijack()
 				if err == nil {
 					conn.Close() // the backend dies without ending the chunked body
@@ -258,10 +260,12 @@ func TestBackendKilledMidStream(t *testing.T) {
 // the client's connection: there is no in-band way to signal it.
 func TestBackendKilledMidBody(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read all the request: a close with unread input would be a reset,
+		// which can discard what was sent before it, however long one waits.
+		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"x","choices":[`)
 		w.(http.Flusher).Flush()
-		time.Sleep(20 * time.Millisecond)
 		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			conn.Close()
 		}

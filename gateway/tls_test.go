@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,10 +104,29 @@ func peerName(t *testing.T, addr string, roots *x509.CertPool) string {
 	return c.ConnectionState().PeerCertificates[0].Subject.CommonName
 }
 
+// steppedClock is a clock that moves only when the test steps it.
+type steppedClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *steppedClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *steppedClock) step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
 // TestListenTLS: with listen_tls the gateway serves HTTPS, HTTP/2 included
 // (a stream through it whole), and a certificate replaced on disk is
 // served from the next handshake a second later; a broken replacement
-// leaves the one in use.
+// leaves the one in use. The reloader's clock is stepped, so that "a
+// second later" is exact, whatever the machine's speed.
 func TestListenTLS(t *testing.T) {
 	ca := newTestCA(t)
 	dir := t.TempDir()
@@ -119,6 +139,8 @@ func TestListenTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock := &steppedClock{t: time.Now()}
+	gw.certs.now = clock.now // before the first handshake reads it
 	srv := gw.HTTPServer(nil)
 	go gw.Serve(srv, gw.Listener(ln))
 	t.Cleanup(func() { srv.Close() })
@@ -144,13 +166,17 @@ func TestListenTLS(t *testing.T) {
 	}
 
 	ca.leaf(t, dir, "second")
-	waitFor(t, "the renewed certificate", func() bool {
-		time.Sleep(200 * time.Millisecond)
-		return peerName(t, addr, ca.pool) == "second"
-	})
+	clock.step(999 * time.Millisecond)
+	if got := peerName(t, addr, ca.pool); got != "first" {
+		t.Fatalf("serving %q within a second of the last check, want \"first\" still", got)
+	}
+	clock.step(time.Millisecond) // a second since the last check: the files are stat'ed
+	if got := peerName(t, addr, ca.pool); got != "second" {
+		t.Fatalf("serving %q a second after the renewal, want \"second\"", got)
+	}
 
 	writeAtomically(t, certFile, []byte("not a certificate"))
-	time.Sleep(1100 * time.Millisecond) // past the once-a-second check
+	clock.step(time.Second)
 	if got := peerName(t, addr, ca.pool); got != "second" {
 		t.Errorf("after a broken replacement: serving %q, want \"second\" still", got)
 	}

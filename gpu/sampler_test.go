@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	vtest "github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // procDir returns a temporary /proc with the named fixtures installed as
@@ -92,11 +94,11 @@ func TestRunLifecycle(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
-				deadline := time.Now().Add(5 * time.Second)
+				deadline := time.Now().Add(vtest.WaitDeadline)
 				// A sample of this round: Run is in progress.
 				for !s.Load().Time.After(start) {
 					if time.Now().After(deadline) {
-						t.Error("no sample within 5s")
+						t.Errorf("no sample within %v", vtest.WaitDeadline)
 						return
 					}
 					time.Sleep(time.Millisecond)
@@ -140,7 +142,7 @@ func TestNoGPUOnThisMachine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(vtest.WaitDeadline)
 	for s.Load().Time.IsZero() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "re-record testdata/openai/ from the simulator")
@@ -91,10 +93,10 @@ func TestOpenAIGolden(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := New(Options{Model: "sim-model", Seed: 42, Created: testCreated, Knobs: tt.knobs})
 			ts := newServerFor(t, s)
-			status, h, body := post(t, ts.URL+tt.path, tt.body)
+			status, h, body := testutil.Post(t, ts.URL+tt.path, tt.body)
 			// A stream's handler ends after its last event reaches the client.
-			eventually(t, "the request to end", func() bool { return s.Stats().Running == 0 })
-			_, metrics := get(t, ts.URL+"/metrics")
+			testutil.WaitFor(t, "the request to end", func() bool { return s.Stats().Running == 0 })
+			_, metrics := testutil.Get(t, ts.URL+"/metrics")
 			var got strings.Builder
 			got.WriteString(tt.path + " " + tt.body + "\n" + strconv.Itoa(status) + " " + http.StatusText(status) + "\n")
 			for _, k := range []string{"Content-Type", "Cache-Control"} {

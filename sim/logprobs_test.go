@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // TestHashRequestIgnoresLogprobs: bodies that differ only by top-level
@@ -68,8 +70,8 @@ func TestLogprobsChangeNothingElse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, plain := post(t, ts.URL+tt.path, tt.body)
-			_, _, withLP := post(t, ts.URL+tt.path, tt.body[:len(tt.body)-1]+tt.with)
+			_, _, plain := testutil.Post(t, ts.URL+tt.path, tt.body)
+			_, _, withLP := testutil.Post(t, ts.URL+tt.path, tt.body[:len(tt.body)-1]+tt.with)
 			docs := func(b []byte) [][]byte {
 				if !bytes.HasPrefix(b, []byte("data: ")) {
 					return [][]byte{b}

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // Wire shapes the tests decode into: only what they check.
@@ -106,7 +108,7 @@ func TestChatCompletions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Run("non-streaming", func(t *testing.T) {
-				status, h, body := post(t, ts.URL+"/v1/chat/completions", tt.body)
+				status, h, body := testutil.Post(t, ts.URL+"/v1/chat/completions", tt.body)
 				if status != http.StatusOK || h.Get("Content-Type") != "application/json" {
 					t.Fatalf("got %d %q: %s", status, h.Get("Content-Type"), body)
 				}
@@ -128,7 +130,7 @@ func TestChatCompletions(t *testing.T) {
 			})
 			t.Run("streaming", func(t *testing.T) {
 				body := strings.TrimSuffix(tt.body, "}") + `,"stream":true}`
-				status, h, raw := post(t, ts.URL+"/v1/chat/completions", body)
+				status, h, raw := testutil.Post(t, ts.URL+"/v1/chat/completions", body)
 				if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
 					t.Fatalf("got %d %q: %s", status, h.Get("Content-Type"), raw)
 				}
@@ -167,7 +169,7 @@ func TestChatCompletions(t *testing.T) {
 				}
 				checkChatLogprobs(t, all, tt.wantTokens, tt.wantLogprobs)
 				// The stream says what the non-streaming response says.
-				_, _, plain := post(t, ts.URL+"/v1/chat/completions", tt.body)
+				_, _, plain := testutil.Post(t, ts.URL+"/v1/chat/completions", tt.body)
 				if want := decode[wireChat](t, plain).Choices[0].Message.Content; text.String() != want {
 					t.Errorf("streamed text %q, non-streaming %q", text.String(), want)
 				}
@@ -227,7 +229,7 @@ func TestIncludeUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, raw := post(t, ts.URL+tt.path, tt.body)
+			status, _, raw := testutil.Post(t, ts.URL+tt.path, tt.body)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, raw)
 			}
@@ -251,7 +253,7 @@ func TestIncludeUsage(t *testing.T) {
 		})
 	}
 	// Without stream_options there is no usage chunk.
-	_, _, raw := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"stream":true}`)
+	_, _, raw := testutil.Post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"stream":true}`)
 	if bytes.Contains(raw, []byte(`"usage"`)) {
 		t.Errorf("usage without stream_options: %s", raw)
 	}
@@ -276,7 +278,7 @@ func TestCompletions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, body := post(t, ts.URL+"/v1/completions", tt.body)
+			status, _, body := testutil.Post(t, ts.URL+"/v1/completions", tt.body)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
 			}
@@ -326,14 +328,14 @@ func TestCompletions(t *testing.T) {
 		})
 	}
 	t.Run("choices of n differ", func(t *testing.T) {
-		_, _, body := post(t, ts.URL+"/v1/completions", `{"prompt":"hello","max_tokens":8,"n":2}`)
+		_, _, body := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"hello","max_tokens":8,"n":2}`)
 		got := decode[wireCompletion](t, body)
 		if got.Choices[0].Text == got.Choices[1].Text {
 			t.Errorf("n=2 gave the same text twice: %q", got.Choices[0].Text)
 		}
 	})
 	t.Run("streaming", func(t *testing.T) {
-		status, _, raw := post(t, ts.URL+"/v1/completions", `{"prompt":"12345678","max_tokens":4,"logprobs":1,"stream":true}`)
+		status, _, raw := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"12345678","max_tokens":4,"logprobs":1,"stream":true}`)
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %s", status, raw)
 		}
@@ -354,7 +356,7 @@ func TestCompletions(t *testing.T) {
 				t.Errorf("chunk %d finish_reason %v", i, c.FinishReason)
 			}
 		}
-		_, _, plain := post(t, ts.URL+"/v1/completions", `{"prompt":"12345678","max_tokens":4}`)
+		_, _, plain := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"12345678","max_tokens":4}`)
 		if want := decode[wireCompletion](t, plain).Choices[0].Text; text.String() != want {
 			t.Errorf("streamed %q, non-streaming %q", text.String(), want)
 		}
@@ -364,7 +366,7 @@ func TestCompletions(t *testing.T) {
 func TestPromptLogprobs(t *testing.T) {
 	_, ts := newTestServer(t, DefaultKnobs())
 	t.Run("chat", func(t *testing.T) {
-		_, _, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"abcdefghij"}],"max_tokens":1,"prompt_logprobs":2}`)
+		_, _, body := testutil.Post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"abcdefghij"}],"max_tokens":1,"prompt_logprobs":2}`)
 		got := decode[wireChat](t, body)
 		if len(got.PromptLogprobs) != 3 || got.PromptLogprobs[0] != nil {
 			t.Fatalf("prompt_logprobs = %+v, want null then 2 entries", got.PromptLogprobs)
@@ -388,7 +390,7 @@ func TestPromptLogprobs(t *testing.T) {
 		}
 	})
 	t.Run("completions", func(t *testing.T) {
-		_, _, body := post(t, ts.URL+"/v1/completions", `{"prompt":"abcdefgh","max_tokens":1,"prompt_logprobs":0}`)
+		_, _, body := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"abcdefgh","max_tokens":1,"prompt_logprobs":0}`)
 		got := decode[wireCompletion](t, body)
 		pl := got.Choices[0].PromptLogprobs
 		if len(pl) != 2 || pl[0] != nil || len(pl[1].(map[string]any)) != 1 {
@@ -396,7 +398,7 @@ func TestPromptLogprobs(t *testing.T) {
 		}
 	})
 	t.Run("absent is null", func(t *testing.T) {
-		_, _, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1}`)
+		_, _, body := testutil.Post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1}`)
 		if !bytes.Contains(body, []byte(`"prompt_logprobs":null`)) {
 			t.Errorf("body %s", body)
 		}
@@ -404,13 +406,13 @@ func TestPromptLogprobs(t *testing.T) {
 	t.Run("teacher forcing", func(t *testing.T) {
 		// Scoring a prompt made of generated tokens (as token ids) gives
 		// back the logprobs they were generated with.
-		_, _, gen := post(t, ts.URL+"/v1/completions", `{"prompt":[5,9],"max_tokens":3,"logprobs":1}`)
+		_, _, gen := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":[5,9],"max_tokens":3,"logprobs":1}`)
 		g := decode[wireCompletion](t, gen).Choices[0].Logprobs
 		ids := []string{"5", "9"}
 		for _, tok := range g.Tokens {
 			ids = append(ids, itoa(vocabID(t, tok)))
 		}
-		_, _, scored := post(t, ts.URL+"/v1/completions", `{"prompt":[`+strings.Join(ids, ",")+`],"max_tokens":1,"prompt_logprobs":1}`)
+		_, _, scored := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":[`+strings.Join(ids, ",")+`],"max_tokens":1,"prompt_logprobs":1}`)
 		pl := decode[struct {
 			Choices []struct {
 				PromptLogprobs []map[string]struct {
@@ -452,7 +454,7 @@ func TestEmbeddings(t *testing.T) {
 		} `json:"data"`
 		Usage *wireUsage `json:"usage"`
 	}
-	_, _, body := post(t, ts.URL+"/v1/embeddings", `{"model":"sim-model","input":["hello world","something else","hello world"]}`)
+	_, _, body := testutil.Post(t, ts.URL+"/v1/embeddings", `{"model":"sim-model","input":["hello world","something else","hello world"]}`)
 	got := decode[wireEmb](t, body)
 	if got.Object != "list" || len(got.Data) != 3 {
 		t.Fatalf("body %s", body)
@@ -477,7 +479,7 @@ func TestEmbeddings(t *testing.T) {
 		t.Errorf("different texts, same embedding")
 	}
 
-	_, _, b64 := post(t, ts.URL+"/v1/embeddings", `{"input":"hello world","encoding_format":"base64","dimensions":8}`)
+	_, _, b64 := testutil.Post(t, ts.URL+"/v1/embeddings", `{"input":"hello world","encoding_format":"base64","dimensions":8}`)
 	enc := decode[struct {
 		Data []struct {
 			Embedding string `json:"embedding"`
@@ -500,7 +502,7 @@ func TestEmbeddings(t *testing.T) {
 func TestModels(t *testing.T) {
 	s := New(Options{Model: "m1", Created: testCreated, Knobs: Knobs{MaxModelLen: 4096}})
 	ts := newServerFor(t, s)
-	status, body := get(t, ts.URL+"/v1/models")
+	status, body := testutil.Get(t, ts.URL+"/v1/models")
 	got := decode[struct {
 		Object string `json:"object"`
 		Data   []struct {
@@ -555,7 +557,7 @@ func TestOpenAIErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, h, body := post(t, ts.URL+tt.path, tt.body)
+			status, h, body := testutil.Post(t, ts.URL+tt.path, tt.body)
 			if status != tt.status || h.Get("Content-Type") != "application/json" {
 				t.Fatalf("got %d %q: %s", status, h.Get("Content-Type"), body)
 			}
@@ -580,7 +582,7 @@ func TestOpenAIErrors(t *testing.T) {
 func TestContextLengthBody(t *testing.T) {
 	_, ts := newTestServer(t, Knobs{MaxModelLen: 100})
 	body := `{"model":"sim-model","messages":[{"role":"user","content":"` + strings.Repeat("abcd", 90) + `"}],"max_tokens":20}`
-	status, _, got := post(t, ts.URL+"/v1/chat/completions", body)
+	status, _, got := testutil.Post(t, ts.URL+"/v1/chat/completions", body)
 	want := `{"error":{"message":"This model's maximum context length is 100 tokens. However, you requested 110 tokens (90 in the messages, 20 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}}`
 	if status != http.StatusBadRequest {
 		t.Errorf("status %d, want 400", status)
@@ -593,7 +595,7 @@ func TestContextLengthBody(t *testing.T) {
 func TestErrorRate(t *testing.T) {
 	s, ts := newTestServer(t, Knobs{ErrorRate: 1})
 	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
-		status, _, body := post(t, ts.URL+path, `{"messages":[{"role":"user","content":"x"}],"prompt":"x","input":"x"}`)
+		status, _, body := testutil.Post(t, ts.URL+path, `{"messages":[{"role":"user","content":"x"}],"prompt":"x","input":"x"}`)
 		want := `{"error":{"message":"simulated backend error (error_rate)","type":"InternalServerError","param":null,"code":500}}`
 		if status != http.StatusInternalServerError || string(body) != want {
 			t.Errorf("%s: got %d %s", path, status, body)
@@ -608,7 +610,7 @@ func TestErrorRate(t *testing.T) {
 	s.SetKnobs(Knobs{ErrorRate: 0.3})
 	failed := 0
 	for i := range 400 {
-		status, _, _ := post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1,"user":"`+itoa(i)+`"}`)
+		status, _, _ := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1,"user":"`+itoa(i)+`"}`)
 		if status == http.StatusInternalServerError {
 			failed++
 		}

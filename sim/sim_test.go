@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 func TestDeterminism(t *testing.T) {
@@ -36,16 +38,16 @@ func TestDeterminism(t *testing.T) {
 	other := newServerFor(t, New(Options{Seed: 43, Created: testCreated, Knobs: k}))
 	for _, r := range requests {
 		t.Run(r.path, func(t *testing.T) {
-			_, _, first := post(t, a.URL+r.path, r.body)
-			_, _, again := post(t, a.URL+r.path, r.body)
-			_, _, elsewhere := post(t, b.URL+r.path, r.body)
+			_, _, first := testutil.Post(t, a.URL+r.path, r.body)
+			_, _, again := testutil.Post(t, a.URL+r.path, r.body)
+			_, _, elsewhere := testutil.Post(t, b.URL+r.path, r.body)
 			if diff := cmp.Diff(string(first), string(again)); diff != "" {
 				t.Errorf("same request, different bytes (-first +again):\n%s", diff)
 			}
 			if diff := cmp.Diff(string(first), string(elsewhere)); diff != "" {
 				t.Errorf("same seed, different bytes (-a +b):\n%s", diff)
 			}
-			if _, _, seeded := post(t, other.URL+r.path, r.body); bytes.Equal(first, seeded) {
+			if _, _, seeded := testutil.Post(t, other.URL+r.path, r.body); bytes.Equal(first, seeded) {
 				t.Errorf("seed 43 answered as seed 42")
 			}
 		})
@@ -61,8 +63,8 @@ func TestNoiseKeepsTokens(t *testing.T) {
 	noisy := DefaultKnobs()
 	noisy.Noise = 0.3
 	_, quant := newTestServer(t, noisy)
-	_, _, rb := post(t, ref.URL+"/v1/chat/completions", body)
-	_, _, qb := post(t, quant.URL+"/v1/chat/completions", body)
+	_, _, rb := testutil.Post(t, ref.URL+"/v1/chat/completions", body)
+	_, _, qb := testutil.Post(t, quant.URL+"/v1/chat/completions", body)
 	r, q := decode[wireChat](t, rb).Choices[0], decode[wireChat](t, qb).Choices[0]
 	if r.Message.Content != q.Message.Content {
 		t.Fatalf("noise changed the text:\n%q\n%q", r.Message.Content, q.Message.Content)
@@ -93,7 +95,7 @@ func meanLogprob(t *testing.T, url string) float64 {
 	var sum float64
 	n := 0
 	for i := range 20 {
-		_, _, body := post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"prompt `+strconv.Itoa(i)+`"}],"max_tokens":20,"logprobs":true}`)
+		_, _, body := testutil.Post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"prompt `+strconv.Itoa(i)+`"}],"max_tokens":20,"logprobs":true}`)
 		for _, lp := range decode[wireChat](t, body).Choices[0].Logprobs.Content {
 			sum += lp.Logprob
 			n++
@@ -110,7 +112,7 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 	if high < -0.35 || high > -0.15 {
 		t.Errorf("mean logprob at confidence 0.8 = %v, want about -0.24", high)
 	}
-	status, _, body := post(t, ts.URL+"/sim/knobs", `{"confidence":0.3}`)
+	status, _, body := testutil.Post(t, ts.URL+"/sim/knobs", `{"confidence":0.3}`)
 	if status != http.StatusOK {
 		t.Fatalf("POST /sim/knobs: %d %s", status, body)
 	}
@@ -119,20 +121,20 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 		t.Errorf("mean logprob at confidence 0.3 = %v, want about -1.3 (was %v at 0.8)", low, high)
 	}
 
-	post(t, ts.URL+"/sim/knobs", `{"confidence":1}`)
+	testutil.Post(t, ts.URL+"/sim/knobs", `{"confidence":1}`)
 	if got := meanLogprob(t, ts.URL); got != 0 {
 		t.Errorf("mean logprob at confidence 1 = %v, want 0", got)
 	}
 	// A certain model stays certain under noise: its logits' noise cannot
 	// move a token that holds all the probability.
-	post(t, ts.URL+"/sim/knobs", `{"noise":0.5}`)
+	testutil.Post(t, ts.URL+"/sim/knobs", `{"noise":0.5}`)
 	if got := meanLogprob(t, ts.URL); got < -1e-6 {
 		t.Errorf("mean logprob at confidence 1 with noise 0.5 = %v, want 0", got)
 	}
 	// A less certain one loses some confidence.
-	post(t, ts.URL+"/sim/knobs", `{"confidence":0.8,"noise":0}`)
+	testutil.Post(t, ts.URL+"/sim/knobs", `{"confidence":0.8,"noise":0}`)
 	clean := meanLogprob(t, ts.URL)
-	post(t, ts.URL+"/sim/knobs", `{"noise":1}`)
+	testutil.Post(t, ts.URL+"/sim/knobs", `{"noise":1}`)
 	if got := meanLogprob(t, ts.URL); got > clean-0.05 {
 		t.Errorf("mean logprob at confidence 0.8 with noise 1 = %v, without %v: want clearly lower", got, clean)
 	}
@@ -140,7 +142,7 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 
 func TestKnobsAPI(t *testing.T) {
 	s, ts := newTestServer(t, DefaultKnobs())
-	status, body := get(t, ts.URL+"/sim/knobs")
+	status, body := testutil.Get(t, ts.URL+"/sim/knobs")
 	want := `{"ttft":"0s","itl":"0s","stall":"0s","stall_after":0,"error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0}`
 	if status != http.StatusOK || string(body) != want {
 		t.Errorf("GET /sim/knobs: %d %s", status, body)
@@ -178,7 +180,7 @@ func TestKnobsAPI(t *testing.T) {
 		{`{"extra_waiting":-1,"kv_cache_usage":2}`, "extra_waiting: must not be negative, got -1\nkv_cache_usage: must be in [0, 1] (0 means measured), got 2"},
 	}
 	for _, tt := range tests {
-		status, _, body := post(t, ts.URL+"/sim/knobs", tt.body)
+		status, _, body := testutil.Post(t, ts.URL+"/sim/knobs", tt.body)
 		got := decode[struct {
 			Error struct {
 				Message string `json:"message"`
@@ -230,7 +232,7 @@ var gaugeRE = regexp.MustCompile(`(?m)^(vllm:[a-z_]+)\{model_name="sim-model"\} 
 
 func gauges(t *testing.T, url string) map[string]float64 {
 	t.Helper()
-	_, body := get(t, url+"/metrics")
+	_, body := testutil.Get(t, url+"/metrics")
 	out := map[string]float64{}
 	for _, m := range gaugeRE.FindAllStringSubmatch(string(body), -1) {
 		v, err := strconv.ParseFloat(m[2], 64)
@@ -289,25 +291,25 @@ func TestMetricsReflectLoad(t *testing.T) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
-	eventually(t, "a waiting request", func() bool { return s.Stats().Waiting == 1 })
+	testutil.WaitFor(t, "a waiting request", func() bool { return s.Stats().Waiting == 1 })
 	if g := gauges(t, ts.URL); g["vllm:num_requests_waiting"] != 1 {
 		t.Errorf("waiting gauge = %v, want 1", g["vllm:num_requests_waiting"])
 	}
 	// Raising max_num_seqs admits it at once.
-	post(t, ts.URL+"/sim/knobs", `{"max_num_seqs":2}`)
+	testutil.Post(t, ts.URL+"/sim/knobs", `{"max_num_seqs":2}`)
 	if status := <-done; status != http.StatusOK {
 		t.Errorf("queued request: status %d", status)
 	}
 
 	// Hanging up ends the stream and frees its slot and cache.
 	resp.Body.Close()
-	eventually(t, "an idle server", func() bool { return s.Stats().Running == 0 })
+	testutil.WaitFor(t, "an idle server", func() bool { return s.Stats().Running == 0 })
 	if g := gauges(t, ts.URL); g["vllm:num_requests_running"] != 0 || g["vllm:num_requests_waiting"] != 0 || g["vllm:kv_cache_usage_perc"] != 0 {
 		t.Errorf("gauges after the load: %v", g)
 	}
 
 	// The load knobs set what a balancer reads without real requests.
-	post(t, ts.URL+"/sim/knobs", `{"extra_waiting":12,"kv_cache_usage":0.75}`)
+	testutil.Post(t, ts.URL+"/sim/knobs", `{"extra_waiting":12,"kv_cache_usage":0.75}`)
 	g = gauges(t, ts.URL)
 	if g["vllm:num_requests_waiting"] != 12 || g["vllm:kv_cache_usage_perc"] != 0.75 || g["vllm:gpu_cache_usage_perc"] != 0.75 {
 		t.Errorf("gauges with extra_waiting 12, kv_cache_usage 0.75: %v", g)
@@ -340,14 +342,14 @@ func TestCancellation(t *testing.T) {
 					_, err := http.DefaultClient.Do(req)
 					errc <- err
 				}()
-				eventually(t, "a running request", func() bool { return s.Stats().Running == 1 })
+				testutil.WaitFor(t, "a running request", func() bool { return s.Stats().Running == 1 })
 				cancel()
 				if err := <-errc; !errors.Is(err, context.Canceled) {
 					t.Errorf("client error %v, want context.Canceled", err)
 				}
 			}
-			eventually(t, "the cancellation", func() bool { return s.Stats().Cancelled == 1 })
-			eventually(t, "the slot back", func() bool { return s.Stats().Running == 0 })
+			testutil.WaitFor(t, "the cancellation", func() bool { return s.Stats().Cancelled == 1 })
+			testutil.WaitFor(t, "the slot back", func() bool { return s.Stats().Running == 0 })
 			if got := s.Stats(); got.Requests != 1 || got.Errors != 0 || got.Waiting != 0 {
 				t.Errorf("stats %+v", got)
 			}
@@ -366,7 +368,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, "the first request running", func() bool { return s.Stats().Running == 1 })
+	testutil.WaitFor(t, "the first request running", func() bool { return s.Stats().Running == 1 })
 	waitCtx, cancelWait := context.WithCancel(context.Background())
 	go func() {
 		req, _ := http.NewRequestWithContext(waitCtx, http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(body))
@@ -374,14 +376,14 @@ func TestCancelWhileWaiting(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, "the second request waiting", func() bool { return s.Stats().Waiting == 1 })
+	testutil.WaitFor(t, "the second request waiting", func() bool { return s.Stats().Waiting == 1 })
 	cancelWait()
-	eventually(t, "the waiting request cancelled", func() bool {
+	testutil.WaitFor(t, "the waiting request cancelled", func() bool {
 		st := s.Stats()
 		return st.Cancelled == 1 && st.Waiting == 0
 	})
 	cancel()
-	eventually(t, "an idle server", func() bool { return s.Stats().Running == 0 })
+	testutil.WaitFor(t, "an idle server", func() bool { return s.Stats().Running == 0 })
 }
 
 func TestLatency(t *testing.T) {
@@ -404,7 +406,7 @@ func TestLatency(t *testing.T) {
 	}
 
 	start = time.Now()
-	post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":5}`)
+	testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":5}`)
 	if got, want := time.Since(start), ttft+4*itl; got < want {
 		t.Errorf("non-streaming took %v, want at least %v", got, want)
 	}
@@ -439,9 +441,9 @@ func TestConcurrentLoad(t *testing.T) {
 
 func TestStatsEndpoint(t *testing.T) {
 	_, ts := newTestServer(t, DefaultKnobs())
-	post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1}`)
-	post(t, ts.URL+"/v1/completions", `{}`)
-	_, body := get(t, ts.URL+"/sim/stats")
+	testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1}`)
+	testutil.Post(t, ts.URL+"/v1/completions", `{}`)
+	_, body := testutil.Get(t, ts.URL+"/sim/stats")
 	if want := `{"requests":2,"running":0,"waiting":0,"cancelled":0,"errors":1}`; string(body) != want {
 		t.Errorf("GET /sim/stats = %s, want %s", body, want)
 	}

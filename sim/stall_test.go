@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // arrival is one SSE event and when it reached the client.
@@ -127,7 +129,7 @@ func TestStall(t *testing.T) {
 
 	// Non-streaming: sent when the stream would end.
 	start := time.Now()
-	if status, _, body := post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":6}`); status != http.StatusOK {
+	if status, _, body := testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":6}`); status != http.StatusOK {
 		t.Fatalf("non-streaming: %d %s", status, body)
 	}
 	if got := time.Since(start); got < stall+5*itl {
@@ -148,7 +150,7 @@ func TestStallFirstToken(t *testing.T) {
 		t.Errorf("the stream paused again: %v from its first event to its last", d)
 	}
 	start := time.Now()
-	if status, _, body := post(t, ts.URL+"/v1/embeddings", `{"input":"x"}`); status != http.StatusOK {
+	if status, _, body := testutil.Post(t, ts.URL+"/v1/embeddings", `{"input":"x"}`); status != http.StatusOK {
 		t.Fatalf("embeddings: %d %s", status, body)
 	}
 	if got := time.Since(start); got >= stall {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 type (
@@ -56,7 +58,7 @@ func TestGenerate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, body := post(t, ts.URL+"/generate", tt.body)
+			status, _, body := testutil.Post(t, ts.URL+"/generate", tt.body)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
 			}
@@ -113,7 +115,7 @@ func TestGenerateStream(t *testing.T) {
 	_, ts := newTestServer(t, DefaultKnobs())
 	for _, details := range []bool{false, true} {
 		body := `{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":4,"top_n_tokens":2,"details":` + map[bool]string{false: "false", true: "true"}[details] + `}}`
-		status, h, raw := post(t, ts.URL+"/generate_stream", body)
+		status, h, raw := testutil.Post(t, ts.URL+"/generate_stream", body)
 		if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
 			t.Fatalf("got %d %q: %s", status, h.Get("Content-Type"), raw)
 		}
@@ -174,7 +176,7 @@ func TestTGIErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, _, body := post(t, ts.URL+tt.path, tt.body)
+			status, _, body := testutil.Post(t, ts.URL+tt.path, tt.body)
 			if status != tt.status {
 				t.Errorf("status %d, want %d", status, tt.status)
 			}
@@ -185,7 +187,7 @@ func TestTGIErrors(t *testing.T) {
 	}
 
 	_, errs := newTestServer(t, Knobs{ErrorRate: 1})
-	status, _, body := post(t, errs.URL+"/generate", `{"inputs":"x"}`)
+	status, _, body := testutil.Post(t, errs.URL+"/generate", `{"inputs":"x"}`)
 	want := `{"error":"Request failed during generation: simulated backend error (error_rate)","error_type":"generation"}`
 	if status != http.StatusInternalServerError || string(body) != want {
 		t.Errorf("error_rate 1: got %d %s", status, body)
@@ -194,12 +196,12 @@ func TestTGIErrors(t *testing.T) {
 
 func TestInfoAndHealth(t *testing.T) {
 	_, ts := newTestServer(t, Knobs{MaxModelLen: 2048, MaxNumSeqs: 8})
-	status, body := get(t, ts.URL+"/info")
+	status, body := testutil.Get(t, ts.URL+"/info")
 	got := decode[map[string]any](t, body)
 	if status != http.StatusOK || got["model_id"] != "sim-model" || got["max_total_tokens"] != 2048.0 || got["max_concurrent_requests"] != 8.0 {
 		t.Errorf("/info: %d %s", status, body)
 	}
-	if status, body := get(t, ts.URL+"/health"); status != http.StatusOK {
+	if status, body := testutil.Get(t, ts.URL+"/health"); status != http.StatusOK {
 		t.Errorf("/health: %d %s", status, body)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // TestTeacherForcing: a chat prompt tokenized by /tokenize and a greedy
@@ -21,7 +23,7 @@ func TestTeacherForcing(t *testing.T) {
 	_, ts := newTestServer(t, k)
 	msgs := `[{"role":"system","content":"Be brief."},{"role":"user","content":"Tell me about the sea, ünïcödé included"}]`
 
-	code, _, b := post(t, ts.URL+"/tokenize", `{"model":"sim-model","messages":`+msgs+`,"add_generation_prompt":true}`)
+	code, _, b := testutil.Post(t, ts.URL+"/tokenize", `{"model":"sim-model","messages":`+msgs+`,"add_generation_prompt":true}`)
 	if code != 200 {
 		t.Fatalf("/tokenize: %d %s", code, b)
 	}
@@ -30,7 +32,7 @@ func TestTeacherForcing(t *testing.T) {
 		t.Fatalf("/tokenize: %+v", tok)
 	}
 
-	code, _, b = post(t, ts.URL+"/v1/chat/completions", `{"model":"sim-model","messages":`+msgs+
+	code, _, b = testutil.Post(t, ts.URL+"/v1/chat/completions", `{"model":"sim-model","messages":`+msgs+
 		`,"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":5,"return_tokens_as_token_ids":true}`)
 	if code != 200 {
 		t.Fatalf("chat: %d %s", code, b)
@@ -71,7 +73,7 @@ func TestTeacherForcing(t *testing.T) {
 	}
 
 	prompt, _ := json.Marshal(ids)
-	code, _, b = post(t, ts.URL+"/v1/completions", `{"model":"sim-model","prompt":`+string(prompt)+`,"max_tokens":1,"temperature":0,"prompt_logprobs":5}`)
+	code, _, b = testutil.Post(t, ts.URL+"/v1/completions", `{"model":"sim-model","prompt":`+string(prompt)+`,"max_tokens":1,"temperature":0,"prompt_logprobs":5}`)
 	if code != 200 {
 		t.Fatalf("scoring: %d %s", code, b)
 	}
@@ -115,12 +117,12 @@ func TestTokenizeErrors(t *testing.T) {
 		{`{"model":"other","prompt":"a"}`, "The model `other` does not exist."},
 		{`{"prompt":1}`, "prompt: expected a string"},
 	} {
-		code, _, b := post(t, ts.URL+"/tokenize", tt.body)
+		code, _, b := testutil.Post(t, ts.URL+"/tokenize", tt.body)
 		if code < 400 || !strings.Contains(string(b), tt.want) {
 			t.Errorf("%s: %d %s, want an error saying %q", tt.body, code, b, tt.want)
 		}
 	}
-	code, _, b := post(t, ts.URL+"/tokenize", `{"prompt":"héllo"}`)
+	code, _, b := testutil.Post(t, ts.URL+"/tokenize", `{"prompt":"héllo"}`)
 	if want := fmt.Sprintf(`"tokens":[%d,%d,%d,%d,%d,%d]`, byteIDBase+'h', byteIDBase+0xc3, byteIDBase+0xa9, byteIDBase+'l', byteIDBase+'l', byteIDBase+'o'); code != 200 || !strings.Contains(string(b), want) {
 		t.Errorf("/tokenize héllo: %d %s, want %s", code, b, want)
 	}

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-gw/vigil/config"
+	vtest "github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/tracing/otlptest"
 )
 
@@ -368,10 +369,7 @@ func TestUnreachableCollector(t *testing.T) {
 	}
 
 	// The aborted export is counted right after Shutdown gives up.
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(p.m.dropped) < 200 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	vtest.WaitFor(t, "200 spans counted as dropped", func() bool { return testutil.ToFloat64(p.m.dropped) >= 200 })
 	if got := testutil.ToFloat64(p.m.dropped); got != 200 {
 		t.Errorf("spans dropped = %v, want 200", got)
 	}

@@ -11,10 +11,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/state"
 )
 
@@ -98,16 +100,21 @@ func TestRetry(t *testing.T) {
 	}
 }
 
+// TestRetryHonoursContext: a back-off ends when the context does. In the
+// bubble, promptly means exactly at the deadline.
 func TestRetryHonoursContext(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err := (&AlertmanagerNotifier{URL: srv.URL, Retry: Retry{Attempts: 100, Backoff: time.Second}}).Notify(ctx, []Notification{{}})
-	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
-		t.Fatalf("err %v after %v, want the deadline promptly", err, time.Since(start))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		am := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		n := &AlertmanagerNotifier{URL: "http://am", Client: &http.Client{Transport: testutil.HandlerTransport(am)},
+			Retry: Retry{Attempts: 100, Backoff: time.Second}}
+		err := n.Notify(ctx, []Notification{{}})
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 50*time.Millisecond {
+			t.Fatalf("err %v after %v, want the deadline after 50ms", err, time.Since(start))
+		}
+	})
 }
 
 // recorder counts what it is asked to send; block makes it wait for ctx.
@@ -143,26 +150,30 @@ func fire(e *Engine, c *clock, labels map[string]string) {
 	}
 }
 
+// The tests that run Engine.Run do so in a synctest bubble: synctest.Wait
+// returns once Run has done all it can (sent, or blocked on its queue or a
+// timer), so that they check what was sent, and what was not, without
+// sleeping against the machine's speed.
+
 func TestRunDelivers(t *testing.T) {
-	rec := &recorder{}
-	c := &clock{t: t0}
-	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, rec, quiet)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- e.Run(ctx) }()
-	fire(e, c, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for rec.count() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	<-done
-	if rec.count() != 1 || e.Stats().Sent != 1 {
-		t.Fatalf("delivered %d, stats %+v; want 1", rec.count(), e.Stats())
-	}
-	if d := e.Deliveries(); len(d) != 1 || d[0].Outcome != OutcomeSent || d[0].Name != "VigilErrorRate" || d[0].Resolved {
-		t.Errorf("deliveries %+v, want one firing VigilErrorRate sent", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		c := &clock{t: t0}
+		e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, rec, quiet)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- e.Run(ctx) }()
+		fire(e, c, nil)
+		synctest.Wait()
+		cancel()
+		<-done
+		if rec.count() != 1 || e.Stats().Sent != 1 {
+			t.Fatalf("delivered %d, stats %+v; want 1", rec.count(), e.Stats())
+		}
+		if d := e.Deliveries(); len(d) != 1 || d[0].Outcome != OutcomeSent || d[0].Name != "VigilErrorRate" || d[0].Resolved {
+			t.Errorf("deliveries %+v, want one firing VigilErrorRate sent", d)
+		}
+	})
 }
 
 // TestDeliveriesListed: what the engine hands on is listed with its
@@ -187,66 +198,70 @@ func TestDeliveriesListed(t *testing.T) {
 	}
 }
 
+// TestFailingReceiverNeverBlocksObserve: with the receiver hanging, Observe
+// returns at once (in the bubble's time, no time at all) and drops what
+// the queue cannot hold. A blocked Observe would deadlock the bubble,
+// which fails the test.
 func TestFailingReceiverNeverBlocksObserve(t *testing.T) {
-	rec := &recorder{block: true}
-	c := &clock{t: t0}
-	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, rec, quiet, WithQueue(1))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- e.Run(ctx) }()
-	start := time.Now()
-	for i := range 5 { // five label sets fire: one batch in flight, one queued, the rest dropped
-		fire(e, c, map[string]string{"backend": string(rune('a' + i))})
-		time.Sleep(10 * time.Millisecond) // let Run take the first batch
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Observe blocked for %v", d)
-	}
-	if st := e.Stats(); st.Dropped != 3 {
-		t.Errorf("stats %+v, want 3 dropped", st)
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{block: true}
+		c := &clock{t: t0}
+		e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, rec, quiet, WithQueue(1))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- e.Run(ctx) }()
+		start := time.Now()
+		for i := range 5 { // five label sets fire: one batch in flight, one queued, the rest dropped
+			fire(e, c, map[string]string{"backend": string(rune('a' + i))})
+			synctest.Wait() // Run has taken the first batch, and hangs in it
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Observe blocked for %v", d)
+		}
+		if st := e.Stats(); st.Dropped != 3 {
+			t.Errorf("stats %+v, want 3 dropped", st)
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	})
 }
 
 func TestOneSenderAcrossReplicas(t *testing.T) {
-	store := state.NewMemory()
-	cfg := Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}
-	ra, rb := &recorder{}, &recorder{}
-	c := &clock{t: t0}
-	a := NewEngine(cfg, store, c.now, ra, quiet, WithLeader(Leader{Store: store, Owner: "a"}))
-	b := NewEngine(cfg, store, c.now, rb, quiet, WithLeader(Leader{Store: store, Owner: "b"}))
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, e := range []*Engine{a, b} {
-		wg.Go(func() { e.Run(ctx) })
-	}
-	var returned int
-	for range 3 { // both see the same condition, b first
-		v := map[string]Value{RuleErrorRate: {V: 1, Labels: map[string]string{"backend": "x"}}}
-		returned += len(b.Observe(context.Background(), v)) + len(a.Observe(context.Background(), v))
-		c.t = c.t.Add(5 * time.Minute)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ra.count()+rb.count() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	wg.Wait()
-	if ra.count() != 0 || rb.count() != 1 || returned != 1 {
-		t.Fatalf("a sent %d, b sent %d (returned %d); want only b, once", ra.count(), rb.count(), returned)
-	}
-	// Both list the alert as firing.
-	for _, e := range []*Engine{a, b} {
-		if got := e.Alerts(); len(got) != 1 || got[0].State != Firing {
-			t.Errorf("alerts %+v", got)
+	synctest.Test(t, func(t *testing.T) {
+		store := state.NewMemory()
+		cfg := Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}
+		ra, rb := &recorder{}, &recorder{}
+		c := &clock{t: t0}
+		a := NewEngine(cfg, store, c.now, ra, quiet, WithLeader(Leader{Store: store, Owner: "a"}))
+		b := NewEngine(cfg, store, c.now, rb, quiet, WithLeader(Leader{Store: store, Owner: "b"}))
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, e := range []*Engine{a, b} {
+			wg.Go(func() { e.Run(ctx) })
 		}
-	}
+		var returned int
+		for range 3 { // both see the same condition, b first
+			v := map[string]Value{RuleErrorRate: {V: 1, Labels: map[string]string{"backend": "x"}}}
+			returned += len(b.Observe(context.Background(), v)) + len(a.Observe(context.Background(), v))
+			c.t = c.t.Add(5 * time.Minute)
+		}
+		synctest.Wait() // both Runs sent what they had
+		cancel()
+		wg.Wait()
+		if ra.count() != 0 || rb.count() != 1 || returned != 1 {
+			t.Fatalf("a sent %d, b sent %d (returned %d); want only b, once", ra.count(), rb.count(), returned)
+		}
+		// Both list the alert as firing.
+		for _, e := range []*Engine{a, b} {
+			if got := e.Alerts(); len(got) != 1 || got[0].State != Firing {
+				t.Errorf("alerts %+v", got)
+			}
+		}
+	})
 }
 
 // failingLeases fails every Acquire.
@@ -312,11 +327,15 @@ func runEngine(t *testing.T, e *Engine) {
 // one delivery retries; the firing notification is sent again until it
 // goes through, and the one fired after it arrives after it, not lost.
 func TestRedelivery(t *testing.T) {
+	synctest.Test(t, testRedelivery)
+}
+
+func testRedelivery(t *testing.T) {
 	fastRedelivery(t)
 	var mu sync.Mutex
 	var got []string // alertnames' backends, in the order received
 	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	am := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if posts.Add(1) <= 10 { // two and a half deliveries of 4 attempts
 			http.Error(w, "down", http.StatusInternalServerError)
 			return
@@ -328,18 +347,15 @@ func TestRedelivery(t *testing.T) {
 		for _, n := range ns {
 			got = append(got, n.Labels["backend"])
 		}
-	}))
-	defer srv.Close()
+	})
 	c := &clock{t: t0}
 	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now,
-		&AlertmanagerNotifier{URL: srv.URL, Retry: fastRetry}, quiet)
+		&AlertmanagerNotifier{URL: "http://am", Client: &http.Client{Transport: testutil.HandlerTransport(am)}, Retry: fastRetry}, quiet)
 	runEngine(t, e)
 	fire(e, c, map[string]string{"backend": "a"})
 	fire(e, c, map[string]string{"backend": "b"})
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Stats().Sent < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	time.Sleep(time.Minute) // in the bubble: all the retries and redeliveries are over
+	synctest.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	if d := cmp.Diff([]string{"a", "b"}, got); d != "" {
@@ -360,23 +376,23 @@ func TestRedelivery(t *testing.T) {
 // TestNoRedeliveryOfRejected: a batch the receiver rejects (400) is not
 // sent again: it is counted as failed at once.
 func TestNoRedeliveryOfRejected(t *testing.T) {
+	synctest.Test(t, testNoRedeliveryOfRejected)
+}
+
+func testNoRedeliveryOfRejected(t *testing.T) {
 	fastRedelivery(t)
 	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	am := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		posts.Add(1)
 		http.Error(w, "bad alert", http.StatusBadRequest)
-	}))
-	defer srv.Close()
+	})
 	c := &clock{t: t0}
 	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now,
-		&AlertmanagerNotifier{URL: srv.URL, Retry: fastRetry}, quiet)
+		&AlertmanagerNotifier{URL: "http://am", Client: &http.Client{Transport: testutil.HandlerTransport(am)}, Retry: fastRetry}, quiet)
 	runEngine(t, e)
 	fire(e, c, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Stats().Failed == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // room for a wrong redelivery
+	time.Sleep(time.Minute) // in the bubble: ample room for a wrong redelivery
+	synctest.Wait()
 	if st, n := e.Stats(), posts.Load(); st.Failed != 1 || st.Retried != 0 || n != 1 {
 		t.Errorf("stats %+v after %d posts, want 1 failed after 1 post", st, n)
 	}
@@ -399,6 +415,10 @@ func (f *failTimes) Notify(ctx context.Context, ns []Notification) error {
 // TestRedeliveryMulti: with two receivers, only the one that failed gets
 // the batch again; the other gets it once.
 func TestRedeliveryMulti(t *testing.T) {
+	synctest.Test(t, testRedeliveryMulti)
+}
+
+func testRedeliveryMulti(t *testing.T) {
 	fastRedelivery(t)
 	ok, flaky := &recorder{}, &failTimes{}
 	flaky.n.Store(3)
@@ -406,10 +426,8 @@ func TestRedeliveryMulti(t *testing.T) {
 	e := NewEngine(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil, c.now, Multi{ok, flaky}, quiet)
 	runEngine(t, e)
 	fire(e, c, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Stats().Sent == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	time.Sleep(time.Minute) // in the bubble: all the redeliveries are over
+	synctest.Wait()
 	if ok.count() != 1 || flaky.count() != 1 {
 		t.Errorf("received %d and %d times, want once each", ok.count(), flaky.count())
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // Tolerances against testdata/golden.json (testdata/gen_golden.py).
@@ -32,10 +34,6 @@ const (
 	// next to zero, where a relative error means nothing.
 	goldenAbs = 1e-15
 )
-
-func approxEqual(got, want, rel float64) bool {
-	return got == want || math.Abs(got-want) <= max(rel*math.Abs(want), goldenAbs)
-}
 
 type goldenCase struct {
 	Name           string    `json:"name"`
@@ -84,7 +82,7 @@ func TestComputeGolden(t *testing.T) {
 			r := Compute(pairs, c.Bins)
 			check := func(name string, got, want, rel float64) {
 				t.Helper()
-				if !approxEqual(got, want, rel) {
+				if !testutil.ApproxEqual(got, want, rel, goldenAbs) {
 					t.Errorf("%s = %.17g, want %.17g (rel err %.3g, tolerance %g)",
 						name, got, want, math.Abs(got-want)/math.Abs(want), rel)
 				}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // Tolerances against the scipy/scikit-learn golden values
@@ -28,21 +30,7 @@ const (
 // approxEqual reports whether got matches want to goldenRel relative error,
 // or goldenAbs absolute error near zero.
 func approxEqual(got, want float64) bool {
-	if got == want {
-		return true
-	}
-	return math.Abs(got-want) <= max(goldenRel*math.Abs(want), goldenAbs)
-}
-
-// relErr is |got-want|/|want| (0 when equal), for reporting.
-func relErr(got, want float64) float64 {
-	if got == want {
-		return 0
-	}
-	if want == 0 {
-		return math.Inf(1)
-	}
-	return math.Abs(got-want) / math.Abs(want)
+	return testutil.ApproxEqual(got, want, goldenRel, goldenAbs)
 }
 
 // worst tracks the largest relative error seen, for the test log. It counts
@@ -52,7 +40,7 @@ type worst struct{ rel float64 }
 
 func (w *worst) see(got, want float64) {
 	if math.Abs(want) > 1e-300 {
-		w.rel = max(w.rel, relErr(got, want))
+		w.rel = max(w.rel, testutil.RelErr(got, want))
 	}
 }
 
@@ -198,7 +186,7 @@ func TestKSExactGolden(t *testing.T) {
 	var w worst
 	for _, c := range golden(t).KSExact {
 		d, p, ok := ksExact(c.N1, c.N2, c.D)
-		if ok != c.OK || d != c.D || (c.PValue != nil && relErr(p, *c.PValue) > 1e-12) {
+		if ok != c.OK || d != c.D || (c.PValue != nil && testutil.RelErr(p, *c.PValue) > 1e-12) {
 			want := math.NaN()
 			if c.PValue != nil {
 				want = *c.PValue
@@ -223,13 +211,13 @@ func TestKSTwoGolden(t *testing.T) {
 	for _, c := range golden(t).KSTwo {
 		sf, cdf := kstwoSF(c.N, c.X), kstwoCDF(c.N, c.X)
 		bad := func(got, want float64) bool {
-			return relErr(got, want) > rel && math.Abs(got-want) > 1e-300
+			return testutil.RelErr(got, want) > rel && math.Abs(got-want) > 1e-300
 		}
 		if bad(sf, c.SF) || bad(cdf, c.CDF) {
 			t.Errorf("n=%d x=%v (n·x²=%.3g): sf %v cdf %v, want %v %v", c.N, c.X, float64(c.N)*c.X*c.X, sf, cdf, c.SF, c.CDF)
 		}
 		if c.SF > 1e-300 {
-			w.rel = max(w.rel, relErr(sf, c.SF))
+			w.rel = max(w.rel, testutil.RelErr(sf, c.SF))
 		}
 	}
 	t.Logf("max relative error of sf: %.2g", w.rel)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 func momentsOf(xs ...float64) *Moments {
@@ -28,13 +30,6 @@ func twoPass(xs []float64) (mean, m2 float64) {
 		m2 += (x - mean) * (x - mean)
 	}
 	return mean, m2
-}
-
-func relErr(want, got float64) float64 {
-	if want == got {
-		return 0
-	}
-	return math.Abs(got-want) / math.Max(math.Abs(want), math.SmallestNonzeroFloat64)
 }
 
 func TestMomentsBasic(t *testing.T) {
@@ -90,10 +85,10 @@ func TestMomentsAccuracy(t *testing.T) {
 		parts.Merge(momentsOf(p...))
 	}
 	for name, m := range map[string]*Moments{"added": whole, "merged": parts} {
-		if e := relErr(mean, m.Mean()); e > 1e-10 {
+		if e := testutil.RelErr(m.Mean(), mean); e > 1e-10 {
 			t.Errorf("%s: mean %v, want %v (rel err %g)", name, m.Mean(), mean, e)
 		}
-		if e := relErr(m2, m.M2()); e > 1e-10 {
+		if e := testutil.RelErr(m.M2(), m2); e > 1e-10 {
 			t.Errorf("%s: M2 %v, want %v (rel err %g)", name, m.M2(), m2, e)
 		}
 	}
@@ -115,7 +110,7 @@ func sameMoments(want, got *Moments) string {
 	if e := math.Abs(got.mean - want.mean); e > 1e-12*scale {
 		return fmt.Sprintf("mean %v != %v (rel %g)", want.mean, got.mean, e/scale)
 	}
-	if e := relErr(want.m2, got.m2); e > 1e-12 {
+	if e := testutil.RelErr(got.m2, want.m2); e > 1e-12 {
 		return fmt.Sprintf("M2 %v != %v (rel %g)", want.m2, got.m2, e)
 	}
 	return ""

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -58,7 +59,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	english := strings.Fields("the quick brown fox jumps over the lazy dog while the model answers questions about latency")
 	chinese := strings.Fields("系统 报告 用户 错误 延迟 模型 请求 回答 总结 解释 数据 表格 代码 测试 服务 集群")
 	send(english, 250)
-	waitUntil(t, "prompts analysed", func() bool { return a.pipeline.Evaluate().Drift.Current >= 250 })
+	testutil.WaitFor(t, "prompts analysed", func() bool { return a.pipeline.Evaluate().Drift.Current >= 250 })
 	resp, err := http.Post(gwURL+"/admin/baseline", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond) // new prompts in a later bucket
 	send(chinese, 250)
-	waitUntil(t, "drift", func() bool { return a.pipeline.Evaluate().Drift.State == "drift" })
+	testutil.WaitFor(t, "drift", func() bool { return a.pipeline.Evaluate().Drift.State == "drift" })
 	st, body := signals()
 	if st != "drift" || !strings.Contains(body, `"name":"script_cjk"`) {
 		t.Errorf("signals: %s", body)
@@ -86,17 +87,6 @@ func TestDriftEndToEnd(t *testing.T) {
 	mresp.Body.Close()
 	if !strings.Contains(string(mb), "vigil_drift_alarm 1") || !strings.Contains(string(mb), `vigil_drift_psi{feature="script_cjk"}`) {
 		t.Errorf("/metrics lacks the drift alarm:\n%s", grep(string(mb), "vigil_drift"))
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -132,7 +122,7 @@ func TestFeedbackEndToEnd(t *testing.T) {
 		return resp.StatusCode
 	}
 	// The analyzers see the response off the request path: wait for them.
-	waitUntil(t, "the response to be remembered", func() bool { return feedback(c.ID) == 200 })
+	testutil.WaitFor(t, "the response to be remembered", func() bool { return feedback(c.ID) == 200 })
 	if code := feedback("chatcmpl-nope"); code != 404 {
 		t.Errorf("unknown id: %d, want 404", code)
 	}

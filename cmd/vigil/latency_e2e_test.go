@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -86,7 +87,7 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	send(130)
 	var last latency.Result
-	for deadline := time.Now().Add(10 * time.Second); last.State != latency.StateAnomalous; {
+	for deadline := time.Now().Add(testutil.WaitDeadline); last.State != latency.StateAnomalous; {
 		if time.Now().After(deadline) {
 			st := last.Metrics["ttft"]
 			t.Fatalf("latency not anomalous after TTFT x3: ttft limit %.1f ms, p50 %.1f ms, anomalous share %.2f (reference %.2f)",

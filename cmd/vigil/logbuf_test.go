@@ -6,7 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // writes records every Write it receives.
@@ -47,10 +48,7 @@ func TestBufferedLog(t *testing.T) {
 		defer close(done)
 		b.run(ctx)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(out.all()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "a tick's write", func() bool { return len(out.all()) != 0 })
 	if got := out.all(); len(got) != 1 || got[0] != strings.Repeat(line, 3) {
 		t.Fatalf("after a tick: %d writes, want the 3 lines in one", len(got))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -55,7 +56,7 @@ func TestPrecisionEndToEnd(t *testing.T) {
 			t.Fatalf("client got %d %s: the shadow must not touch the client's exchange", resp.StatusCode, b)
 		}
 	}
-	waitUntil(t, "both pairs to be judged", func() bool {
+	testutil.WaitFor(t, "both pairs to be judged", func() bool {
 		p := precisionPairs(a)
 		return p["copy"].State != precision.StateUnknown && p["int8"].State != precision.StateUnknown
 	})
@@ -165,7 +166,7 @@ func TestShadowReferenceDown(t *testing.T) {
 		v, _ := strconv.Atoi(m[1])
 		return v
 	}
-	waitUntil(t, "every sampled comparison to end", func() bool {
+	testutil.WaitFor(t, "every sampled comparison to end", func() bool {
 		resp, err := http.Get(gwURL + "/metrics")
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/state/redistest"
 )
@@ -103,7 +104,7 @@ func TestReplicasShareWindows(t *testing.T) {
 		return out
 	}
 	var got []int64
-	waitUntil(t, "merged windows", func() bool {
+	testutil.WaitFor(t, "merged windows", func() bool {
 		got = counts()
 		return got[0] == total && got[1] == total
 	})

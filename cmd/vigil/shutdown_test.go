@@ -131,8 +131,11 @@ func TestServeGatewayOrder(t *testing.T) {
 // flush hands every response to the analyzers.
 func TestGracefulShutdown(t *testing.T) {
 	const n, tokens = 50, 40
-	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens, k.ITL = tokens, 50*time.Millisecond }))
-	const delay = 700 * time.Millisecond
+	// Streams of 4 s outlast the 2 s delay, so that the drain after it is
+	// tested; the delay leaves a busy machine a second to answer the first
+	// /readyz.
+	cfg := testConfig(simBackend(t, func(k *sim.Knobs) { k.OutputTokens, k.ITL = tokens, 100*time.Millisecond }))
+	const delay = 2 * time.Second
 	cfg.Limits.ShutdownDelay, cfg.Limits.ShutdownGrace = delay, 60*time.Second
 	cfg.Analyzers.MinRequests, cfg.Analyzers.Window = 1_000_000, time.Hour
 	a, base, stop := serveApp(t, cfg)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/test/alertmanagertest"
 )
@@ -40,7 +41,7 @@ func TestNotifierSendsOneAlert(t *testing.T) {
 	if err := (&alert.AlertmanagerNotifier{URL: am.URL()}).Notify(context.Background(), []alert.Notification{n}); err != nil {
 		t.Fatal(err)
 	}
-	got := waitAlerts(t, am, 1, 5*time.Second)
+	got := waitAlerts(t, am, 1, testutil.WaitDeadline)
 	if len(got) != 1 {
 		t.Fatalf("alertmanager has %d alerts, want 1: %v", len(got), got)
 	}
@@ -94,11 +95,12 @@ func TestTwoReplicasNotifyOnce(t *testing.T) {
 		clk = clk.Add(5 * time.Minute)
 		mu.Unlock()
 	}
-	waitAlerts(t, am, 1, 5*time.Second)
-	time.Sleep(300 * time.Millisecond) // a duplicate would arrive by now
-	got := am.Alerts(t)
+	waitAlerts(t, am, 1, testutil.WaitDeadline)
+	// Run delivers what it holds before it returns: once both have
+	// returned, a duplicate would have been sent.
 	cancel()
 	wg.Wait()
+	got := am.Alerts(t)
 	sent := notifiers[0].n.Load() + notifiers[1].n.Load()
 	t.Logf("notifier calls: replica-a %d, replica-b %d; alertmanager alerts %d", notifiers[0].n.Load(), notifiers[1].n.Load(), len(got))
 	if sent != 1 || len(got) != 1 {
