@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/vigil-gw/vigil/gpu"
+	"github.com/vigil-gw/vigil/internal/app"
 )
 
 // runAgent serves this node's load (CPU, memory, NVIDIA GPUs) for the
@@ -39,7 +40,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	sctx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- s.Run(sctx) }()
-	err = serveHandler(ctx, ln, gpu.Handler(s, *allow))
+	err = app.ServeHandler(ctx, ln, gpu.Handler(s, *allow))
 	stopSampler()
 	if serr := <-done; err == nil {
 		err = serr

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 
-	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/internal/demo"
 )
 
@@ -63,14 +62,5 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	return demo.Run(ctx, demo.Options{Listen: *listen, Duration: *duration, RPS: *rps, Scenario: *scenarioName, Loop: *loop,
 		Alertmanager: *alertmanager, Out: stdout, Log: newLogger(stderr, "warn"), Access: access,
-		Build: buildDemo, ServeHTTP: serveHandler})
-}
-
-// buildDemo builds the demo's gateway as `vigil serve` builds one.
-func buildDemo(cfg config.Config, log, access *slog.Logger) (*demo.Gateway, error) {
-	a, err := build(cfg, log, access)
-	if err != nil {
-		return nil, err
-	}
-	return &demo.Gateway{Pipeline: a.pipeline, Server: a.gw, Serve: a.serve, Close: a.close}, nil
+		Version: buildVersion()})
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"flag"
 	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
+	"github.com/vigil-gw/vigil/internal/app"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -55,23 +54,5 @@ func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	s := sim.New(opts())
 	log.Info("simulator serving", "listen", ln.Addr().String(), "model", opts().Model)
-	return serveHandler(ctx, ln, s.Handler())
-}
-
-// serveHandler serves h on ln until ctx is done, then shuts down gracefully.
-func serveHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	<-errc
-	return err
+	return app.ServeHandler(ctx, ln, s.Handler())
 }

@@ -59,7 +59,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	bin := browser(t)
 	sc := newIncident(0.5, true)
 	sc.untilDetected = true
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 10, log: slog.New(slog.DiscardHandler), timings: &sc.timings, build: testBuild, serveHTTP: testServeHTTP})
+	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 10, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
-	"github.com/vigil-gw/vigil/gateway"
+	"github.com/vigil-gw/vigil/internal/app"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -34,19 +33,7 @@ const (
 	ScenarioRPS = 8
 )
 
-// Gateway is a gateway built from a config with its analyzers, as
-// `vigil serve` wires it: the demo serves it and reads its pipeline.
-type Gateway struct {
-	Pipeline *analyzers.Pipeline
-	Server   *gateway.Server
-	// Serve serves the gateway on ln until ctx is done, then shuts it
-	// down in order and closes it.
-	Serve func(ctx context.Context, ln net.Listener) error
-	// Close closes a gateway that was never served.
-	Close func()
-}
-
-// Options configure Run. Build and ServeHTTP are required.
+// Options configure Run.
 type Options struct {
 	Listen   string        // gateway address
 	Duration time.Duration // stop after this long; 0: run until ctx is done
@@ -61,11 +48,7 @@ type Options struct {
 	Out          io.Writer    // the intro, the story and its summary
 	Log          *slog.Logger // the gateway's log
 	Access       *slog.Logger // nil: no access log
-	// Build builds the gateway from the demo's config.
-	Build func(cfg config.Config, log, access *slog.Logger) (*Gateway, error)
-	// ServeHTTP serves h on ln until ctx is done, then shuts down
-	// gracefully: the simulators and the alert receiver.
-	ServeHTTP func(ctx context.Context, ln net.Listener, h http.Handler) error
+	Version      string       // the build's version, reported by the tracer
 }
 
 // Run runs three simulated backends, a gateway in front of them with
@@ -84,7 +67,7 @@ func Run(ctx context.Context, o Options) error {
 		defer cancel()
 	}
 	do := demoOptions{listen: o.Listen, rps: o.RPS, log: o.Log, access: o.Access, alertmanager: o.Alertmanager,
-		build: o.Build, serveHTTP: o.ServeHTTP}
+		version: o.Version}
 	if sc != nil {
 		do.timings = &sc.timings
 	}
@@ -136,8 +119,7 @@ type demoOptions struct {
 	// alertmanager is an Alertmanager base URL to send alerts to; empty:
 	// none.
 	alertmanager string
-	build        func(cfg config.Config, log, access *slog.Logger) (*Gateway, error)
-	serveHTTP    func(ctx context.Context, ln net.Listener, h http.Handler) error
+	version      string // the build's version, reported by the tracer
 }
 
 // demoSim is one simulated backend of the demo and the knobs it starts with.
@@ -153,22 +135,20 @@ type demoSim struct {
 // them until its context is done. The scenario reads and turns their knobs
 // from its own goroutine; every part is safe for that.
 type demo struct {
-	cfg  config.Config
-	sims []*demoSim
-	app  *Gateway
-	// serveHTTP serves the simulators and the receiver.
-	serveHTTP func(ctx context.Context, ln net.Listener, h http.Handler) error
-	ln        net.Listener // the gateway's
-	base      string       // the gateway's URL
-	rps       float64
-	traffic   *traffic  // nil when rps is 0
-	recv      *receiver // nil without a scenario
+	cfg     config.Config
+	sims    []*demoSim
+	app     *app.App
+	ln      net.Listener // the gateway's
+	base    string       // the gateway's URL
+	rps     float64
+	traffic *traffic  // nil when rps is 0
+	recv    *receiver // nil without a scenario
 }
 
 // newDemo opens every listener and builds the gateway; nothing serves
 // until run. Whatever it opened before a failing step is closed again.
 func newDemo(o demoOptions) (_ *demo, err error) {
-	d := &demo{rps: o.rps, serveHTTP: o.serveHTTP}
+	d := &demo{rps: o.rps}
 	var opened []io.Closer
 	defer func() {
 		if err != nil {
@@ -230,7 +210,7 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 		return nil, fmt.Errorf("invalid demo configuration:\n%w", err)
 	}
 	d.cfg = cfg
-	if d.app, err = o.build(cfg, o.log, o.access); err != nil {
+	if d.app, err = app.Build(cfg, app.Options{Log: o.log, AccessLog: o.access, Version: o.version}); err != nil {
 		return nil, err
 	}
 	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -289,10 +269,10 @@ func (d *demo) run(ctx context.Context, story func(context.Context) error) error
 	defer cancel()
 	for _, s := range d.sims {
 		h := s.srv.Handler()
-		g.Go(func() error { return d.serveHTTP(backCtx, s.ln, h) })
+		g.Go(func() error { return app.ServeHandler(backCtx, s.ln, h) })
 	}
 	if d.recv != nil {
-		g.Go(func() error { return d.serveHTTP(backCtx, d.recv.ln, d.recv) })
+		g.Go(func() error { return app.ServeHandler(backCtx, d.recv.ln, d.recv) })
 	}
 	g.Go(func() error {
 		defer stopBack()

@@ -390,14 +390,14 @@ func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*s
 	// finish completes res, also when ctx ended the telling early.
 	finish := func(err error) (*storyResult, error) {
 		res.end, res.interrupted = time.Now(), err != nil
-		res.deliveries, _ = d.app.Pipeline.Notifications(context.WithoutCancel(ctx))
+		res.deliveries, _ = d.app.Pipeline().Notifications(context.WithoutCancel(ctx))
 		res.receipts = d.recv.since(res.start)
 		return res, err
 	}
 	if err := s.warmup(ctx, res); err != nil {
 		return finish(err)
 	}
-	res.pinErr = d.app.Pipeline.PinBaseline(ctx)
+	res.pinErr = d.app.Pipeline().PinBaseline(ctx)
 	if res.pinErr != nil {
 		s.printf("baseline NOT pinned (%v): the signals keep their rolling reference", res.pinErr)
 	} else {
@@ -688,7 +688,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 	s.last.state[sigEjection] = shown
 	// Alerts() lists the series with a state; one that went back to
 	// inactive without firing (pending noise) leaves the list.
-	as, _ := s.d.app.Pipeline.Alerts(ctx)
+	as, _ := s.d.app.Pipeline().Alerts(ctx)
 	states := make(map[string]alert.State, len(as))
 	for _, a := range as {
 		key := a.Name + labelNote(a.Labels)
@@ -720,7 +720,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		s.printf("  receiver got %s%s %s", r.name, labelNote(r.labels), state)
 	}
 	s.receipts = len(got)
-	ds, _ := s.d.app.Pipeline.Notifications(ctx)
+	ds, _ := s.d.app.Pipeline().Notifications(ctx)
 	failed := 0
 	for _, dl := range ds {
 		if dl.Outcome != alert.OutcomeSent && dl.Outcome != alert.OutcomeNoReceiver && !dl.Time.Before(s.t0) {
@@ -768,7 +768,7 @@ func (d *demo) read(ctx context.Context) reading {
 	for k := range rd.state {
 		rd.state[k] = "unknown"
 	}
-	if s, err := d.app.Pipeline.Signals(ctx); err == nil && s != nil {
+	if s, err := d.app.Pipeline().Signals(ctx); err == nil && s != nil {
 		rd.evaluated = s.Evaluated
 		if s.Drift != nil {
 			rd.state[sigDrift] = s.Drift.State
@@ -787,7 +787,7 @@ func (d *demo) read(ctx context.Context) reading {
 		}
 	}
 	rd.state[sigEjection] = "ok"
-	for _, b := range d.app.Server.Pool().Backends() {
+	for _, b := range d.app.Gateway().Pool().Backends() {
 		if !b.EjectedUntil().IsZero() {
 			rd.ejected = append(rd.ejected, b.Name)
 			rd.state[sigEjection] = alarmStates[sigEjection]

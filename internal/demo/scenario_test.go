@@ -36,7 +36,7 @@ func TestScenarioFull(t *testing.T) {
 // they vary, and the phase's duration is the bound that matters.
 func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) {
 	sc.untilDetected = true
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: rps, log: slog.New(slog.DiscardHandler), timings: &sc.timings, build: testBuild, serveHTTP: testServeHTTP})
+	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: rps, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
 	if err != nil {
 		t.Fatal(err)
 	}

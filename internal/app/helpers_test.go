@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -42,12 +42,12 @@ func testConfig(backendURL string) config.Config {
 
 // startApp validates cfg, builds the app and serves its gateway (with its
 // background work) until the test ends; it returns the app and its URL.
-func startApp(t *testing.T, cfg config.Config) (*app, string) {
+func startApp(t *testing.T, cfg config.Config) (*App, string) {
 	t.Helper()
 	if err := cfg.ValidateServe(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	a, err := Build(cfg, Options{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +60,9 @@ func startApp(t *testing.T, cfg config.Config) (*app, string) {
 // serveApp builds the app from cfg and serves it as `vigil serve` does
 // (ordered shutdown included) on a free port. It returns the app, its base
 // URL and stop, which shuts it down and returns what serve returned.
-func serveApp(t *testing.T, cfg config.Config) (a *app, url string, stop func() error) {
+func serveApp(t *testing.T, cfg config.Config) (a *App, url string, stop func() error) {
 	t.Helper()
-	a, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	a, err := Build(cfg, Options{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func serveApp(t *testing.T, cfg config.Config) (a *app, url string, stop func() 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.serve(ctx, ln) }()
+	go func() { done <- a.Serve(ctx, ln) }()
 	var once sync.Once
 	var serveErr error
 	stop = func() error {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -60,11 +60,11 @@ func TestShutdownFlushesEverything(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 
-	reader, err := build(cfg, slog.New(slog.DiscardHandler), nil)
+	reader, err := Build(cfg, Options{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(reader.close)
+	t.Cleanup(reader.Close)
 	reader.pipeline.Flush(t.Context()) // imports the stopped replica's buckets
 	if got := reader.pipeline.Evaluate().Latency.Responses; got != n {
 		t.Errorf("the shared store holds %d responses of the %d served before shutdown", got, n)
@@ -104,7 +104,7 @@ func TestServeGatewayOrder(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveGateway(ctx, ln, gw, cfg.Limits, slog.New(slog.DiscardHandler), analysis) }()
+	go func() { done <- ServeGateway(ctx, ln, gw, cfg.Limits, slog.New(slog.DiscardHandler), analysis) }()
 	const n = 20
 	for i := range n {
 		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",

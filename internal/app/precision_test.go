@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"encoding/json"
@@ -121,7 +121,7 @@ func TestPrecisionEndToEnd(t *testing.T) {
 
 // precisionPairs evaluates the signals and returns the precision pairs by
 // backend.
-func precisionPairs(a *app) map[string]precision.PairResult {
+func precisionPairs(a *App) map[string]precision.PairResult {
 	out := map[string]precision.PairResult{}
 	if r := a.pipeline.Evaluate().Precision; r != nil {
 		for _, p := range r.Pairs {

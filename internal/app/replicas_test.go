@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func TestReplicasShareWindows(t *testing.T) {
 	cfg.State.Redis.URL = redis.URL()
 	// One window holding everything, so that its count is the total.
 	cfg.Analyzers.MinRequests, cfg.Analyzers.Window = 1_000_000, time.Hour
-	var replicas []*app
+	var replicas []*App
 	var urls []string
 	for range 2 {
 		a, url := startApp(t, cfg)
