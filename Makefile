@@ -14,7 +14,7 @@ build:
 test:
 	./test/run
 
-# Every fuzz target for 60 s, one after the other (issue 18); an input that
+# Every fuzz target for 60 s, one after the other; an input that
 # fails lands in its package's testdata/fuzz/<target>/. Quick:
 # VIGIL_FUZZTIME=10s make fuzz; one package: ./test/run -fuzz ./gateway/.
 fuzz:
@@ -23,13 +23,13 @@ fuzz:
 bench:
 	go test -run '^$$' -bench . -benchmem ./...
 
-# Vigil against nginx in front of a zero-latency backend (issue 15): installs
+# Vigil against nginx in front of a zero-latency backend: installs
 # nginx, wrk and redis-server when missing, writes test/bench/out/. Quick:
 # BENCH_ROUNDS=1 BENCH_DURATION=3s make bench-proxy. See test/bench/README.md.
 bench-proxy:
 	./test/bench/run
 
-# Vigil's balancing strategies against simulated backends (issue 16): needs
+# Vigil's balancing strategies against simulated backends: needs
 # only Go, writes test/bench/out/balance.*; ~4 min. Quick:
 # BENCH_BALANCE_DURATION=3s make bench-balance. See test/bench/README.md.
 bench-balance:

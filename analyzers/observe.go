@@ -198,7 +198,7 @@ func (p *Pipeline) postprocessSpan(r *exchange.Request, attrs []attribute.KeyVal
 // gaps the gateway measured between content chunks (resp.Gaps) and are
 // NaN without them: a non-streaming response, or a stream of fewer than two
 // content chunks. They are not estimated as (total − TTFT)/(tokens − 1),
-// which spreads one long stall over every token (issue 14).
+// which spreads one long stall over every token.
 func sample(r *exchange.Request, resp *exchange.Response, s *logprob.Summary) latency.Sample {
 	nan := math.NaN()
 	var smp latency.Sample

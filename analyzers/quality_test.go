@@ -95,7 +95,7 @@ func outputDrift(s *Signals) bool {
 	return s.Output.State == confidence.StateDrift
 }
 
-// TestConfidenceDetection measures what issue #4 asks of the confidence
+// TestConfidenceDetection measures the targets of the confidence
 // signal, with the simulator answering (prompts at 5/s of simulated time,
 // default settings): stationary traffic raises nothing; a 10% drop of the
 // simulator's confidence, and separately quantization-like noise (σ 0.5)

@@ -251,7 +251,7 @@ func weekSignalValues(s *Signals) map[string]alert.Value {
 	return vals
 }
 
-// TestStationaryWeekAlerts is the alerting issue's "a simulated week of
+// TestStationaryWeekAlerts checks "a simulated week of
 // stationary traffic (accelerated clock) raises none", end to end: a
 // stationary mix of chat requests (weekTraffic.body) goes to the simulator
 // (default logprobs, error_rate 1%), with log-normal TTFT and inter-token

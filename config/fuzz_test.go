@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Fuzz targets for what an operator writes (issue 18): the config file's
+// Fuzz targets for what an operator writes, which must never panic the gateway: the config file's
 // parser and the environment overrides. test/run runs each for 5 s after
 // the race tests, `test/run -fuzz` for 60 s; one by hand:
 //

@@ -49,7 +49,7 @@ func TestHashRequestIgnoresLogprobs(t *testing.T) {
 			t.Errorf("%s and %s hash alike", tt.a, tt.b)
 		}
 	}
-	// Bodies without the keys, and malformed ones, hash as before issue 4.
+	// Bodies without the keys, and malformed ones, hash as they did before logprob injection.
 	for _, b := range []string{`{"a":1}`, `{"messages":[]}`, `{"logprobs":`, `["logprobs"]`, `m1`} {
 		if sum(b) != raw(b) {
 			t.Errorf("%s: hash changed", b)

@@ -54,7 +54,7 @@ const (
 // byteIDBase is the first of 256 token ids that stand for one byte each,
 // between the vocabulary and the prompt pieces: /tokenize answers with
 // them, so that a prompt it tokenized reads back as the same text, and is
-// the same context, when given as token ids (teacher forcing, issue 17).
+// the same context, when given as token ids (teacher forcing).
 const byteIDBase = 700
 
 // Salts keep the generator streams of different draws apart.
@@ -88,7 +88,7 @@ func requestRNG(seed int64, body []byte) *rand.Rand {
 // hashRequest writes body to h without the top-level members "logprobs",
 // "top_logprobs" and "stream_options". A real engine's tokens do not
 // depend on whether logprobs or usage are returned; Vigil's logprob and
-// usage injection (issues 4 and 14) rely on the simulator behaving alike:
+// usage injection rely on the simulator behaving alike:
 // a request and the same request with those members appended get the same
 // ids, hence the same bytes once what they add is removed.
 //
@@ -102,7 +102,7 @@ func requestRNG(seed int64, body []byte) *rand.Rand {
 // are not a JSON object, or that do not parse, are hashed whole.
 func hashRequest(h hash.Hash64, body []byte) {
 	if !bytes.Contains(body, []byte("logprobs")) && !bytes.Contains(body, []byte("stream_options")) {
-		h.Write(body) // the usual case, and the hash of every body before issue 4
+		h.Write(body) // the usual case, and the hash of every body from before logprob injection
 		return
 	}
 	from := 0 // body[from:] is not written yet

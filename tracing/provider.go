@@ -254,12 +254,12 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // makes each export a burst of several milliseconds of encoding here and of
 // ingestion in the collector; on a 2-core machine at 1000 req/s (three
 // spans each) those bursts stalled requests behind them, and 64 took
-// 1–2 ms off the p99 (issue 15). But the processor exports one batch at a
+// 1–2 ms off the p99 in the proxy benchmark. But the processor exports one batch at a
 // time, so the batch bounds the spans exported per round trip to the
 // collector: with 64, the CI soak (2,600–3,500 req/s, about 4 spans each,
 // Jaeger on the same 2 cores) exported about 5,000 spans a second and
 // dropped half (69,730 and 70,656 of about 144,000, two runs); with 256
-// and 512 it dropped none (issue 18).
+// and 512 it dropped none (the CI soak).
 const exportBatch = 256
 
 // batchOptions are the span batcher's options: exportBatch unless the

@@ -19,7 +19,7 @@ var errQueueFull = errors.New("span queue full")
 // its queue full. The SDK's processor drops a span that finds it full
 // without a word (its count is internal): with the collector blackholed,
 // exports hang for their timeout, the queue fills in seconds and every
-// span after that vanished uncounted (issue 18). The gate drops those
+// span after that vanished uncounted. The gate drops those
 // spans itself and counts them in vigil_tracing_spans_dropped_total. It
 // takes no lock: one atomic add per span. It is safe for concurrent use.
 type queueGate struct {

@@ -31,7 +31,7 @@ func (e *stuckExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOn
 
 func (e *stuckExporter) Shutdown(context.Context) error { return nil }
 
-// TestQueueFullCounted (issue 18): while an export hangs, spans overflow
+// TestQueueFullCounted: while an export hangs, spans overflow
 // the queue; every span ended is then either exported or counted as
 // dropped. The SDK's processor alone drops the overflow uncounted.
 func TestQueueFullCounted(t *testing.T) {

@@ -391,7 +391,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		(s.source != ColdStart || val.Verdict == nil || *val.Verdict)
 	// Only periods inside the threshold join the history the threshold is
 	// computed from: an incident must not become its own P95 and resolve
-	// itself while it lasts (issue 13). Breaching periods are still shown
+	// itself while it lasts. Breaching periods are still shown
 	// (Alert.Value). A pending run that ends without firing was noise: its
 	// values join the history then, or the history would lose its upper
 	// tail and its P95 sink below the series' own (seed 14 of the

@@ -623,7 +623,7 @@ func TestLowerBound(t *testing.T) {
 // TestLongIncident: a step that lasts two days of a seven-day history
 // keeps firing until the values come back, then resolves once. Breaching
 // periods stay out of the history, so the incident never becomes its own
-// P95 (issue 13: the threshold used to climb to the incident's level).
+// P95 (the threshold used to climb to the incident's level).
 func TestLongIncident(t *testing.T) {
 	const day = 24 * 12 // periods of 5 minutes
 	e, c := newTest(Config{}, nil)

@@ -323,7 +323,7 @@ func runEngine(t *testing.T, e *Engine) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// TestRedelivery (issue 18): Alertmanager answers 500 to more posts than
+// TestRedelivery: Alertmanager answers 500 to more posts than
 // one delivery retries; the firing notification is sent again until it
 // goes through, and the one fired after it arrives after it, not lost.
 func TestRedelivery(t *testing.T) {

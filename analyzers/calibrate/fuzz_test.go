@@ -12,7 +12,7 @@ import (
 )
 
 // Fuzz targets for what POST /v1/feedback and other replicas hand to
-// calibration (issue 18): the labels of response ids (the Store) and the
+// calibration: the labels of response ids (the Store) and the
 // labelled pairs replicas share as JSON (Compute). test/run runs each for
 // 5 s after the race tests, `test/run -fuzz` for 60 s; one by hand:
 //

@@ -320,7 +320,7 @@ func BenchmarkDivergence(b *testing.B) {
 	}
 }
 
-// The estimator Vigil used before issue 17, kept here as the baseline the
+// The estimator Vigil used before teacher forcing and the lower bound, kept here as the baseline the
 // tolerance of TestDivergenceToleranceFails must reject: a side's unlisted
 // mass spread evenly over the union tokens it does not list and a rest
 // bucket. It overstated KL 17× against llama.cpp on a real q8_0 model.

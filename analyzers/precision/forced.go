@@ -9,7 +9,7 @@ import (
 	"strconv"
 )
 
-// Teacher forcing (issue 17): the reference scores the backend's own
+// Teacher forcing: the reference scores the backend's own
 // continuation, so that every position is compared on the same context,
 // not only those before the two greedy sequences part. The backend's side
 // is its response, whose tokens are vLLM's "token_id:<id>"; the

@@ -113,7 +113,7 @@ func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.pairs {
-		// v2: the buckets of issue 17 (lower bound, method) decode
+		// v2: the buckets with the lower bound and the method decode
 		// differently from the first version's, which are left alone.
 		f("precision/v2/"+p.Backend+"/"+p.Reference, m.buckets[p])
 	}

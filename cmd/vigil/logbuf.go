@@ -9,7 +9,7 @@ import (
 )
 
 // The access log is buffered: one write(2) per request was a sixth of the
-// gateway's system calls (issue 15). Lines reach the output at most
+// gateway's system calls. Lines reach the output at most
 // logFlushInterval late, always whole, and all of them before vigil serve
 // returns.
 

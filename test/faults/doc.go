@@ -1,4 +1,4 @@
-// Package faults holds Vigil's fault-injection suite (issue 18, item 1):
+// Package faults holds Vigil's fault-injection suite:
 // `vigil serve` and `vigil sim` run as real processes, with a real
 // Toxiproxy (test/toxitest) between the gateway and its peers (Redis, the
 // OTLP collector, Alertmanager, backends) to make them slow, lossy or

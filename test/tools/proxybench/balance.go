@@ -1,6 +1,6 @@
 package main
 
-// The balance suite (-suite balance, issue 16 item 2): Vigil's balancing
+// The balance suite (-suite balance): Vigil's balancing
 // strategies side by side against simulated backends (`vigil sim`), each
 // with a load agent (`vigil agent --allow-override`) whose readings are
 // pinned, under closed-loop streaming load. Five cases, each run once per

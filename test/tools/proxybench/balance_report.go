@@ -181,7 +181,7 @@ func (r *balanceResults) markdownTable() string {
 func (r *balanceResults) markdown() string {
 	var b strings.Builder
 	s, m := r.Settings, r.Machine
-	b.WriteString("# Vigil's balancing strategies (issue 16)\n\n")
+	b.WriteString("# Vigil's balancing strategies\n\n")
 	fmt.Fprintf(&b, "`%s`; %s; %d cores (%s), %d GiB, Linux %s, load average %s before, %s after; %s, %s; wall time %s.\n\n",
 		r.Command, r.Started, m.Cores, m.CPU, m.MemGiB, m.Kernel, m.LoadBefore, m.LoadAfter, orDash(m.Vigil), m.Go,
 		(time.Duration(r.WallSeconds) * time.Second).String())
@@ -196,7 +196,7 @@ func (r *balanceResults) markdown() string {
 		s.ShareWindowS, 100*s.RecoveredShare, s.RecoveryCapS)
 	b.WriteString(r.markdownTable())
 
-	b.WriteString("\n## Targets of issue 16\n\n| case | target | measured | |\n|---|---|---|---|\n")
+	b.WriteString("\n## Targets\n\n| case | target | measured | |\n|---|---|---|---|\n")
 	for _, cr := range r.Cases {
 		fmt.Fprintf(&b, "| %s: %s | %s | %s | %s |\n", cr.ID, cr.Title, cr.Target, cr.Shown, passWord(cr.Pass))
 	}
@@ -227,7 +227,7 @@ func (r *balanceResults) markdown() string {
 
 // printChecks prints the PASS/FAIL lines.
 func (r *balanceResults) printChecks(w io.Writer) {
-	fmt.Fprintln(w, "targets of issue 16:")
+	fmt.Fprintln(w, "targets:")
 	for _, cr := range r.Cases {
 		fmt.Fprintf(w, "  %s  %-4s %s: %s\n", cr.ID, passWord(cr.Pass), cr.Target, cr.Shown)
 	}

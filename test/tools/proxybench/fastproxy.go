@@ -17,7 +17,7 @@ import (
 // read as streams, an event stream written to the client read by read
 // with a flush after each. Measured in the same run as go-proxy, it tells
 // what replacing net/http's server and client on Vigil's hot path would
-// buy at most (issue 15).
+// buy at most.
 
 // runFastProxy serves `proxybench fastproxy -listen ADDR -backend URL`
 // until SIGTERM or SIGINT.

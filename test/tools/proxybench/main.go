@@ -13,7 +13,7 @@
 // profiles of vigil-full when it serves /debug/pprof.
 //
 // With -suite balance it compares Vigil's balancing strategies against
-// simulated backends instead (issue 16; balance.go).
+// simulated backends instead (balance.go).
 //
 // test/bench/run installs what it needs, builds Vigil and runs it; see
 // test/bench/README.md. Flags default to the BENCH_* environment variables.
@@ -55,7 +55,7 @@ type config struct {
 	wrkThreads, wrkConns             int
 	profile                          bool
 	keepWork                         bool
-	// suite is "proxy" (issue 15, the default) or "balance" (issue 16:
+	// suite is "proxy" (the default) or "balance" (
 	// balance.go), which needs no nginx, wrk, Redis or Jaeger.
 	suite   string
 	balance balanceSettings

@@ -85,7 +85,7 @@ type rateSummary struct {
 	Errors         int                `json:"errors"`
 }
 
-// check is one of issue 15's targets for one Vigil configuration.
+// check is one of the proxy suite's targets for one Vigil configuration.
 type check struct {
 	Name      string  `json:"name"`
 	Target    string  `json:"target"`
@@ -177,7 +177,7 @@ func (r *results) target(name string) targetSummary {
 	return targetSummary{}
 }
 
-// checks evaluates issue 15's targets, both levels, for vigil-full (which
+// checks evaluates the proxy suite's targets, both levels, for vigil-full (which
 // they are set for) and vigil-min (for reference).
 func (r *results) checks(c config) []check {
 	ng := r.target(nginx)
@@ -279,7 +279,7 @@ func thousands(n float64) string {
 
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
-// markdownTable is the headline table, the layout of issue 15's.
+// markdownTable is the headline table: peers as rows, rates and added latencies as columns.
 func (r *results) markdownTable() string {
 	var b strings.Builder
 	b.WriteString("| | max req/s | vs nginx |")
@@ -316,7 +316,7 @@ func (r *results) markdownTable() string {
 func (r *results) markdown() string {
 	var b strings.Builder
 	s, m := r.Settings, r.Machine
-	b.WriteString("# Vigil against nginx: proxy benchmark (issue 15)\n\n")
+	b.WriteString("# Vigil against nginx: proxy benchmark\n\n")
 	fmt.Fprintf(&b, "%s; %s; %d cores (%s), %d GiB, Linux %s, load average %s before the rounds, %s after; %s, %s, %s, %s, %s; wall time %s.\n\n",
 		r.Started, orDash(m.Command), m.Cores, m.CPU, m.MemGiB, m.Kernel, m.LoadBefore, m.LoadAfter,
 		m.Nginx, m.Wrk, m.Redis, m.Vigil, m.Go, (time.Duration(r.WallSeconds) * time.Second).String())
@@ -328,7 +328,7 @@ func (r *results) markdown() string {
 		s.Rounds, s.WrkThreads, s.WrkConnections, s.DurationS, s.DurationS, s.Streams, s.Chunks, s.GapMs)
 	b.WriteString(r.markdownTable())
 
-	b.WriteString("\n## Targets of issue 15\n\nSet for vigil-full; vigil-min for reference.\n\n")
+	b.WriteString("\n## Targets\n\nSet for vigil-full; vigil-min for reference.\n\n")
 	b.WriteString("| check | vigil-full | now | goal | vigil-min | now | goal |\n|---|---|---|---|---|---|---|\n")
 	for i := 0; i < len(r.Checks)/2; i++ {
 		f, mn := r.Checks[i], r.Checks[i+len(r.Checks)/2]
@@ -399,7 +399,7 @@ func passWord(ok bool) string {
 
 // printChecks prints the PASS/FAIL lines.
 func (r *results) printChecks(w io.Writer) {
-	fmt.Fprintln(w, "targets of issue 15 (ratios within this run):")
+	fmt.Fprintln(w, "targets (ratios within this run):")
 	for _, c := range r.Checks {
 		ref := ""
 		if c.Reference != "" {

@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// The soak suite (issue 15's memory target, issue 18's soak): vigil-full,
+// The soak suite (the memory target; the CI soak): vigil-full,
 // every feature on, under a steady closed-loop load of mixed requests
 // (every other one streamed), with its RSS, Go heap, goroutines and open
 // files sampled, written to a markdown table, a JSON file and a plot.
@@ -244,7 +244,7 @@ func writeSoak(out string, r *soakResults, wall time.Duration) error {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString("# Vigil soak (issues 15 and 18)\n\n")
+	b.WriteString("# Vigil soak\n\n")
 	fmt.Fprintf(&b, "%s; `%s`; %d cores (%s); %s; wall time %s.\n\n",
 		r.Started, r.Machine.Command, r.Machine.Cores, r.Machine.CPU, r.Machine.Vigil, wall.Round(time.Second))
 	b.WriteString(r.Load + "\n\n")

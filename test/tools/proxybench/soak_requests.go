@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// The soak by request count (issue 18: "CI runs a 50,000-request
+// The soak by request count ("CI runs a 50,000-request
 // version"): BENCH_SOAK_REQUESTS=N test/bench/run -suite soak.
 //
 // wrk stops after a time, not after a number of requests, and on a shared
@@ -199,7 +199,7 @@ loop:
 	if m, err := scrape(full.base + "/metrics"); err == nil {
 		// Every span reaches Jaeger: dropped ones are counted, and the
 		// export keeps up with the load (with batches of 64 spans it
-		// dropped half; issue 18).
+		// dropped half).
 		exported, dropped := m["vigil_tracing_spans_exported_total"], m["vigil_tracing_spans_dropped_total"]
 		res.check(exported > 0 && dropped <= soakSpansDropped*(exported+dropped), "spans: %.0f exported to Jaeger, %.0f dropped (bound: %.0f %%)",
 			exported, dropped, 100*soakSpansDropped)
