@@ -12,20 +12,20 @@ import (
 // logAccess writes the access log line of a finished request.
 func (s *Server) logAccess(ctx context.Context, x *call, status int, class exchange.ErrorClass) {
 	var ttft, tps float64
-	if !x.firstByte.IsZero() {
-		d := x.firstByte.Sub(x.req.Start)
+	if !x.resp.firstByte.IsZero() {
+		d := x.resp.firstByte.Sub(x.req.Start)
 		ttft = ms(d)
-		if gen := x.latency - d; x.req.Stream && x.completionTokens > 0 && gen > 0 {
-			tps = float64(x.completionTokens) / gen.Seconds()
+		if gen := x.resp.latency - d; x.req.Stream && x.resp.completionTokens > 0 && gen > 0 {
+			tps = float64(x.resp.completionTokens) / gen.Seconds()
 		}
 	}
 	s.access.Log(ctx, &accesslog.Line{
 		RequestID: x.req.ID, TraceID: x.req.TraceID, Route: x.req.Route, Model: x.req.Model, Backend: x.req.Backend,
-		Status: status, Stream: x.req.Stream, Latency: ms(x.latency), TTFT: ttft,
-		PromptTokens: x.promptTokens, CompletionTokens: x.completionTokens,
-		UsageSource: string(x.usageSource), Tenant: x.req.Tenant,
-		ITLP50: ms(x.gaps.P50), ITLP95: ms(x.gaps.P95), MaxGap: ms(x.gaps.Max), TPS: math.Round(tps*10) / 10,
-		ErrorClass: string(class), Attempts: x.attempts,
+		Status: status, Stream: x.req.Stream, Latency: ms(x.resp.latency), TTFT: ttft,
+		PromptTokens: x.resp.promptTokens, CompletionTokens: x.resp.completionTokens,
+		UsageSource: string(x.resp.usageSource), Tenant: x.req.Tenant,
+		ITLP50: ms(x.resp.gaps.P50), ITLP95: ms(x.resp.gaps.P95), MaxGap: ms(x.resp.gaps.Max), TPS: math.Round(tps*10) / 10,
+		ErrorClass: string(class), Attempts: x.retry.attempts,
 	})
 }
 

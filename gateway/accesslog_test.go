@@ -17,7 +17,7 @@ func TestLogAccess(t *testing.T) {
 	var buf bytes.Buffer
 	s := &Server{access: accesslog.New(slog.New(accesslog.NewHandler(&buf)))}
 	x := benchCall()
-	x.latency = time.Duration(math.MaxInt64)
+	x.resp.latency = time.Duration(math.MaxInt64)
 	s.logAccess(context.Background(), x, 200, "")
 	if !bytes.Contains(buf.Bytes(), []byte(`"msg":"request"`)) || bytes.Count(buf.Bytes(), []byte("\n")) != 1 {
 		t.Errorf("access line %q", buf.Bytes())

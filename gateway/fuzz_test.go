@@ -66,7 +66,7 @@ type tapResult struct {
 // sizes, and returns what it recorded.
 func runTap(t *testing.T, src io.Reader, sse, tgi bool, capMax, keep int, r *rand.Rand) tapResult {
 	t.Helper()
-	x := &call{req: &exchange.Request{Start: time.Now(), Operation: exchange.OpChat, Stream: sse}, backend: &upstream.Backend{Name: "b"}, spanned: true}
+	x := &call{req: &exchange.Request{Start: time.Now(), Operation: exchange.OpChat, Stream: sse}, backend: &upstream.Backend{Name: "b"}, span: spanState{recording: true}}
 	tp := x.newTap(io.NopCloser(src), sse, capMax)
 	tp.tgi, tp.count, tp.spanned, tp.keepStream = tgi, sse, true, keep
 	var out []byte
@@ -80,12 +80,12 @@ func runTap(t *testing.T, src io.Reader, sse, tgi bool, capMax, keep int, r *ran
 		if err == io.EOF {
 			err = nil
 		}
-		x.chunks.release()
+		x.resp.chunks.release()
 		return tapResult{
-			out: out, err: err, events: x.events, tokens: x.chunks.tokens,
-			prompt: x.promptTokens, completion: x.completionTokens, reported: x.usageReported,
-			finish: x.finish, id: x.respID, model: x.respModel,
-			captured: x.captured, streamed: x.streamed, truncated: x.truncated, readErrBroken: errors.Is(x.readErr, errBroken),
+			out: out, err: err, events: x.resp.events, tokens: x.resp.chunks.tokens,
+			prompt: x.resp.promptTokens, completion: x.resp.completionTokens, reported: x.resp.usageReported,
+			finish: x.span.finish, id: x.span.respID, model: x.span.respModel,
+			captured: x.resp.captured, streamed: x.span.streamed, truncated: x.resp.truncated, readErrBroken: errors.Is(x.resp.readErr, errBroken),
 		}
 	}
 	t.Fatal("the tap never ended")

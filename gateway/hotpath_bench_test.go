@@ -255,10 +255,13 @@ func benchCall() *call {
 			ID: "3f2a9c1e5b7d4f608a1b2c3d4e5f6a7b", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 			Model: "llama-3-8b", Backend: "a", Stream: true, Tenant: "team-a",
 		},
-		status: 200, firstByte: start.Add(81 * time.Millisecond), latency: 912 * time.Millisecond,
-		promptTokens: 42, completionTokens: 128, usageSource: exchange.UsageReported, attempts: 1,
+		resp: responseStats{
+			status: 200, firstByte: start.Add(81 * time.Millisecond), latency: 912 * time.Millisecond,
+			promptTokens: 42, completionTokens: 128, usageSource: exchange.UsageReported,
+		},
+		retry: attemptState{attempts: 1},
 	}
-	x.gaps = exchange.Gaps{Count: 127, P50: 11900 * time.Microsecond, P95: 14200 * time.Microsecond, Max: 31500 * time.Microsecond}
+	x.resp.gaps = exchange.Gaps{Count: 127, P50: 11900 * time.Microsecond, P95: 14200 * time.Microsecond, Max: 31500 * time.Microsecond}
 	return x
 }
 
@@ -346,9 +349,9 @@ func BenchmarkMicroTapSSE(b *testing.B) {
 					default:
 					}
 				}
-				if len(x.chunks.gaps) > 1000 {
-					x.chunks.release()
-					x.chunks = chunkCounter{}
+				if len(x.resp.chunks.gaps) > 1000 {
+					x.resp.chunks.release()
+					x.resp.chunks = chunkCounter{}
 				}
 			}
 		})
@@ -394,10 +397,10 @@ func BenchmarkMicroSpans(b *testing.B) {
 		x := benchCall()
 		x.backend = gw.pool.Backends()[0]
 		ctx, server := gw.startServer(r, "/v1/chat/completions", ss, x)
-		x.server = server
+		x.span.server = server
 		_, pre := gw.tracer.Start(ctx, "preprocess")
 		pre.End()
-		_, x.infer = gw.startInference(ctx, x, &f)
+		_, x.span.infer = gw.startInference(ctx, x, &f)
 		gw.endSpans(x, 200, exchange.ClassNone)
 	}
 }
@@ -412,11 +415,11 @@ func BenchmarkMicroUsage(b *testing.B) {
 		doc  []byte
 	}{{"nonstream", plain.body}, {"stream-event", usageEvent}} {
 		b.Run(tc.name, func(b *testing.B) {
-			x := &call{spanned: true}
+			x := &call{span: spanState{recording: true}}
 			b.ReportAllocs()
 			for b.Loop() {
 				x.usage(tc.doc)
-				if !x.usageReported {
+				if !x.resp.usageReported {
 					b.Fatal("no usage")
 				}
 			}

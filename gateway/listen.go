@@ -90,6 +90,17 @@ type deadliner interface {
 	SetWriteDeadline(time.Time) error
 }
 
+// clientDeadlines is a call's deadlines on the client's connection:
+// where they are set (nil under a server other than HTTPServer's),
+// limits.write_timeout and the write deadline set last. serveProxy sets
+// it up, preprocess bounds the body's read with it and the tap moves the
+// write deadline (extendWrite).
+type clientDeadlines struct {
+	dl            deadliner
+	writeTimeout  time.Duration
+	writeDeadline time.Time
+}
+
 // deadlinesOf returns where r's deadlines are set; nil when r's server is
 // not HTTPServer's (tests' httptest servers).
 func deadlinesOf(w http.ResponseWriter, r *http.Request) deadliner {
@@ -113,10 +124,10 @@ func deadlinesOf(w http.ResponseWriter, r *http.Request) deadliner {
 // The deadline outlives the handler, so that net/http's last write (a
 // chunked stream's end) is bounded too; net/http lifts a connection's
 // write deadline once the response is finished, before the next request.
-func (x *call) extendWrite(now time.Time) {
-	if x.dl == nil || x.writeTimeout <= 0 || x.writeDeadline.Sub(now) > x.writeTimeout/2 {
+func (d *clientDeadlines) extendWrite(now time.Time) {
+	if d.dl == nil || d.writeTimeout <= 0 || d.writeDeadline.Sub(now) > d.writeTimeout/2 {
 		return
 	}
-	x.writeDeadline = now.Add(x.writeTimeout)
-	_ = x.dl.SetWriteDeadline(x.writeDeadline)
+	d.writeDeadline = now.Add(d.writeTimeout)
+	_ = d.dl.SetWriteDeadline(d.writeDeadline)
 }

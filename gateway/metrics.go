@@ -170,24 +170,24 @@ func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 		return
 	}
 	se := m.seriesFor(x.req.Operation, model, backend)
-	se.duration.Observe(x.latency.Seconds())
-	if x.req.Stream && !x.firstByte.IsZero() {
-		ttft := x.firstByte.Sub(x.req.Start)
+	se.duration.Observe(x.resp.latency.Seconds())
+	if x.req.Stream && !x.resp.firstByte.IsZero() {
+		ttft := x.resp.firstByte.Sub(x.req.Start)
 		se.ttft.Observe(ttft.Seconds())
-		if x.completionTokens > 1 {
-			se.tpot.Observe((x.latency - ttft).Seconds() / float64(x.completionTokens-1))
+		if x.resp.completionTokens > 1 {
+			se.tpot.Observe((x.resp.latency - ttft).Seconds() / float64(x.resp.completionTokens-1))
 		}
 	}
-	if x.gaps.Count > 0 {
-		se.maxGap.Observe(x.gaps.Max.Seconds())
+	if x.resp.gaps.Count > 0 {
+		se.maxGap.Observe(x.resp.gaps.Max.Seconds())
 	}
-	if x.promptTokens > 0 {
-		se.tokensIn.Observe(float64(x.promptTokens))
-		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.usageSource}).Add(float64(x.promptTokens))
+	if x.resp.promptTokens > 0 {
+		se.tokensIn.Observe(float64(x.resp.promptTokens))
+		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.resp.usageSource}).Add(float64(x.resp.promptTokens))
 	}
-	if x.completionTokens > 0 {
-		se.tokensOut.Observe(float64(x.completionTokens))
-		m.usageFor(usageLabels{x.req.Tenant, model, backend, "output", x.usageSource}).Add(float64(x.completionTokens))
+	if x.resp.completionTokens > 0 {
+		se.tokensOut.Observe(float64(x.resp.completionTokens))
+		m.usageFor(usageLabels{x.req.Tenant, model, backend, "output", x.resp.usageSource}).Add(float64(x.resp.completionTokens))
 	}
 }
 

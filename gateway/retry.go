@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -22,6 +23,28 @@ import (
 // accepted there is no retry: a stream that breaks later ends with an error
 // event (tap.go).
 
+// attemptState is a call's attempts: how many were made, the backends
+// that failed, where the next goes and the control of the current one.
+// serveProxy, forward and attempt (server.go) start attempts; retry and
+// settle decide whether one follows; startAttempt (cancel.go) lists the
+// current one for the backend-down and idle watches.
+type attemptState struct {
+	kinds    []string            // the route's backend kinds
+	attempts int                 // attempts started
+	start    time.Time           // when the current attempt started
+	tried    []*upstream.Backend // backends that failed this request, over triedBuf
+	triedBuf [maxAttempts]*upstream.Backend
+	next     *upstream.Backend // set when the attempt failed and goes on there
+	ctl      *attemptCtl       // cancels the current attempt (cancel.go)
+	settled  bool              // the observer has the request (settle)
+
+	// Each of the first inlineAttempts attempts' body reader, context
+	// and control, kept here rather than allocated per attempt.
+	bodies   [inlineAttempts]bytes.Reader
+	contexts [inlineAttempts]callContext
+	ctls     [inlineAttempts]attemptCtl
+}
+
 // maxAttempts bounds retries.attempts (config validates [1, 10]).
 const maxAttempts = 10
 
@@ -37,17 +60,17 @@ const (
 )
 
 // retry decides whether the failed attempt goes on to another backend; if
-// so it sets x.next, ends the attempt's span and counts the retry.
+// so it sets x.retry.next, ends the attempt's span and counts the retry.
 func (s *Server) retry(x *call, reason string, status int) bool {
-	x.tried = append(x.tried, x.backend)
-	if x.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
+	x.retry.tried = append(x.retry.tried, x.backend)
+	if x.retry.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
 		return false
 	}
-	next, err := s.balancer.Pick(x.req.Model, x.kinds, x.tried...)
+	next, err := s.balancer.Pick(x.req.Model, x.retry.kinds, x.retry.tried...)
 	if err != nil {
 		return false
 	}
-	x.next = next
+	x.retry.next = next
 	s.metrics.retries.WithLabelValues(reason).Inc()
 	s.log.Debug("retrying on another backend", "request_id", x.req.ID, "from", x.backend.Name, "to", next.Name, "reason", reason)
 	s.endAttempt(x, status, exchange.ClassUpstream5xx)
@@ -58,10 +81,10 @@ func (s *Server) retry(x *call, reason string, status int) bool {
 // hands the request to the observer: before settling, req.Backend may still
 // change, so the dispatcher goroutine must not see req yet.
 func (x *call) settle() {
-	if x.settled {
+	if x.retry.settled {
 		return
 	}
-	x.settled = true
+	x.retry.settled = true
 	x.req.Backend = x.backend.Name
 	if x.disp != nil {
 		x.disp.request(&x.pending)
@@ -90,21 +113,21 @@ func (s *Server) recordSuccess(b *upstream.Backend) {
 // answer is its latency.
 func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 	b := x.backend
-	if b == nil || x.attempts == 0 || x.apiErr != nil {
+	if b == nil || x.retry.attempts == 0 || x.resp.apiErr != nil {
 		return
 	}
-	if x.readErr != nil && ctx.Err() == nil {
-		if x.ctl != nil && x.ctl.idled.Load() {
+	if x.resp.readErr != nil && ctx.Err() == nil {
+		if x.retry.ctl != nil && x.retry.ctl.idled.Load() {
 			s.metrics.cancels.WithLabelValues(b.Name, "stream_idle").Inc()
 		}
 		s.recordFailure(b)
 		return
 	}
-	if x.tapped && x.tap.sse && x.status < 500 {
+	if x.tapped && x.tap.sse && x.resp.status < 500 {
 		s.recordSuccess(b) // a stream's success is its end (modifyResponse)
 	}
-	if !x.firstByte.IsZero() && x.status < 500 {
-		b.ObserveLatency(x.firstByte.Sub(x.attemptStart), now)
+	if !x.resp.firstByte.IsZero() && x.resp.status < 500 {
+		b.ObserveLatency(x.resp.firstByte.Sub(x.retry.start), now)
 	}
 }
 

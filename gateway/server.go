@@ -25,7 +25,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -329,79 +328,52 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 
 // call is the request path's own state for one proxied request. It is
 // touched only by the request's goroutine (the proxy calls Rewrite,
-// ModifyResponse, ErrorHandler and the body tap on it).
+// ModifyResponse, ErrorHandler and the body tap on it). Its state is
+// grouped by concern; the groups are held by value, since a call is one
+// allocation per request.
 type call struct {
 	req     *exchange.Request
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
-	pending batch      // what the observer gets next (observer.go)
-	server  trace.Span // the request's SERVER span
-	infer   trace.Span // the CLIENT span of the current attempt; nil between attempts
+	pending batch // what the observer gets next (observer.go)
 
-	// Retries (retry.go).
-	kinds        []string            // the route's backend kinds
-	attempts     int                 // attempts started
-	attemptStart time.Time           // when the current attempt started
-	tried        []*upstream.Backend // backends that failed this request, over triedBuf
-	triedBuf     [maxAttempts]*upstream.Backend
-	next         *upstream.Backend // set when the attempt failed and goes on there
-	ctl          *attemptCtl       // cancels the current attempt (cancel.go)
-	settled      bool              // the observer has the request (settle)
+	retry  attemptState    // the attempts and their retries (retry.go)
+	resp   responseStats   // what the response turns into for finish (tap.go)
+	shadow shadowState     // the shadow comparison's inputs
+	span   spanState       // the spans and what they record (spans.go)
+	client clientDeadlines // the client connection's deadlines (listen.go)
 
-	status           int
-	firstByte        time.Time
-	latency          time.Duration
-	events           int
-	promptTokens     int
-	completionTokens int
-	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
-	usageInjected    bool // the gateway asked for the stream's usage (usage.inject)
-	chunks           chunkCounter
-	// Set by finish: where the token counts came from, the stream's gaps.
-	usageSource exchange.UsageSource
-	gaps        exchange.Gaps
-	captured    []byte
-	truncated   bool
-	readErr     error
-	apiErr      *apierror.Error
-	// Shadow comparison (package shadow): the body sent upstream and the
-	// client's Authorization, kept (not copied) while a backend is
-	// shadow-compared; finish decides whether this request is.
-	shadowBody []byte
-	shadowAuth string
-	// shadowPicked: the request was sampled for a shadow comparison.
-	// idsBody is the body that asks idsBackend for logprobs by token id
-	// (forward).
-	shadowPicked bool
-	idsBody      []byte
-	idsBackend   *upstream.Backend
-	// From the response, for the inference span, read only when it
-	// records (spanned, set with the answering attempt's response).
-	spanned                   bool
-	respID, respModel, finish string
-	streamed                  []byte // SSE payloads kept when capture_content is on
-
-	// Storage for what a request would otherwise allocate piece by piece
-	// (issue 15): the parsed fields, the span attributes being set, the
-	// header values the gateway sets (hdrID...hdrBackend; each slice of
-	// it has its capacity cut to 1, so that an append elsewhere copies),
-	// each attempt's body reader and context, and the body tap.
+	// Storage for what a request would otherwise allocate piece by piece,
+	// since every allocation per request is garbage-collector work that
+	// adds to the proxy's overhead: the parsed fields, the header values
+	// the gateway sets (hdrID...hdrBackend; each slice of it has its
+	// capacity cut to 1, so that an append elsewhere copies) and the body
+	// tap.
 	fields request.Fields
-	attrs  [12]attribute.KeyValue
 	hdr    [hdrCount]string
+	tap    tap
+	tapped bool
 	// forwardedFor: X-Forwarded-For is set (the client's address is known).
 	forwardedFor bool
-	bodies       [inlineAttempts]bytes.Reader
-	contexts     [inlineAttempts]callContext
-	ctls         [inlineAttempts]attemptCtl
-	tap          tap
-	tapped       bool
-	// The client's deadlines (listen.go): where they are set (nil under
-	// a server other than HTTPServer's), limits.write_timeout and the
-	// write deadline set last.
-	dl            deadliner
-	writeTimeout  time.Duration
-	writeDeadline time.Time
+	// usageInjected: the gateway asked for the stream's usage
+	// (usage.inject); rewrite and modifyResponse strip it again.
+	usageInjected bool
+}
+
+// shadowState is what a shadow comparison (package shadow) needs of the
+// request. forward sets it; finish reads it, to start the comparison.
+type shadowState struct {
+	// body is the body sent upstream and auth the client's
+	// Authorization, kept (not copied) while a backend is
+	// shadow-compared; finish decides whether this request is.
+	body []byte
+	auth string
+	// picked: the request was sampled for a shadow comparison.
+	picked bool
+	// idsBody is the body that asks idsBackend for logprobs by token id
+	// (forward).
+	idsBody    []byte
+	idsBackend *upstream.Backend
 }
 
 // inlineAttempts is how many attempts have their body reader and context
@@ -460,11 +432,11 @@ func (s *Server) proxyRoute(method, route string, op exchange.Operation, kinds .
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, ss *serverSpan, op exchange.Operation, kinds []string) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	x := &call{disp: s.disp, dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}
+	x := &call{disp: s.disp, client: clientDeadlines{dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}}
 	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
 	req := x.req
 	ctx, server := s.startServer(r, route, ss, x)
-	x.server = server
+	x.span.server = server
 	req.Span = server.SpanContext()
 	req.ID, req.TraceID = ids(r, req.Span.TraceID())
 	x.hdr[hdrID], x.hdr[hdrTraceID] = req.ID, req.TraceID
@@ -488,7 +460,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 		s.fail(w, x, aerr)
 		return
 	}
-	x.kinds = kinds
+	x.retry.kinds = kinds
 
 	if s.cache != nil && f != nil {
 		if key, ok := s.cache.Key(op, f, body); ok {
@@ -512,18 +484,18 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	// A shadow comparison is decided now, so that the client's answer can
 	// serve as the backend's side of it (teacher forcing).
-	x.shadowPicked = f != nil && s.shadow.Sample(op, x.backend)
+	x.shadow.picked = f != nil && s.shadow.Sample(op, x.backend)
 	if s.shadow != nil {
-		x.shadowBody, x.shadowAuth = body, r.Header.Get("Authorization")
+		x.shadow.body, x.shadow.auth = body, r.Header.Get("Authorization")
 	}
 	switch {
-	case x.shadowPicked && !req.Stream && rewrite.Eligible(op, f) && s.shadow.NamesIDs(x.backend):
+	case x.shadow.picked && !req.Stream && rewrite.Eligible(op, f) && s.shadow.NamesIDs(x.backend):
 		// The backend named token ids in a comparison before: ask for
 		// this answer's logprobs by id, stripped from the client's bytes
 		// as injected logprobs are. Another backend, on a retry, gets
 		// the logprobs without the ids member it may not know.
 		plain, ids := s.shadow.Injection(op)
-		body, x.idsBody, x.idsBackend = rewrite.AppendMembers(body, plain), rewrite.AppendMembers(body, ids), x.backend
+		body, x.shadow.idsBody, x.shadow.idsBackend = rewrite.AppendMembers(body, plain), rewrite.AppendMembers(body, ids), x.backend
 		req.Injected = true
 		s.metrics.injections.Inc()
 	case f != nil && s.inject.Sample(op, f):
@@ -539,18 +511,18 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	x.forwardedHeaders(r)
-	x.tried = x.triedBuf[:0]
+	x.retry.tried = x.retry.triedBuf[:0]
 	for {
 		b := body
-		if x.idsBody != nil && x.backend == x.idsBackend {
-			b = x.idsBody
+		if x.shadow.idsBody != nil && x.backend == x.shadow.idsBackend {
+			b = x.shadow.idsBody
 		}
 		s.attempt(ctx, w, r, x, f, b)
-		if x.next == nil {
+		if x.retry.next == nil {
 			return
 		}
 		// The attempt failed before anything reached the client.
-		x.backend, x.next = x.next, nil
+		x.backend, x.retry.next = x.retry.next, nil
 	}
 }
 
@@ -560,7 +532,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // the request as usual.
 func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte, key string) bool {
 	serve := func(cr *cache.Response) bool {
-		x.status, x.req.Backend, x.backend = cr.Status, "cache", nil
+		x.resp.status, x.req.Backend, x.backend = cr.Status, "cache", nil
 		s.metrics.cacheHits.Inc()
 		w.Header().Set("X-Vigil-Backend", "cache")
 		cache.Serve(w, cr)
@@ -579,7 +551,7 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		cw := s.cache.Capture(w)
 		w.Header().Set("X-Vigil-Cache", "miss")
 		s.forward(ctx, cw, r, x, f, body)
-		cr := cw.Result(x.apiErr == nil && x.readErr == nil && x.status == http.StatusOK)
+		cr := cw.Result(x.resp.apiErr == nil && x.resp.readErr == nil && x.resp.status == http.StatusOK)
 		if cr != nil {
 			s.cache.Put(ctx, key, cr)
 		}
@@ -605,20 +577,20 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 type servedHere struct{ cr *cache.Response }
 
 // attempt sends the request to x.backend once, replaying the body bytes.
-// It sets x.next when the attempt failed in a way that goes on to another
-// backend.
+// It sets x.retry.next when the attempt failed in a way that goes on to
+// another backend.
 func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte) {
 	release := x.backend.Acquire()
 	defer release()
-	x.attempts++
-	x.attemptStart = time.Now()
+	x.retry.attempts++
+	x.retry.start = time.Now()
 	// Each attempt has its own reader and context: the transport may
 	// still read the last attempt's body after its response came.
 	var rd *bytes.Reader
 	var cc *callContext
 	var ctl *attemptCtl
-	if i := x.attempts - 1; i < inlineAttempts {
-		rd, cc, ctl = &x.bodies[i], &x.contexts[i], &x.ctls[i]
+	if i := x.retry.attempts - 1; i < inlineAttempts {
+		rd, cc, ctl = &x.retry.bodies[i], &x.retry.contexts[i], &x.retry.ctls[i]
 	} else {
 		rd, cc, ctl = new(bytes.Reader), new(callContext), new(attemptCtl)
 	}
@@ -628,7 +600,7 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	r.Body = io.NopCloser(rd)
 	r.ContentLength = int64(len(body))
 	ictx, infer := s.startInference(ctx, x, f)
-	x.infer = infer
+	x.span.infer = infer
 	*cc = callContext{Context: s.startAttempt(ictx, x, ctl), x: x}
 	defer ctl.end()
 	s.proxy.ServeHTTP(w, r.WithContext(cc))
@@ -638,7 +610,7 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 // the backend. f is nil for passed-through routes.
 func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*request.Fields, []byte, *apierror.Error) {
 	req := x.req
-	body, aerr := request.ReadBody(r, w, x.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
+	body, aerr := request.ReadBody(r, w, x.client.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
 	if aerr != nil {
 		return nil, nil, aerr
 	}
@@ -668,7 +640,7 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 
 // fail answers with a gateway-made error.
 func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
-	x.apiErr = e
+	x.resp.apiErr = e
 	apierror.Write(w, e)
 }
 
@@ -738,7 +710,7 @@ func (x *call) forwardedHeaders(r *http.Request) {
 
 func (s *Server) modifyResponse(resp *http.Response) error {
 	x := callFrom(resp.Request.Context())
-	if !x.ctl.answered() {
+	if !x.retry.ctl.answered() {
 		return errBackendDown // the proxy closes the body and calls proxyError
 	}
 	h := resp.Header
@@ -757,8 +729,8 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		// headers must not reset the count that ejects its backend.
 	}
 	x.settle()
-	x.status = resp.StatusCode
-	x.spanned = x.infer != nil && x.infer.IsRecording()
+	x.resp.status = resp.StatusCode
+	x.span.recording = x.span.infer != nil && x.span.infer.IsRecording()
 	x.hdr[hdrBackend] = x.backend.Name
 	h["X-Vigil-Backend"] = x.header(hdrBackend)
 	// The writer has ours already (serveProxy), and ReverseProxy adds the
@@ -771,8 +743,8 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		tp.tgi = x.req.Operation == exchange.OpGenerate
 		tp.count = x.req.Operation.Generates()
 	}
-	tp.spanned = x.spanned
-	if isSSE && s.cfg.Tracing.CaptureContent && x.infer != nil && x.infer.IsRecording() {
+	tp.spanned = x.span.recording
+	if isSSE && s.cfg.Tracing.CaptureContent && x.span.infer != nil && x.span.infer.IsRecording() {
 		tp.keepStream = s.cfg.Tracing.MaxContentBytes
 	}
 	resp.Body = tp
@@ -813,19 +785,19 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, errRetry) {
 		return // modifyResponse chose another backend; nothing was written
 	}
-	if x.ctl.cancelledDown() {
+	if x.retry.ctl.cancelledDown() {
 		s.metrics.cancels.WithLabelValues(x.backend.Name, retryDown).Inc()
 		s.recordFailure(x.backend)
-		s.log.Warn("request moved off a backend marked down before it answered", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.attempts)
+		s.log.Warn("request moved off a backend marked down before it answered", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.retry.attempts)
 		if s.retry(x, retryDown, 0) {
 			return
 		}
 		// Another backend was healthy when the attempt was cancelled, and
 		// is no longer.
 		x.settle()
-		x.apiErr = apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable",
+		x.resp.apiErr = apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable",
 			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx)
-		apierror.Write(w, x.apiErr)
+		apierror.Write(w, x.resp.apiErr)
 		return
 	}
 	e := apierror.Upstream(r.Context(), err)
@@ -833,7 +805,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		s.recordFailure(x.backend)
 	}
 	if e.Status == http.StatusBadGateway {
-		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.attempts, "err", err)
+		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.retry.attempts, "err", err)
 		reason := retryTransport
 		if isDialError(err) {
 			reason = retryConnect
@@ -844,7 +816,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		e.Message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
 	}
 	x.settle()
-	x.apiErr = e
+	x.resp.apiErr = e
 	if e.Status == apierror.StatusClientClosed {
 		return // nobody to answer
 	}
@@ -858,7 +830,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) finish(ctx context.Context, x *call) {
 	p := recover()
 	now := time.Now()
-	x.latency = now.Sub(x.req.Start)
+	x.resp.latency = now.Sub(x.req.Start)
 	status, class := x.outcome(ctx, p != nil)
 	x.settleUsage()
 	s.observeBackend(ctx, x, now)
@@ -872,21 +844,21 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		// request, no healthy backend, a cache hit) reach the observer
 		// too, without OnRequest, for the error rates.
 		resp := &exchange.Response{
-			Status: status, Latency: x.latency, PromptTokens: x.promptTokens,
-			CompletionTokens: x.completionTokens, UsageSource: x.usageSource, Events: x.events,
-			ErrorClass: class, Body: x.captured, Truncated: x.truncated, Gaps: x.gaps,
+			Status: status, Latency: x.resp.latency, PromptTokens: x.resp.promptTokens,
+			CompletionTokens: x.resp.completionTokens, UsageSource: x.resp.usageSource, Events: x.resp.events,
+			ErrorClass: class, Body: x.resp.captured, Truncated: x.resp.truncated, Gaps: x.resp.gaps,
 		}
-		if !x.firstByte.IsZero() {
-			resp.TTFT = x.firstByte.Sub(x.req.Start)
+		if !x.resp.firstByte.IsZero() {
+			resp.TTFT = x.resp.firstByte.Sub(x.req.Start)
 		}
 		s.disp.response(x.req, &x.pending, resp)
 	}
-	if x.shadowBody != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadowPicked && s.shadow.Paired(x.backend) {
+	if x.shadow.body != nil && x.backend != nil && class == exchange.ClassNone && status == http.StatusOK && x.shadow.picked && s.shadow.Paired(x.backend) {
 		var answer []byte
-		if !x.req.Stream && !x.truncated && shadow.HasTokenIDs(x.captured) {
-			answer = x.captured // its logprobs name token ids: the backend's side (teacher forcing)
+		if !x.req.Stream && !x.resp.truncated && shadow.HasTokenIDs(x.resp.captured) {
+			answer = x.resp.captured // its logprobs name token ids: the backend's side (teacher forcing)
 		}
-		s.shadow.Start(x.backend, x.req.Operation, x.shadowBody, answer, x.shadowAuth)
+		s.shadow.Start(x.backend, x.req.Operation, x.shadow.body, answer, x.shadow.auth)
 	}
 	if p != nil {
 		panic(p)
@@ -895,28 +867,28 @@ func (s *Server) finish(ctx context.Context, x *call) {
 
 // outcome gives the status to record and the error class of a finished request.
 func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorClass) {
-	if x.apiErr != nil {
-		return x.apiErr.Status, x.apiErr.Class
+	if x.resp.apiErr != nil {
+		return x.resp.apiErr.Status, x.resp.apiErr.Class
 	}
-	if !x.req.Stream || x.events == 0 {
+	if !x.req.Stream || x.resp.events == 0 {
 		x.usageFromCapture()
 	}
-	if aborted || x.readErr != nil {
+	if aborted || x.resp.readErr != nil {
 		if ctx.Err() != nil {
 			return apierror.StatusClientClosed, exchange.ClassClientCancel
 		}
-		return x.status, exchange.ClassUpstream5xx
+		return x.resp.status, exchange.ClassUpstream5xx
 	}
 	switch {
-	case x.status >= 500:
-		return x.status, exchange.ClassUpstream5xx
-	case x.status >= 400:
-		if isPromptTooLong(x.captured) {
-			return x.status, exchange.ClassPromptTooLong
+	case x.resp.status >= 500:
+		return x.resp.status, exchange.ClassUpstream5xx
+	case x.resp.status >= 400:
+		if isPromptTooLong(x.resp.captured) {
+			return x.resp.status, exchange.ClassPromptTooLong
 		}
-		return x.status, exchange.ClassUpstream4xx
+		return x.resp.status, exchange.ClassUpstream4xx
 	}
-	return x.status, exchange.ClassNone
+	return x.resp.status, exchange.ClassNone
 }
 
 // settleUsage decides where the token counts come from: the backend's
@@ -925,16 +897,16 @@ func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorCl
 // stream's gaps and releases their buffer.
 func (x *call) settleUsage() {
 	switch {
-	case x.usageReported:
-		x.usageSource = exchange.UsageReported
-	case x.chunks.tokens > 0:
-		x.completionTokens = x.chunks.tokens
-		x.usageSource = exchange.UsageCounted
+	case x.resp.usageReported:
+		x.resp.usageSource = exchange.UsageReported
+	case x.resp.chunks.tokens > 0:
+		x.resp.completionTokens = x.resp.chunks.tokens
+		x.resp.usageSource = exchange.UsageCounted
 	default:
-		x.usageSource = exchange.UsageNone
+		x.resp.usageSource = exchange.UsageNone
 	}
-	g := &x.gaps
-	g.Count, g.P50, g.P95, g.Max = x.chunks.summary()
+	g := &x.resp.gaps
+	g.Count, g.P50, g.P95, g.Max = x.resp.chunks.summary()
 }
 
 // isPromptTooLong recognises vLLM's and TGI's context-length errors.

@@ -18,6 +18,24 @@ import (
 	"github.com/vigil-gw/vigil/tracing"
 )
 
+// spanState is a call's spans and what they record from the response.
+// serveProxy, attempt and modifyResponse (server.go) set the spans; the
+// tap fills in the response's id, model, finish reason and content when
+// recording is set; startServer, startInference and endSpans read it.
+type spanState struct {
+	server trace.Span // the request's SERVER span
+	infer  trace.Span // the CLIENT span of the current attempt; nil between attempts
+	// recording: the answering attempt's inference span records
+	// (modifyResponse). The response's id, model and finish reason are
+	// kept only then.
+	recording                 bool
+	respID, respModel, finish string
+	streamed                  []byte // SSE payloads kept when capture_content is on
+	// attrs holds the span attributes being set, so that setting them
+	// does not allocate per request.
+	attrs [12]attribute.KeyValue
+}
+
 // defaultTracer makes spans that are never recorded or exported but carry
 // real trace and span ids, so that X-Vigil-Trace-Id and the upstream
 // traceparent work without a tracing backend.
@@ -66,7 +84,7 @@ func (s *Server) startServer(r *http.Request, route string, ss *serverSpan, x *c
 	}
 	ctx, sp := s.tracer.Start(ctx, r.Method+" "+route, serverStart...)
 	if sp.IsRecording() {
-		sp.SetAttributes(append(x.attrs[:0],
+		sp.SetAttributes(append(x.span.attrs[:0],
 			attribute.String(tracing.AttrHTTPRequestMethod, r.Method),
 			attribute.String(tracing.AttrURLPath, r.URL.Path),
 		)...)
@@ -111,7 +129,7 @@ func (h headerCarrier) Keys() []string             { return propagation.HeaderCa
 // named "{gen_ai.operation.name} {gen_ai.request.model}". The name and the
 // attributes of the operation, model and backend are made once per model
 // label (see series); the attributes are set after the start, from
-// x.attrs, and only on a recording span.
+// x.span.attrs, and only on a recording span.
 func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields) (context.Context, trace.Span) {
 	b := x.backend
 	label := s.metrics.models.label(x.req.Model)
@@ -129,7 +147,7 @@ func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields)
 	if !sp.IsRecording() {
 		return ctx, sp
 	}
-	attrs := append(x.attrs[:0], ss.attrs...)
+	attrs := append(x.span.attrs[:0], ss.attrs...)
 	if f != nil {
 		p := &f.Parameters
 		if v, ok := firstNum(f.MaxTokens, f.MaxCompletionTokens, p.MaxNewTokens); ok {
@@ -145,8 +163,8 @@ func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields)
 	if x.req.Injected {
 		attrs = append(attrs, attribute.Bool("vigil.logprobs_injected", true))
 	}
-	if x.attempts > 1 {
-		attrs = append(attrs, attribute.Int("vigil.attempt", x.attempts))
+	if x.retry.attempts > 1 {
+		attrs = append(attrs, attribute.Int("vigil.attempt", x.retry.attempts))
 	}
 	sp.SetAttributes(attrs...)
 	return ctx, sp
@@ -193,8 +211,8 @@ func newSeriesSpan(op exchange.Operation, model string, b *upstream.Backend) *se
 // retried on another backend: status is the backend's 5xx, or 0 when no
 // response came.
 func (s *Server) endAttempt(x *call, status int, class exchange.ErrorClass) {
-	sp := x.infer
-	x.infer = nil
+	sp := x.span.infer
+	x.span.infer = nil
 	if sp == nil {
 		return
 	}
@@ -207,25 +225,25 @@ func (s *Server) endAttempt(x *call, status int, class exchange.ErrorClass) {
 }
 
 // endSpans ends the inference and server spans of a finished request.
-// Their last attributes are gathered in x.attrs.
+// Their last attributes are gathered in x.span.attrs.
 func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
-	if sp := x.infer; sp != nil {
+	if sp := x.span.infer; sp != nil {
 		if sp.IsRecording() {
-			attrs := append(x.attrs[:0], attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
-			if x.respModel != "" {
-				attrs = append(attrs, attribute.String(tracing.AttrGenAIResponseModel, x.respModel))
+			attrs := append(x.span.attrs[:0], attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
+			if x.span.respModel != "" {
+				attrs = append(attrs, attribute.String(tracing.AttrGenAIResponseModel, x.span.respModel))
 			}
-			if x.respID != "" {
-				attrs = append(attrs, attribute.String(tracing.AttrGenAIResponseID, x.respID))
+			if x.span.respID != "" {
+				attrs = append(attrs, attribute.String(tracing.AttrGenAIResponseID, x.span.respID))
 			}
-			if x.finish != "" {
-				attrs = append(attrs, attribute.StringSlice(tracing.AttrGenAIResponseFinishReasons, []string{x.finish}))
+			if x.span.finish != "" {
+				attrs = append(attrs, attribute.StringSlice(tracing.AttrGenAIResponseFinishReasons, []string{x.span.finish}))
 			}
-			if x.promptTokens > 0 {
-				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageInputTokens, x.promptTokens))
+			if x.resp.promptTokens > 0 {
+				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageInputTokens, x.resp.promptTokens))
 			}
-			if x.completionTokens > 0 {
-				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageOutputTokens, x.completionTokens))
+			if x.resp.completionTokens > 0 {
+				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageOutputTokens, x.resp.completionTokens))
 			}
 			if class != exchange.ClassNone {
 				attrs = append(attrs, attribute.String(tracing.AttrErrorType, string(class)))
@@ -240,9 +258,9 @@ func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
 		}
 		sp.End()
 	}
-	if sp := x.server; sp != nil {
+	if sp := x.span.server; sp != nil {
 		if sp.IsRecording() {
-			attrs := append(x.attrs[:0], attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
+			attrs := append(x.span.attrs[:0], attribute.Int(tracing.AttrHTTPResponseStatusCode, status))
 			if class != exchange.ClassNone {
 				attrs = append(attrs, attribute.String(tracing.AttrErrorType, string(class)))
 			}
@@ -266,9 +284,9 @@ func (s *Server) captureContent(x *call, sp trace.Span) {
 		}
 		return string(b)
 	}
-	completion := x.captured
+	completion := x.resp.captured
 	if x.req.Stream {
-		completion = x.streamed // the SSE data payloads, concatenated
+		completion = x.span.streamed // the SSE data payloads, concatenated
 	}
 	// The raw request and response JSON, truncated, rather than the
 	// conventions' parsed message lists: Vigil never re-encodes bodies.

@@ -10,7 +10,33 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/sse"
+	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/apierror"
 )
+
+// responseStats is what a call's response comes to: its status, timing,
+// token usage, content chunks and gaps, the captured body and how it
+// ended. The tap fills it in as the body passes (modifyResponse sets the
+// status, fail and proxyError the gateway's own error); finish
+// (server.go) settles it and hands it to the metrics, the access log,
+// the observer and the backend's health.
+type responseStats struct {
+	status           int
+	firstByte        time.Time
+	latency          time.Duration
+	events           int
+	promptTokens     int
+	completionTokens int
+	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
+	chunks           chunkCounter
+	// Set by finish: where the token counts came from, the stream's gaps.
+	usageSource exchange.UsageSource
+	gaps        exchange.Gaps
+	captured    []byte
+	truncated   bool
+	readErr     error
+	apiErr      *apierror.Error // the error the gateway answered with
+}
 
 // tap wraps an upstream response body. Each Read passes the bytes through
 // unchanged and, on the same goroutine, splits SSE events (handing a copy of
@@ -32,7 +58,7 @@ type tap struct {
 	captureMax int
 	keepStream int           // bytes of SSE payloads to keep for content capture; 0: none
 	count      bool          // count content chunks and time their gaps (chunks.go)
-	spanned    bool          // x.spanned
+	spanned    bool          // x.span.recording
 	at         time.Duration // when the bytes being split arrived, since the request started
 
 	tail    [4]byte // the last bytes passed through, for the error event's framing
@@ -62,7 +88,7 @@ func (t *tap) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	c := t.x.ctl
+	c := t.x.retry.ctl
 	if c != nil && c.idleFor > 0 {
 		c.reads.Add(1) // odd: waiting on the backend (cancel.go: sweepIdle)
 	}
@@ -73,12 +99,12 @@ func (t *tap) Read(p []byte) (int, error) {
 	if n > 0 {
 		x := t.x
 		now := time.Now()
-		x.extendWrite(now)
+		x.client.extendWrite(now)
 		t.at = now.Sub(x.req.Start)
-		if x.firstByte.IsZero() {
-			x.firstByte = now
-			if x.infer != nil {
-				x.infer.AddEvent(firstTokenEvent)
+		if x.resp.firstByte.IsZero() {
+			x.resp.firstByte = now
+			if x.span.infer != nil {
+				x.span.infer.AddEvent(firstTokenEvent)
 			}
 		}
 		if t.sse {
@@ -95,8 +121,8 @@ func (t *tap) Read(p []byte) (int, error) {
 			}
 			return n, err
 		}
-		if t.x.readErr == nil {
-			t.x.readErr = err
+		if t.x.resp.readErr == nil {
+			t.x.resp.readErr = err
 		}
 		if t.sse && !errors.Is(err, context.Canceled) {
 			t.broken, t.pending = true, t.errorEvent()
@@ -142,7 +168,7 @@ func (t *tap) errorEvent() []byte {
 		b = append(b, "\n\n"...)
 	}
 	text, code := "the stream from backend "+t.x.backend.Name+" broke before it ended", "upstream_stream_broken"
-	if c := t.x.ctl; c != nil && c.idled.Load() {
+	if c := t.x.retry.ctl; c != nil && c.idled.Load() {
 		text, code = "the stream from backend "+t.x.backend.Name+" sent nothing for "+c.idleFor.String(), "upstream_stream_idle"
 	}
 	msg, _ := json.Marshal(text)
@@ -163,18 +189,18 @@ func (t *tap) Close() error { return t.body.Close() }
 
 func (t *tap) capture(b []byte) {
 	x := t.x
-	room := t.captureMax - len(x.captured)
+	room := t.captureMax - len(x.resp.captured)
 	if room <= 0 {
 		if len(b) > 0 {
-			x.truncated = true
+			x.resp.truncated = true
 		}
 		return
 	}
 	if len(b) > room {
 		b = b[:room]
-		x.truncated = true
+		x.resp.truncated = true
 	}
-	x.captured = append(x.captured, b...)
+	x.resp.captured = append(x.resp.captured, b...)
 }
 
 var doneMarker = []byte("[DONE]")
@@ -185,28 +211,28 @@ const firstTokenEvent = "gen_ai.first_token"
 
 func (t *tap) data(payload []byte) {
 	x := t.x
-	x.events++
+	x.resp.events++
 	if bytes.Equal(payload, doneMarker) {
 		return
 	}
-	if x.events == 1 && t.spanned {
+	if x.resp.events == 1 && t.spanned {
 		x.meta(payload) // id and model: one small scan per stream
 	}
 	if t.count {
 		if mask, extra := contentChoices(payload); mask != 0 || extra != 0 {
-			x.chunks.add(mask, extra, t.at)
+			x.resp.chunks.add(mask, extra, t.at)
 		}
 	}
 	if t.spanned {
 		if r := finishReason(payload); r != "" {
-			x.finish = r
+			x.span.finish = r
 		}
 	}
 	if hasObject(payload, `"usage"`) || hasObject(payload, `"details"`) {
 		x.usage(payload)
 	}
-	if t.keepStream > 0 && len(x.streamed) < t.keepStream {
-		x.streamed = append(x.streamed, payload[:min(len(payload), t.keepStream-len(x.streamed))]...)
+	if t.keepStream > 0 && len(x.span.streamed) < t.keepStream {
+		x.span.streamed = append(x.span.streamed, payload[:min(len(payload), t.keepStream-len(x.span.streamed))]...)
 	}
 	if x.disp != nil {
 		x.disp.chunk(x.req, &x.pending, payload)
@@ -289,7 +315,7 @@ func (x *call) meta(doc []byte) {
 		}
 		u = responseFields{id: m.ID, model: m.Model}
 	}
-	x.respID, x.respModel = u.id, u.model
+	x.span.respID, x.span.respModel = u.id, u.model
 }
 
 // usageBody holds the token counts of OpenAI (usage) and TGI (details)
@@ -439,10 +465,10 @@ func scanResponseStrings(doc []byte, full, strs bool, u *responseFields) bool {
 }
 
 // usage records the token counts found in a JSON document, if any, and
-// the id, model and finish reason when x.spanned.
+// the id, model and finish reason when x.span.recording.
 func (x *call) usage(doc []byte) {
 	var u responseFields
-	if !scanResponseStrings(doc, true, x.spanned, &u) {
+	if !scanResponseStrings(doc, true, x.span.recording, &u) {
 		var b usageBody
 		if json.Unmarshal(doc, &b) != nil {
 			return
@@ -454,24 +480,24 @@ func (x *call) usage(doc []byte) {
 
 func (x *call) setUsage(u *responseFields) {
 	if u.id != "" {
-		x.respID = u.id
+		x.span.respID = u.id
 	}
 	if u.model != "" {
-		x.respModel = u.model
+		x.span.respModel = u.model
 	}
 	if u.firstFinish != "" {
-		x.finish = u.firstFinish
+		x.span.finish = u.firstFinish
 	}
 	if u.details && u.detailsFinish != "" {
-		x.finish = u.detailsFinish
+		x.span.finish = u.detailsFinish
 	}
 	switch {
 	case u.usage:
-		x.promptTokens, x.completionTokens = u.promptTokens, u.completionTokens
-		x.usageReported = true
+		x.resp.promptTokens, x.resp.completionTokens = u.promptTokens, u.completionTokens
+		x.resp.usageReported = true
 	case u.details:
-		x.completionTokens = u.generatedTokens
-		x.usageReported = true
+		x.resp.completionTokens = u.generatedTokens
+		x.resp.usageReported = true
 	}
 }
 
@@ -479,7 +505,7 @@ func (x *call) setUsage(u *responseFields) {
 // capture cut at max_capture_bytes is not parsed: OpenAI servers write usage
 // last, so it would be missing anyway.
 func (x *call) usageFromCapture() {
-	if len(x.captured) > 0 && x.captured[0] == '{' && !x.truncated {
-		x.usage(x.captured)
+	if len(x.resp.captured) > 0 && x.resp.captured[0] == '{' && !x.resp.truncated {
+		x.usage(x.resp.captured)
 	}
 }
