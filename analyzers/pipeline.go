@@ -50,7 +50,7 @@ type Options struct {
 	Alerts   config.Alerts
 	Notifier alert.Notifier
 	// BackendStates, when set, tells the backends' state as the gateway
-	// sees it, for the history (cmd/vigil wires the gateway's). Nil:
+	// sees it, for the history (internal/app wires the gateway's). Nil:
 	// the history has no backends.
 	BackendStates func() []exchange.BackendState
 	// Backends are the gateway's backends: those with a reference are
