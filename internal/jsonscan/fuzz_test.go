@@ -168,8 +168,12 @@ func FuzzDifferential(f *testing.F) {
 			}
 			var v any
 			uerr := json.Unmarshal(data, &v)
+			// encoding/json ends a text by feeding its state machine a
+			// space, so a number or literal cut short reads as an invalid
+			// ' ' there rather than as the end of the input.
 			jsonEOF := uerr != nil && uerr.Error() == "unexpected end of JSON input"
-			if s.Truncated() != jsonEOF {
+			jsonCut := jsonEOF || uerr != nil && strings.HasPrefix(uerr.Error(), "invalid character ' ' ") && len(bytes.TrimRight(data, " \t\r\n")) == len(data)
+			if jsonEOF && !s.Truncated() || s.Truncated() && !jsonCut {
 				t.Fatalf("%s: scanner truncated %v (%v); encoding/json: %v", short(data), s.Truncated(), s.Err(), uerr)
 			}
 			return
