@@ -190,6 +190,9 @@ func FuzzDifferential(f *testing.F) {
 		s = New(data, Options{})
 		if s.Enter('{') {
 			for n := 0; s.Member(&n); {
+				if at := s.KeyOffset(); data[at] != '"' || string(data[at+1:at+1+len(s.Key())]) != string(s.Key()) {
+					t.Fatalf("%s: KeyOffset %d does not hold the key %q", short(data), at, s.Key())
+				}
 				checkField(t, s.Key())
 				s.Skip()
 			}

@@ -44,6 +44,7 @@ type Scanner struct {
 	maxDepth  int
 	nonFinite bool
 	key       []byte // the raw key read by the last successful Member
+	keyAt     int    // the offset of its opening quote
 	failed    bool
 	eof       bool   // the failure is the text ending inside a value
 	msg       string // what the failure was
@@ -131,6 +132,10 @@ func (s *Scanner) Pos() int { return s.i }
 // Key returns the raw key (escapes undecoded) of the member the last
 // successful Member moved to.
 func (s *Scanner) Key() []byte { return s.key }
+
+// KeyOffset returns the offset of the opening quote of Key in the text:
+// for a caller that cuts members out of the text in place.
+func (s *Scanner) KeyOffset() int { return s.keyAt }
 
 // ws skips white space.
 func (s *Scanner) ws() {
@@ -403,6 +408,7 @@ func (s *Scanner) Member(n *int) bool {
 		s.i++
 		s.ws()
 	}
+	at := s.i
 	key, ok := s.Str()
 	if !ok {
 		return false
@@ -414,7 +420,7 @@ func (s *Scanner) Member(n *int) bool {
 		return s.fail("expected ':'")
 	}
 	s.i++
-	s.key = key
+	s.key, s.keyAt = key, at
 	*n++
 	return true
 }
