@@ -218,17 +218,20 @@ var strByte = func() (t [256]bool) {
 // raw contents between the quotes, escapes undecoded. Bytes of 0x80 and
 // above are taken as they are, as encoding/json's scanner does.
 func (s *Scanner) Str() ([]byte, bool) {
-	if s.Peek() != '"' {
-		if s.failed {
-			return nil, false
-		}
-		if s.i >= len(s.b) {
-			return nil, s.truncated()
-		}
-		return nil, s.fail("expected a string")
-	}
+	s.ws()
 	if s.failed {
 		return nil, false
+	}
+	return s.str()
+}
+
+// str is Str at s.i, white space skipped.
+func (s *Scanner) str() ([]byte, bool) {
+	if s.i >= len(s.b) {
+		return nil, s.truncated()
+	}
+	if s.b[s.i] != '"' {
+		return nil, s.fail("expected a string")
 	}
 	start := s.i + 1
 	for j := start; j < len(s.b); j++ {
@@ -297,6 +300,11 @@ func (s *Scanner) Number() ([]byte, NumKind, bool) {
 	if s.failed {
 		return nil, 0, false
 	}
+	return s.num()
+}
+
+// num is Number at s.i, white space skipped.
+func (s *Scanner) num() ([]byte, NumKind, bool) {
 	start := s.i
 	if s.i < len(s.b) {
 		switch s.b[s.i] {
@@ -409,7 +417,7 @@ func (s *Scanner) Member(n *int) bool {
 		s.ws()
 	}
 	at := s.i
-	key, ok := s.Str()
+	key, ok := s.str()
 	if !ok {
 		return false
 	}
@@ -464,7 +472,7 @@ func (s *Scanner) Skip() bool {
 	}
 	switch c {
 	case '"':
-		_, ok := s.Str()
+		_, ok := s.str()
 		return ok
 	case '{':
 		if !s.Enter('{') {
@@ -499,7 +507,7 @@ func (s *Scanner) Skip() bool {
 		return s.Literal("null")
 	default:
 		if c == '-' || IsDigit(c) || s.nonFinite && (c == 'N' || c == 'I') {
-			_, _, ok := s.Number()
+			_, _, ok := s.num()
 			return ok
 		}
 		return s.fail("unexpected character")
