@@ -111,9 +111,6 @@ func (s *Scanner) Fail(msg string) bool {
 	return false
 }
 
-// fail records the syntax error msg at the current offset.
-func (s *Scanner) fail(msg string) bool { return s.Fail(msg) }
-
 // truncated records that the text ended inside a value.
 func (s *Scanner) truncated() bool {
 	if !s.failed {
@@ -181,7 +178,7 @@ func (s *Scanner) End() bool {
 		return false
 	}
 	if s.i < len(s.b) {
-		return s.fail("data after the top-level value")
+		return s.Fail("data after the top-level value")
 	}
 	return true
 }
@@ -197,7 +194,7 @@ func (s *Scanner) Literal(word string) bool {
 		}
 		if s.b[s.i+j] != word[j] {
 			s.i += j
-			return s.fail("invalid literal")
+			return s.Fail("invalid literal")
 		}
 	}
 	s.i += len(word)
@@ -231,7 +228,7 @@ func (s *Scanner) str() ([]byte, bool) {
 		return nil, s.truncated()
 	}
 	if s.b[s.i] != '"' {
-		return nil, s.fail("expected a string")
+		return nil, s.Fail("expected a string")
 	}
 	start := s.i + 1
 	for j := start; j < len(s.b); j++ {
@@ -257,17 +254,17 @@ func (s *Scanner) str() ([]byte, bool) {
 					}
 					if !IsHex(s.b[j+k]) {
 						s.i = j + k
-						return nil, s.fail("invalid \\u escape")
+						return nil, s.Fail("invalid \\u escape")
 					}
 				}
 				j += 4
 			default:
 				s.i = j
-				return nil, s.fail("invalid escape")
+				return nil, s.Fail("invalid escape")
 			}
 		default:
 			s.i = j
-			return nil, s.fail("control character in string")
+			return nil, s.Fail("control character in string")
 		}
 	}
 	return nil, s.truncated()
@@ -337,7 +334,7 @@ func (s *Scanner) num() ([]byte, NumKind, bool) {
 		for s.i++; s.i < len(s.b) && IsDigit(s.b[s.i]); s.i++ {
 		}
 	default:
-		return nil, 0, s.fail("invalid number")
+		return nil, 0, s.Fail("invalid number")
 	}
 	if s.i < len(s.b) && s.b[s.i] == '.' {
 		s.i++
@@ -363,7 +360,7 @@ func (s *Scanner) digits() bool {
 		return s.truncated()
 	}
 	if !IsDigit(s.b[s.i]) {
-		return s.fail("invalid number")
+		return s.Fail("invalid number")
 	}
 	for s.i++; s.i < len(s.b) && IsDigit(s.b[s.i]); s.i++ {
 	}
@@ -383,7 +380,7 @@ func (s *Scanner) Enter(open byte) bool {
 		return false
 	}
 	if s.depth >= s.maxDepth {
-		return s.fail("nesting too deep")
+		return s.Fail("nesting too deep")
 	}
 	s.depth++
 	s.i++
@@ -411,7 +408,7 @@ func (s *Scanner) Member(n *int) bool {
 			if s.i >= len(s.b) {
 				return s.truncated()
 			}
-			return s.fail("expected ',' or '}'")
+			return s.Fail("expected ',' or '}'")
 		}
 		s.i++
 		s.ws()
@@ -425,7 +422,7 @@ func (s *Scanner) Member(n *int) bool {
 		if s.i >= len(s.b) {
 			return s.truncated()
 		}
-		return s.fail("expected ':'")
+		return s.Fail("expected ':'")
 	}
 	s.i++
 	s.key, s.keyAt = key, at
@@ -449,7 +446,7 @@ func (s *Scanner) Element(n *int) bool {
 			if s.i >= len(s.b) {
 				return s.truncated()
 			}
-			return s.fail("expected ',' or ']'")
+			return s.Fail("expected ',' or ']'")
 		}
 		s.i++
 		s.ws()
@@ -510,7 +507,7 @@ func (s *Scanner) Skip() bool {
 			_, _, ok := s.num()
 			return ok
 		}
-		return s.fail("unexpected character")
+		return s.Fail("unexpected character")
 	}
 }
 
