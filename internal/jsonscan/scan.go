@@ -102,8 +102,10 @@ func (s *Scanner) Err() error {
 }
 
 // Fail records a failure at the current offset (unless one is recorded
-// already) and returns false: for a walker that finds a valid text it
-// cannot use.
+// already) and returns false. The scanner records its syntax errors so; a
+// walker calls it when it finds a valid text it cannot use (a type error,
+// an answer only encoding/json can give), so that every later call fails
+// too.
 func (s *Scanner) Fail(msg string) bool {
 	if !s.failed {
 		s.failed, s.msg, s.off = true, msg, s.i
