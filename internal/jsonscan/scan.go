@@ -44,7 +44,6 @@ type Scanner struct {
 	maxDepth  int
 	nonFinite bool
 	key       []byte // the raw key read by the last successful Member
-	keyAt     int    // the offset of its opening quote
 	failed    bool
 	eof       bool   // the failure is the text ending inside a value
 	msg       string // what the failure was
@@ -110,6 +109,9 @@ func (s *Scanner) Fail(msg string) bool {
 	if !s.failed {
 		s.failed, s.msg, s.off = true, msg, s.i
 	}
+	// Every later call meets the end of the text and fails: that keeps the
+	// failure without a check of it in each method.
+	s.i = len(s.b)
 	return false
 }
 
@@ -134,7 +136,11 @@ func (s *Scanner) Key() []byte { return s.key }
 
 // KeyOffset returns the offset of the opening quote of Key in the text:
 // for a caller that cuts members out of the text in place.
-func (s *Scanner) KeyOffset() int { return s.keyAt }
+func (s *Scanner) KeyOffset() int {
+	// Key is a sub-slice of the text running to its end, so the capacities
+	// tell where it starts: no field to keep it.
+	return cap(s.b) - cap(s.key) - 1
+}
 
 // ws skips white space.
 func (s *Scanner) ws() {
@@ -187,9 +193,6 @@ func (s *Scanner) End() bool {
 
 // Literal consumes word (true, false, null) at the current byte.
 func (s *Scanner) Literal(word string) bool {
-	if s.failed {
-		return false
-	}
 	for j := 0; j < len(word); j++ {
 		if s.i+j >= len(s.b) {
 			return s.truncated()
@@ -218,9 +221,6 @@ var strByte = func() (t [256]bool) {
 // above are taken as they are, as encoding/json's scanner does.
 func (s *Scanner) Str() ([]byte, bool) {
 	s.ws()
-	if s.failed {
-		return nil, false
-	}
 	return s.str()
 }
 
@@ -296,9 +296,6 @@ const (
 // its text and kind.
 func (s *Scanner) Number() ([]byte, NumKind, bool) {
 	s.ws()
-	if s.failed {
-		return nil, 0, false
-	}
 	return s.num()
 }
 
@@ -377,7 +374,7 @@ func (s *Scanner) digits() bool {
 // Peek first.
 func (s *Scanner) Enter(open byte) bool {
 	c := s.Peek()
-	if c != open || s.failed {
+	if c != open {
 		s.Skip()
 		return false
 	}
@@ -399,8 +396,6 @@ func (s *Scanner) Enter(open byte) bool {
 func (s *Scanner) Member(n *int) bool {
 	c := s.Peek()
 	switch {
-	case s.failed:
-		return false
 	case c == '}':
 		s.i++
 		s.depth--
@@ -415,7 +410,6 @@ func (s *Scanner) Member(n *int) bool {
 		s.i++
 		s.ws()
 	}
-	at := s.i
 	key, ok := s.str()
 	if !ok {
 		return false
@@ -427,7 +421,7 @@ func (s *Scanner) Member(n *int) bool {
 		return s.Fail("expected ':'")
 	}
 	s.i++
-	s.key, s.keyAt = key, at
+	s.key = key
 	*n++
 	return true
 }
@@ -437,8 +431,6 @@ func (s *Scanner) Member(n *int) bool {
 func (s *Scanner) Element(n *int) bool {
 	c := s.Peek()
 	switch {
-	case s.failed:
-		return false
 	case c == ']':
 		s.i++
 		s.depth--
@@ -463,9 +455,6 @@ func (s *Scanner) Element(n *int) bool {
 // Skip consumes one value of any type, validating it.
 func (s *Scanner) Skip() bool {
 	c := s.Peek()
-	if s.failed {
-		return false
-	}
 	if s.i >= len(s.b) {
 		return s.truncated()
 	}
