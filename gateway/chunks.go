@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // Counting a stream's tokens from its content chunks (issue 14): a backend
@@ -126,22 +128,21 @@ var gapBufs = sync.Pool{New: func() any { b := make([]time.Duration, 0, 256); re
 // absent). Keys are compared as raw bytes. Invalid JSON reports what was
 // recognised before the error.
 func contentChoices(doc []byte) (mask uint64, extra int) {
-	s := jscan{b: doc}
-	if !s.open('{') {
+	sc := jsonscan.New(doc, jsonscan.Options{})
+	s := &sc
+	if s.Peek() != '{' {
 		return 0, 0
 	}
-	for s.member() {
-		key := s.key()
-		if !s.colon() {
-			return mask, extra
-		}
+	s.Enter('{')
+	for n := 0; s.Member(&n); {
+		key := s.Key()
 		switch {
-		case string(key) == "choices" && s.peek() == '[':
-			s.open('[')
-			for pos := 0; s.element(); pos++ {
-				idx, content := s.choice()
+		case string(key) == "choices" && s.Peek() == '[':
+			s.Enter('[')
+			for pos := 0; s.Element(&pos); {
+				idx, content := choice(s)
 				if idx < 0 {
-					idx = pos
+					idx = pos - 1 // Element counted this one
 				}
 				if content {
 					if idx < maxChoiceTimes {
@@ -151,250 +152,94 @@ func contentChoices(doc []byte) (mask uint64, extra int) {
 					}
 				}
 			}
-			s.first = false
-		case string(key) == "token" && s.peek() == '{':
+		case string(key) == "token" && s.Peek() == '{':
 			mask |= 1
-			s.skip()
+			s.Skip()
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
 	return mask, extra
 }
 
-// jscan is a minimal forward JSON scanner over one document: enough to
-// walk objects and arrays, read keys and skip values. On malformed input
-// it stops (its methods report false) rather than failing.
-type jscan struct {
-	b     []byte
-	i     int
-	first bool // at the first member or element of the current container
-	bad   bool
-}
-
-func (s *jscan) ws() {
-	for s.i < len(s.b) && isSpace(s.b[s.i]) {
-		s.i++
-	}
-}
-
-func (s *jscan) peek() byte {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-// open consumes c, the start of a container.
-func (s *jscan) open(c byte) bool {
-	if s.peek() != c {
-		s.bad = true
+// nonEmptyString reports whether the value at s is a string with at least
+// one character, and skips it.
+func nonEmptyString(s *jsonscan.Scanner) bool {
+	if s.Peek() != '"' {
+		s.Skip()
 		return false
 	}
-	s.i++
-	s.first = true
-	return true
+	raw, ok := s.Str()
+	return ok && len(raw) > 0
 }
 
-// next moves to the next member or element of the container just opened
-// (closed by end): false at its end or on an error.
-func (s *jscan) next(end byte) bool {
-	if s.bad {
+// nonEmptyArray reports whether the value at s is an array with at least
+// one element, and skips it.
+func nonEmptyArray(s *jsonscan.Scanner) bool {
+	if s.Peek() != '[' {
+		s.Skip()
 		return false
 	}
-	c := s.peek()
-	if c == end {
-		s.i++
-		return false
-	}
-	if !s.first {
-		if c != ',' {
-			s.bad = true
-			return false
-		}
-		s.i++
-	}
-	s.first = false
-	return s.i < len(s.b)
-}
-
-func (s *jscan) member() bool  { return s.next('}') }
-func (s *jscan) element() bool { return s.next(']') }
-
-// key reads a string and returns its raw bytes.
-func (s *jscan) key() []byte {
-	if s.peek() != '"' {
-		s.bad = true
-		return nil
-	}
-	start := s.i + 1
-	s.str()
-	if s.bad {
-		return nil
-	}
-	return s.b[start : s.i-1]
-}
-
-func (s *jscan) colon() bool {
-	if s.bad || s.peek() != ':' {
-		s.bad = true
-		return false
-	}
-	s.i++
-	return true
-}
-
-// str skips a string starting at s.i (at its quote).
-func (s *jscan) str() {
-	for i := s.i + 1; i < len(s.b); i++ {
-		switch s.b[i] {
-		case '\\':
-			i++
-		case '"':
-			s.i = i + 1
-			return
-		}
-	}
-	s.bad = true
-	s.i = len(s.b)
-}
-
-// skip skips one value.
-func (s *jscan) skip() {
-	switch s.peek() {
-	case '"':
-		s.str()
-	case '{', '[':
-		depth := 0
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case '"':
-				s.str()
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					s.i++
-					s.first = false
-					return
-				}
-			}
-			s.i++
-		}
-		s.bad = true
-	case 0:
-		s.bad = true
-	default: // number, true, false, null
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				s.first = false
-				return
-			}
-			s.i++
-		}
-	}
-	s.first = false
-}
-
-// nonEmptyString reports whether the value at s.i is a string with at
-// least one character, and skips it.
-func (s *jscan) nonEmptyString() bool {
-	if s.peek() != '"' {
-		s.skip()
-		return false
-	}
-	start := s.i
-	s.str()
-	return !s.bad && s.i-start > 2
-}
-
-// nonEmptyArray reports whether the value at s.i is an array with at
-// least one element, and skips it.
-func (s *jscan) nonEmptyArray() bool {
-	if s.peek() != '[' {
-		s.skip()
-		return false
-	}
-	j := s.i + 1
-	for j < len(s.b) && isSpace(s.b[j]) {
-		j++
-	}
-	empty := j < len(s.b) && s.b[j] == ']'
-	s.skip()
-	return !s.bad && !empty
+	v, ok := s.Value()
+	return ok && v[jsonscan.SkipSpace(v, 1)] != ']'
 }
 
 // choice reads one element of "choices": its "index" (-1 when absent) and
 // whether it carries generated content.
-func (s *jscan) choice() (idx int, content bool) {
+func choice(s *jsonscan.Scanner) (idx int, content bool) {
 	idx = -1
-	if s.peek() != '{' {
-		s.skip()
+	if !s.Enter('{') {
 		return idx, false
 	}
-	s.open('{')
-	for s.member() {
-		key := s.key()
-		if !s.colon() {
-			return idx, content
-		}
-		switch string(key) {
+	for n := 0; s.Member(&n); {
+		switch string(s.Key()) {
 		case "index":
-			idx = s.int()
+			idx = smallInt(s)
 		case "text":
-			content = s.nonEmptyString() || content
+			content = nonEmptyString(s) || content
 		case "delta":
-			content = s.delta() || content
+			content = delta(s) || content
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
-	s.first = false
 	return idx, content
 }
 
 // delta reads a chat delta and reports whether it carries content.
-func (s *jscan) delta() bool {
-	if s.peek() != '{' {
-		s.skip()
+func delta(s *jsonscan.Scanner) bool {
+	if !s.Enter('{') {
 		return false
 	}
-	s.open('{')
 	content := false
-	for s.member() {
-		key := s.key()
-		if !s.colon() {
-			return content
-		}
-		switch string(key) {
+	for n := 0; s.Member(&n); {
+		switch string(s.Key()) {
 		case "content", "reasoning_content", "reasoning":
-			content = s.nonEmptyString() || content
+			content = nonEmptyString(s) || content
 		case "tool_calls":
-			content = s.nonEmptyArray() || content
+			content = nonEmptyArray(s) || content
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
-	s.first = false
 	return content
 }
 
-// int reads a small non-negative integer; -1 for anything else.
-func (s *jscan) int() int {
-	s.ws()
-	start, n := s.i, 0
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' && s.i-start < 9 {
-		n = n*10 + int(s.b[s.i]-'0')
-		s.i++
-	}
-	if s.i == start {
-		s.skip()
+// smallInt reads a number and returns the value of its first 9 integer
+// digits (a longer index is beyond maxChoiceTimes anyway), or -1 for a
+// negative number or a value of another type.
+func smallInt(s *jsonscan.Scanner) int {
+	if !jsonscan.IsDigit(s.Peek()) {
+		s.Skip()
 		return -1
 	}
-	s.skip() // the rest of a long or fractional number
+	raw, _, ok := s.Number()
+	if !ok {
+		return -1
+	}
+	n := 0
+	for i := 0; i < len(raw) && i < 9 && jsonscan.IsDigit(raw[i]); i++ {
+		n = n*10 + int(raw[i]-'0')
+	}
 	return n
 }

@@ -1,160 +1,48 @@
 package drift
 
 import (
-	"bytes"
-	"encoding/json"
-	"strconv"
-	"unicode/utf8"
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
-// The fast path of Extract. The request is checked once with json.Valid
-// and then read by a small scanner that trusts the syntax, instead of
-// encoding/json's reflection, which for this request shape re-validated
-// every message and content part it handed to an UnmarshalJSON method
-// (drift.Extract was 4.5 % of the gateway's CPU at full load, issue 15).
-// The scanner gives up, and Extract falls back to encoding/json, on
-// anything whose meaning it does not reproduce exactly: a key with an
-// escape, a key that matches a known one only case-insensitively
-// (encoding/json would take it), a known key twice, a value of an
-// unexpected type (encoding/json's error is the answer), a model name that
-// needs decoding. TestExtractFastAgrees and FuzzExtractFast check it
-// against the encoding/json path.
+// The fast path of Extract. The request is read by jsonscan, which
+// validates the text as it walks it, instead of encoding/json's
+// reflection, which for this request shape re-validated every message and
+// content part it handed to an UnmarshalJSON method (drift.Extract was
+// 4.5 % of the gateway's CPU at full load). The scan gives up, and Extract
+// falls back to encoding/json, on anything whose meaning it does not
+// reproduce exactly: invalid JSON (encoding/json's error is the answer), a
+// key with an escape or a byte outside ASCII, a key that matches a known
+// one only case-insensitively (encoding/json would take it), a known key
+// twice, a value of an unexpected type, a model name that needs decoding.
+// TestExtractFastAgrees and FuzzExtractFast check it against the
+// encoding/json path.
 
 // extractFast returns what Extract returns for body, with decided true, or
 // decided false when the encoding/json path must decide.
 func extractFast(body []byte) (f Features, decided bool, err error) {
 	var r request
-	if !json.Valid(body) || !r.scanFast(body) {
+	if !r.scanFast(body) {
 		return Features{}, false, nil
 	}
 	f, err = r.features()
 	return f, true, err
 }
 
-// scanner reads valid JSON.
-type scanner struct {
-	b []byte
-	i int
-}
-
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// peek returns the next non-space byte.
-func (s *scanner) peek() byte {
-	s.ws()
-	if s.i >= len(s.b) {
-		return 0
-	}
-	return s.b[s.i]
-}
-
-// value returns the raw bytes of the next value and moves past it.
-func (s *scanner) value() []byte {
-	s.ws()
-	start := s.i
-	switch c := s.b[s.i]; c {
-	case '"':
-		s.str()
-	case '{', '[':
-		depth := 0
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case '"':
-				s.str()
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-			s.i++
-			if depth == 0 {
-				break
-			}
-		}
-	default: // number, true, false, null
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return s.b[start:s.i]
-			}
-			s.i++
-		}
-	}
-	return s.b[start:s.i]
-}
-
-// str moves past a string literal starting at s.i.
-func (s *scanner) str() {
-	s.i++
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '\\':
-			s.i += 2
-			continue
-		case '"':
-			s.i++
-			return
-		}
-		s.i++
-	}
-}
-
-// members calls f with each key (raw, without quotes) of the object that
-// starts at the next byte, and its value scanner position; f must consume
-// the value. It returns false when a key has an escape or f does.
-func (s *scanner) members(f func(key []byte) bool) bool {
-	s.ws()
-	s.i++ // '{'
-	for {
-		if s.peek() == '}' {
-			s.i++
-			return true
-		}
-		if s.b[s.i] == ',' {
-			s.i++
-			s.ws()
-		}
-		start := s.i
-		s.str()
-		key := s.b[start+1 : s.i-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			return false
-		}
-		s.ws()
-		s.i++ // ':'
-		if !f(key) {
-			return false
-		}
-	}
-}
-
-// known tells which of keys key is: its index, -1 for none, or ok false
-// when it matches one only case-insensitively (encoding/json's rule) or
-// one already seen.
-func known(key []byte, keys []string, seen *uint32) (int, bool) {
-	for i, k := range keys {
-		if string(key) == k {
-			if *seen&(1<<i) != 0 {
-				return 0, false
-			}
-			*seen |= 1 << i
-			return i, true
-		}
-		if bytes.EqualFold(key, []byte(k)) {
+// known tells which of keys the key of the member s is at is: its index,
+// -1 for none, or ok false when only encoding/json can tell (see
+// jsonscan.Field) or it is one already seen.
+func known(s *jsonscan.Scanner, keys []string, seen *uint32) (int, bool) {
+	i, sure := jsonscan.Field(s.Key(), keys)
+	switch {
+	case !sure:
+		return 0, false
+	case i >= 0:
+		if *seen&(1<<i) != 0 {
 			return 0, false
 		}
+		*seen |= 1 << i
 	}
-	return -1, true
+	return i, true
 }
 
 var (
@@ -165,139 +53,155 @@ var (
 	partKeys      = []string{"text"}
 )
 
-// scanFast fills r from body, which is valid JSON; false when the
-// encoding/json path must decide.
+// scanFast fills r from body; false when the encoding/json path must
+// decide (r is then to be dropped).
 func (r *request) scanFast(body []byte) bool {
-	s := &scanner{b: body}
-	if s.peek() != '{' {
+	sc := jsonscan.New(body, jsonscan.Options{})
+	s := &sc
+	if s.Peek() != '{' {
 		return false
 	}
+	s.Enter('{')
 	var seen uint32
-	return s.members(func(key []byte) bool {
-		k, ok := known(key, requestKeys, &seen)
+	for n := 0; s.Member(&n); {
+		k, ok := known(s, requestKeys, &seen)
 		if !ok {
 			return false
 		}
 		switch k {
 		case -1:
-			s.value()
-			return true
+			ok = s.Skip()
 		case 0:
-			v := s.value()
-			switch {
-			case v[0] == 'n':
-			case v[0] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
-				r.Model = string(v[1 : len(v)-1])
-			default:
-				return false
-			}
-			return true
+			ok = r.scanModel(s)
 		case 1:
-			return number(s.value(), &r.MaxTokens)
+			ok = number(s, &r.MaxTokens)
 		case 2:
-			return number(s.value(), &r.MaxCompletionTokens)
+			ok = number(s, &r.MaxCompletionTokens)
 		case 3:
-			return number(s.value(), &r.Temperature)
+			ok = number(s, &r.Temperature)
 		case 4:
-			return number(s.value(), &r.TopP)
+			ok = number(s, &r.TopP)
 		case 5:
-			return r.scanParameters(s)
+			ok = r.scanParameters(s)
 		case 6:
-			return r.scanMessages(s)
+			ok = r.scanMessages(s)
 		default: // prompt, input, inputs
-			return textFast(s, &r.text)
+			ok = textFast(s, &r.text)
 		}
-	})
+		if !ok {
+			return false
+		}
+	}
+	return s.End()
+}
+
+// scanModel reads the model name: a string that is its own decoded value,
+// or null, which leaves it alone.
+func (r *request) scanModel(s *jsonscan.Scanner) bool {
+	switch s.Peek() {
+	case 'n':
+		return s.Literal("null")
+	case '"':
+		raw, ok := s.Str()
+		if !ok || !jsonscan.Verbatim(raw) {
+			return false
+		}
+		r.Model = string(raw)
+		return true
+	}
+	return false
 }
 
 // number reads a JSON number or null into *dst as encoding/json would.
-func number(v []byte, dst **float64) bool {
-	if v[0] == 'n' {
+func number(s *jsonscan.Scanner, dst **float64) bool {
+	switch c := s.Peek(); {
+	case c == 'n':
 		*dst = nil
+		return s.Literal("null")
+	case c == '-' || jsonscan.IsDigit(c):
+		raw, _, ok := s.Number()
+		if !ok {
+			return false
+		}
+		f, err := jsonscan.ParseFloat(raw)
+		if err != nil {
+			return false // out of range: encoding/json's error
+		}
+		*dst = &f
 		return true
 	}
-	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
-		return false
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil {
-		return false
-	}
-	*dst = &f
-	return true
+	return false
 }
 
-func (r *request) scanParameters(s *scanner) bool {
-	switch s.peek() {
+func (r *request) scanParameters(s *jsonscan.Scanner) bool {
+	switch s.Peek() {
 	case 'n':
-		s.value()
-		return true
+		return s.Literal("null")
 	case '{':
 	default:
 		return false
 	}
+	s.Enter('{')
 	p := &r.Parameters
 	var seen uint32
-	return s.members(func(key []byte) bool {
-		k, ok := known(key, parameterKeys, &seen)
+	for n := 0; s.Member(&n); {
+		k, ok := known(s, parameterKeys, &seen)
 		switch {
 		case !ok:
 			return false
 		case k == 0:
-			return number(s.value(), &p.MaxNewTokens)
+			ok = number(s, &p.MaxNewTokens)
 		case k == 1:
-			return number(s.value(), &p.Temperature)
+			ok = number(s, &p.Temperature)
 		case k == 2:
-			return number(s.value(), &p.TopP)
+			ok = number(s, &p.TopP)
+		default:
+			ok = s.Skip()
 		}
-		s.value()
-		return true
-	})
+		if !ok {
+			return false
+		}
+	}
+	return s.OK()
 }
 
-func (r *request) scanMessages(s *scanner) bool {
-	switch s.peek() {
+func (r *request) scanMessages(s *jsonscan.Scanner) bool {
+	switch s.Peek() {
 	case 'n':
-		s.value()
 		r.messages = 0
-		return true
+		return s.Literal("null")
 	case '[':
 	default:
 		return false
 	}
-	s.i++
+	s.Enter('[')
 	n := 0
-	for {
-		switch s.peek() {
-		case ']':
-			s.i++
-			r.messages = n
-			return true
-		case ',':
-			s.i++
-			continue
-		case '{':
-		default:
+	for s.Element(&n) {
+		if s.Peek() != '{' {
 			return false // null elements and others: encoding/json decides
 		}
-		n++
+		s.Enter('{')
 		var m message
 		var seen uint32
-		if !s.members(func(key []byte) bool {
-			k, ok := known(key, messageKeys, &seen)
+		for k := 0; s.Member(&k); {
+			i, ok := known(s, messageKeys, &seen)
 			switch {
 			case !ok:
 				return false
-			case k == 0:
-				v := string(s.value())
-				m.system = v == `"system"` || v == `"developer"`
-				return true
-			case k == 1:
-				return textFast(s, &m.text)
+			case i == 0:
+				var v []byte
+				v, ok = s.Value()
+				m.system = string(v) == `"system"` || string(v) == `"developer"`
+			case i == 1:
+				ok = textFast(s, &m.text)
+			default:
+				ok = s.Skip()
 			}
-			s.value()
-			return true
-		}) {
+			if !ok {
+				return false
+			}
+		}
+		if !s.OK() {
 			return false
 		}
 		if m.system {
@@ -305,53 +209,63 @@ func (r *request) scanMessages(s *scanner) bool {
 		}
 		r.text.merge(&m.text)
 	}
+	r.messages = n
+	return s.OK()
 }
 
 // textFast reads a textField's value into t: a string, an array of strings
 // and content parts, anything else adding nothing.
-func textFast(s *scanner, t *textStats) bool {
-	switch s.peek() {
+func textFast(s *jsonscan.Scanner, t *textStats) bool {
+	switch s.Peek() {
 	case '"':
-		t.scan(s.value())
-		return true
+		v, ok := s.Value()
+		if ok {
+			t.scan(v)
+		}
+		return ok
 	case '[':
 	default:
-		s.value()
-		return true
+		return s.Skip()
 	}
-	s.i++
-	for {
-		switch s.peek() {
-		case ']':
-			s.i++
-			t.seen = true
-			return true
-		case ',':
-			s.i++
-			continue
+	s.Enter('[')
+	for n := 0; s.Element(&n); {
+		switch s.Peek() {
 		case '"':
+			v, ok := s.Value()
+			if !ok {
+				return false
+			}
 			var p textStats
-			p.scan(s.value())
+			p.scan(v)
 			t.merge(&p)
 		case '{':
+			s.Enter('{')
 			var p textStats
 			var seen uint32
-			if !s.members(func(key []byte) bool {
-				k, ok := known(key, partKeys, &seen)
+			for k := 0; s.Member(&k); {
+				i, ok := known(s, partKeys, &seen)
 				switch {
 				case !ok:
 					return false
-				case k == 0:
-					return textFast(s, &p)
+				case i == 0:
+					ok = textFast(s, &p)
+				default:
+					ok = s.Skip()
 				}
-				s.value()
-				return true
-			}) {
+				if !ok {
+					return false
+				}
+			}
+			if !s.OK() {
 				return false
 			}
 			t.merge(&p)
 		default:
-			s.value()
+			if !s.Skip() {
+				return false
+			}
 		}
 	}
+	t.seen = true
+	return s.OK()
 }

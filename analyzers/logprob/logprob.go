@@ -60,7 +60,6 @@ package logprob
 import (
 	"bytes"
 	"errors"
-	"io"
 	"math"
 )
 
@@ -268,7 +267,7 @@ func (a *Accumulator) AddBody(body []byte) error {
 }
 
 func (a *Accumulator) add(p []byte) error {
-	s := scanner{b: p}
+	s := newScanner(p)
 	var ok bool
 	switch {
 	case a.f == OpenAIChat || a.f == OpenAICompletion:
@@ -279,20 +278,20 @@ func (a *Accumulator) add(p []byte) error {
 		return ErrFormat
 	}
 	if ok {
-		ok = s.end()
+		ok = s.End()
 	}
 	if ok {
 		return nil
 	}
-	if s.err == nil {
+	if s.OK() {
 		// Walkers fail only through the scanner; keep the contract anyway.
-		s.syntax("malformed payload")
+		s.Fail("malformed payload")
 	}
 	a.s.ParseErrors++
-	if errors.Is(s.err, io.ErrUnexpectedEOF) {
+	if s.Truncated() {
 		a.s.Truncated = true
 	}
-	return s.err
+	return s.err()
 }
 
 // Summary returns the summary of what was read so far.

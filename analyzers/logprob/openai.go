@@ -13,16 +13,16 @@ import "bytes"
 // recognised (no server does that).
 
 func (a *Accumulator) openAI(s *scanner) bool {
-	if !s.enter('{') {
-		if s.err == nil {
-			s.syntax("expected a JSON object")
+	if !s.Enter('{') {
+		if s.OK() {
+			s.Fail("expected a JSON object")
 		}
 		return false
 	}
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		var ok bool
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "id":
 			ok = setString(s, &a.s.ID)
 		case "model":
@@ -32,13 +32,13 @@ func (a *Accumulator) openAI(s *scanner) bool {
 		case "usage":
 			ok = a.usage(s)
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 		if !ok {
 			return false
 		}
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 func (a *Accumulator) setModel(s *scanner) bool {
@@ -56,27 +56,27 @@ func (a *Accumulator) setModel(s *scanner) bool {
 }
 
 func (a *Accumulator) choices(s *scanner) bool {
-	if !s.enter('[') {
-		return s.err == nil
+	if !s.Enter('[') {
+		return s.OK()
 	}
 	n := 0
-	for s.elem(&n) {
+	for s.Element(&n) {
 		if !a.choice(s) {
 			return false
 		}
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 func (a *Accumulator) choice(s *scanner) bool {
-	if !s.enter('{') {
-		return s.err == nil
+	if !s.Enter('{') {
+		return s.OK()
 	}
 	a.s.Choices = max(a.s.Choices, 1)
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		var ok bool
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "index":
 			var i int
 			var have bool
@@ -88,36 +88,36 @@ func (a *Accumulator) choice(s *scanner) bool {
 		case "finish_reason":
 			ok = setFinish(s, &a.s.FinishReason)
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 		if !ok {
 			return false
 		}
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 func (a *Accumulator) usage(s *scanner) bool {
-	if !s.enter('{') {
-		return s.err == nil
+	if !s.Enter('{') {
+		return s.OK()
 	}
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		var ok bool
 		var have bool
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "completion_tokens":
 			ok = setCount(s, &a.s.OutputTokens, &a.haveOut)
 		case "prompt_tokens":
 			ok = setCount(s, &a.s.PromptTokens, &have)
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 		if !ok {
 			return false
 		}
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 // logprobs reads a choice's logprobs object in either shape. The legacy
@@ -128,42 +128,42 @@ func (a *Accumulator) usage(s *scanner) bool {
 // payload is cut short inside top_logprobs, the positions whose entry was
 // wholly read still count.
 func (a *Accumulator) logprobs(s *scanner) bool {
-	if !s.enter('{') {
-		return s.err == nil
+	if !s.Enter('{') {
+		return s.OK()
 	}
 	var lps, toks, tops scanner
 	var haveLps, haveToks, haveTops, zipped bool
 	n := 0
 	ok := true
-	for ok && s.member(&n) {
-		switch string(s.key) {
+	for ok && s.Member(&n) {
+		switch string(s.Key()) {
 		case "content", "refusal":
 			ok = a.chatEntries(s)
 		case "token_logprobs":
 			lps, haveLps = s.span(), true
-			ok = s.err == nil
+			ok = s.OK()
 		case "tokens":
 			toks, haveToks = s.span(), true
-			ok = s.err == nil
+			ok = s.OK()
 		case "top_logprobs":
 			if haveLps && !zipped {
 				zipped = true
 				ok = a.legacy(&lps, optional(&toks, haveToks), s)
 			} else {
 				tops, haveTops = s.span(), true
-				ok = s.err == nil
+				ok = s.OK()
 			}
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 	}
 	// Cut short before top_logprobs, the positions stay uncounted: whether
 	// they had alternatives is unknown, and counting them without would make
 	// a longer cut count fewer tokens.
-	if haveLps && !zipped && s.err == nil {
+	if haveLps && !zipped && s.OK() {
 		a.legacy(&lps, optional(&toks, haveToks), optional(&tops, haveTops))
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 func optional(s *scanner, have bool) *scanner {
@@ -178,21 +178,21 @@ func optional(s *scanner, have bool) *scanner {
 // be the payload's own scanner, whose error then ends the walk). It counts
 // a position once its top_logprobs entry, if any, is wholly read.
 func (a *Accumulator) legacy(lps, toks, top *scanner) bool {
-	if !lps.enter('[') {
+	if !lps.Enter('[') {
 		if top != nil {
-			return top.skip()
+			return top.Skip()
 		}
 		return true
 	}
-	if toks != nil && !toks.enter('[') {
+	if toks != nil && !toks.Enter('[') {
 		toks = nil
 	}
-	topOpen := top != nil && top.enter('[')
-	if top != nil && top.err != nil {
+	topOpen := top != nil && top.Enter('[')
+	if top != nil && !top.OK() {
 		return false
 	}
 	var nl, nt, np int
-	for lps.elem(&nl) {
+	for lps.Element(&nl) {
 		lp, kind, ok := lps.float()
 		if !ok {
 			break
@@ -200,7 +200,7 @@ func (a *Accumulator) legacy(lps, toks, top *scanner) bool {
 		var tok []byte
 		haveTok := false
 		if toks != nil {
-			if !toks.elem(&nt) {
+			if !toks.Element(&nt) {
 				toks = nil
 			} else if tok, haveTok, ok = toks.rawString(); !ok {
 				toks = nil
@@ -208,42 +208,42 @@ func (a *Accumulator) legacy(lps, toks, top *scanner) bool {
 		}
 		a.startAlts()
 		if topOpen {
-			if top.elem(&np) {
+			if top.Element(&np) {
 				if !a.legacyTop(top, tok, haveTok, lp, kind) {
 					return false
 				}
-			} else if topOpen = false; top.err != nil {
+			} else if topOpen = false; !top.OK() {
 				return false
 			}
 		}
 		a.token(lp, kind)
 	}
 	if topOpen {
-		for top.elem(&np) {
-			if !top.skip() {
+		for top.Element(&np) {
+			if !top.Skip() {
 				return false
 			}
 		}
 	}
-	return top == nil || top.err == nil
+	return top == nil || top.OK()
 }
 
 // legacyTop reads one top_logprobs dict {token: logprob}. The chosen token
 // is recognised by its key, or by its logprob when tokens is absent.
 func (a *Accumulator) legacyTop(s *scanner, tok []byte, haveTok bool, clp float64, ck numKind) bool {
-	if !s.enter('{') {
-		return s.err == nil
+	if !s.Enter('{') {
+		return s.OK()
 	}
 	limit := a.o.MaxTopK + 1
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		if n > limit {
-			if !s.skip() {
+			if !s.Skip() {
 				return false
 			}
 			continue
 		}
-		key := s.key
+		key := s.Key()
 		lp, kind, ok := s.float()
 		if !ok {
 			return false
@@ -256,20 +256,20 @@ func (a *Accumulator) legacyTop(s *scanner, tok []byte, haveTok bool, clp float6
 		}
 		a.alternative(lp, kind, chosen)
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 func (a *Accumulator) chatEntries(s *scanner) bool {
-	if !s.enter('[') {
-		return s.err == nil
+	if !s.Enter('[') {
+		return s.OK()
 	}
 	n := 0
-	for s.elem(&n) {
+	for s.Element(&n) {
 		if !a.chatEntry(s) {
 			return false
 		}
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 // chatEntry reads one logprobs.content entry. top_logprobs is read in the
@@ -277,17 +277,17 @@ func (a *Accumulator) chatEntries(s *scanner) bool {
 // kept as a span and read at the end of the entry. The position counts
 // only once the entry is wholly read.
 func (a *Accumulator) chatEntry(s *scanner) bool {
-	if !s.enter('{') {
-		return s.err == nil
+	if !s.Enter('{') {
+		return s.OK()
 	}
 	var tok []byte
 	var top scanner
 	var haveTok, haveTop, inline bool
 	lp, kind := 0.0, numMissing
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		ok := true
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "token":
 			tok, haveTok, ok = s.rawString()
 		case "logprob":
@@ -299,16 +299,16 @@ func (a *Accumulator) chatEntry(s *scanner) bool {
 				ok = a.listTop(s, keyToken, tok, true, 0, numMissing)
 			} else {
 				top, haveTop = s.span(), true
-				ok = s.err == nil
+				ok = s.OK()
 			}
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 		if !ok {
 			return false
 		}
 	}
-	if s.err != nil {
+	if !s.OK() {
 		return false
 	}
 	if !inline {
@@ -331,20 +331,20 @@ const (
 // top_logprobs, TGI top_tokens), at most MaxTopK of them. The chosen token
 // is recognised by its key when it has one, else by its logprob.
 func (a *Accumulator) listTop(s *scanner, keyName string, chosenKey []byte, haveKey bool, clp float64, ck numKind) bool {
-	if !s.enter('[') {
-		return s.err == nil
+	if !s.Enter('[') {
+		return s.OK()
 	}
 	limit := a.o.MaxTopK
 	n := 0
-	for s.elem(&n) {
+	for s.Element(&n) {
 		if n > limit {
-			if !s.skip() {
+			if !s.Skip() {
 				return false
 			}
 			continue
 		}
-		if !s.enter('{') {
-			if s.err != nil {
+		if !s.Enter('{') {
+			if !s.OK() {
 				return false
 			}
 			continue
@@ -353,23 +353,23 @@ func (a *Accumulator) listTop(s *scanner, keyName string, chosenKey []byte, have
 		var haveK bool
 		lp, kind := 0.0, numMissing
 		m := 0
-		for s.member(&m) {
+		for s.Member(&m) {
 			ok := true
 			switch {
-			case string(s.key) == "logprob":
+			case string(s.Key()) == "logprob":
 				lp, kind, ok = s.float()
-			case string(s.key) == keyName && keyName == keyID:
+			case string(s.Key()) == keyName && keyName == keyID:
 				key, haveK, ok = s.rawNumber()
-			case string(s.key) == keyName:
+			case string(s.Key()) == keyName:
 				key, haveK, ok = s.rawString()
 			default:
-				ok = s.skip()
+				ok = s.Skip()
 			}
 			if !ok {
 				return false
 			}
 		}
-		if s.err != nil {
+		if !s.OK() {
 			return false
 		}
 		var chosen bool
@@ -380,5 +380,5 @@ func (a *Accumulator) listTop(s *scanner, keyName string, chosenKey []byte, have
 		}
 		a.alternative(lp, kind, chosen)
 	}
-	return s.err == nil
+	return s.OK()
 }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // TestParseFloatMatchesStrconv checks the fast path against strconv on the
@@ -23,14 +25,15 @@ func TestParseFloatMatchesStrconv(t *testing.T) {
 			strconv.FormatFloat(lp, 'f', r.IntN(20), 64), strconv.FormatFloat(r.NormFloat64()*math.Pow(10, float64(r.IntN(40)-20)), 'f', -1, 64))
 	}
 	for _, s := range in {
-		sc := scanner{b: []byte(s)}
-		raw, kind, ok := sc.num()
+		sc := newScanner([]byte(s))
+		raw, k, ok := sc.Number()
+		kind := kinds[k]
 		if !ok || kind != numFinite || len(raw) != len(s) {
 			// strconv writes exponents as e+300/e-05, which JSON allows;
 			// anything else here is a bug in the test input.
 			t.Fatalf("num(%q) = %q, %v, %v", s, raw, kind, ok)
 		}
-		got, gerr := parseFloat(raw)
+		got, gerr := jsonscan.ParseFloat(raw)
 		want, werr := strconv.ParseFloat(s, 64)
 		if math.Float64bits(got) != math.Float64bits(want) || (gerr == nil) != (werr == nil) {
 			t.Errorf("parseFloat(%q) = %v, %v; strconv %v, %v", s, got, gerr, want, werr)
@@ -41,22 +44,22 @@ func TestParseFloatMatchesStrconv(t *testing.T) {
 func TestScannerRejects(t *testing.T) {
 	for _, in := range []string{`{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":+1}`, `{"a":1e}`, `{"a":-}`, `{"a":"\x01"}`, `{"a":"\q"}`,
 		`{"a":"\u00g0"}`, `{"a":nul}`, `{"a":Nan}`, `{"a":-Inf}`, `{"a" 1}`, `{"a":1 "b":2}`, `{"a":[1 2]}`, `{a:1}`, `{"a":1,}`, `{"a":[1,]}`, `{,}`, `}`} {
-		s := scanner{b: []byte(in)}
-		if s.skip() && s.end() {
+		s := newScanner([]byte(in))
+		if s.Skip() && s.End() {
 			t.Errorf("%s accepted", in)
 		}
 	}
 	// A NUL byte is malformed, not the end of the text.
 	for _, in := range []string{"{\"a\":1\x00}", "{\"a\"\x00:1}", "{\"a\":\x00}", "[1\x00]", "\x00"} {
-		s := scanner{b: []byte(in)}
-		if s.skip() && s.end() || errors.Is(s.err, io.ErrUnexpectedEOF) {
-			t.Errorf("%q: err %v, want a syntax error that is not a truncation", in, s.err)
+		s := newScanner([]byte(in))
+		if s.Skip() && s.End() || errors.Is(s.err(), io.ErrUnexpectedEOF) {
+			t.Errorf("%q: err %v, want a syntax error that is not a truncation", in, s.err())
 		}
 	}
 	for _, in := range []string{`{}`, `[]`, ` { "a" : [ 1 , -0.5e-3 , "x\"\\\/\b\f\n\r\t\u00e9" , true , false , null , NaN , Infinity , -Infinity , { } ] } `} {
-		s := scanner{b: []byte(in)}
-		if !s.skip() || !s.end() {
-			t.Errorf("%s rejected: %v", in, s.err)
+		s := newScanner([]byte(in))
+		if !s.Skip() || !s.End() {
+			t.Errorf("%s rejected: %v", in, s.err())
 		}
 	}
 }

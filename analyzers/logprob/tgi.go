@@ -21,16 +21,16 @@ type tgiTok struct {
 }
 
 func (a *Accumulator) tgi(s *scanner) bool {
-	if s.peek() == '[' {
+	if s.Peek() == '[' {
 		// TGI's "/" route answers a non-streaming request with an array.
-		s.enter('[')
+		s.Enter('[')
 		n := 0
-		for s.elem(&n) {
+		for s.Element(&n) {
 			if !a.tgiObject(s) {
 				return false
 			}
 		}
-		return s.err == nil
+		return s.OK()
 	}
 	return a.tgiObject(s)
 }
@@ -38,9 +38,9 @@ func (a *Accumulator) tgi(s *scanner) bool {
 // tgiObject reads a /generate body or a /generate_stream event: both
 // shapes share the walker, their keys do not clash.
 func (a *Accumulator) tgiObject(s *scanner) bool {
-	if !s.enter('{') {
-		if s.err == nil {
-			s.syntax("expected a JSON object")
+	if !s.Enter('{') {
+		if s.OK() {
+			s.Fail("expected a JSON object")
 		}
 		return false
 	}
@@ -49,9 +49,9 @@ func (a *Accumulator) tgiObject(s *scanner) bool {
 	var top scanner
 	var haveTop, inline bool
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		ok := true
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "token":
 			tok, ok = tgiToken(s)
 		case "top_tokens":
@@ -61,18 +61,18 @@ func (a *Accumulator) tgiObject(s *scanner) bool {
 				ok = a.listTop(s, keyID, tok.id, tok.haveID, tok.lp, tok.kind)
 			} else {
 				top, haveTop = s.span(), true
-				ok = s.err == nil
+				ok = s.OK()
 			}
 		case "details":
 			ok = a.tgiDetails(s)
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 		if !ok {
 			return false
 		}
 	}
-	if s.err != nil {
+	if !s.OK() {
 		return false
 	}
 	if tok.present {
@@ -89,32 +89,32 @@ func (a *Accumulator) tgiObject(s *scanner) bool {
 
 func tgiToken(s *scanner) (tgiTok, bool) {
 	var t tgiTok
-	if !s.enter('{') {
-		return t, s.err == nil
+	if !s.Enter('{') {
+		return t, s.OK()
 	}
 	t.present = true
 	n := 0
-	for s.member(&n) {
+	for s.Member(&n) {
 		ok := true
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "id":
 			t.id, t.haveID, ok = s.rawNumber()
 		case "logprob":
 			t.lp, t.kind, ok = s.float()
 		case "special":
-			if s.peek() == 't' {
-				t.special, ok = true, s.lit("true")
+			if s.Peek() == 't' {
+				t.special, ok = true, s.Literal("true")
 			} else {
-				ok = s.skip()
+				ok = s.Skip()
 			}
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 		if !ok {
 			return t, false
 		}
 	}
-	return t, s.err == nil
+	return t, s.OK()
 }
 
 func (a *Accumulator) tgiPosition(t tgiTok) {
@@ -128,16 +128,16 @@ func (a *Accumulator) tgiPosition(t tgiTok) {
 // tgiDetails reads details of either shape. tokens and top_tokens are
 // parallel arrays, walked in step like the legacy completions arrays.
 func (a *Accumulator) tgiDetails(s *scanner) bool {
-	if !s.enter('{') {
-		return s.err == nil
+	if !s.Enter('{') {
+		return s.OK()
 	}
 	var toks, tops scanner
 	var haveToks, haveTops, zipped bool
 	n := 0
 	ok := true
-	for ok && s.member(&n) {
+	for ok && s.Member(&n) {
 		var have bool
-		switch string(s.key) {
+		switch string(s.Key()) {
 		case "finish_reason":
 			ok = setFinish(s, &a.s.FinishReason)
 		case "generated_tokens":
@@ -146,63 +146,63 @@ func (a *Accumulator) tgiDetails(s *scanner) bool {
 			ok = setCount(s, &a.s.PromptTokens, &have)
 		case "tokens":
 			toks, haveToks = s.span(), true
-			ok = s.err == nil
+			ok = s.OK()
 		case "top_tokens":
 			if haveToks && !zipped {
 				zipped = true
 				ok = a.tgiZip(&toks, s)
 			} else {
 				tops, haveTops = s.span(), true
-				ok = s.err == nil
+				ok = s.OK()
 			}
 		default:
-			ok = s.skip()
+			ok = s.Skip()
 		}
 	}
 	// As for legacy completions, a cut before top_tokens counts nothing.
-	if haveToks && !zipped && s.err == nil {
+	if haveToks && !zipped && s.OK() {
 		a.tgiZip(&toks, optional(&tops, haveTops))
 	}
-	return s.err == nil
+	return s.OK()
 }
 
 // tgiZip walks details.tokens (toks) and details.top_tokens (top, nil if
 // absent; it may be the payload's scanner) in step.
 func (a *Accumulator) tgiZip(toks, top *scanner) bool {
-	if !toks.enter('[') {
+	if !toks.Enter('[') {
 		if top != nil {
-			return top.skip()
+			return top.Skip()
 		}
 		return true
 	}
-	topOpen := top != nil && top.enter('[')
-	if top != nil && top.err != nil {
+	topOpen := top != nil && top.Enter('[')
+	if top != nil && !top.OK() {
 		return false
 	}
 	var nt, np int
-	for toks.elem(&nt) {
+	for toks.Element(&nt) {
 		t, ok := tgiToken(toks)
 		if !ok {
 			break
 		}
 		a.startAlts()
 		if topOpen {
-			if top.elem(&np) {
+			if top.Element(&np) {
 				if !a.listTop(top, keyID, t.id, t.haveID, t.lp, t.kind) {
 					return false
 				}
-			} else if topOpen = false; top.err != nil {
+			} else if topOpen = false; !top.OK() {
 				return false
 			}
 		}
 		a.tgiPosition(t)
 	}
 	if topOpen {
-		for top.elem(&np) {
-			if !top.skip() {
+		for top.Element(&np) {
+			if !top.Skip() {
 				return false
 			}
 		}
 	}
-	return top == nil || top.err == nil
+	return top == nil || top.OK()
 }
