@@ -11,6 +11,7 @@ import (
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
+	"github.com/vigil-gw/vigil/internal/jsonscan/jsonscantest"
 )
 
 // Fuzz targets for the bytes that clients control; test/run runs every
@@ -32,7 +33,7 @@ var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, excha
 // (FuzzInjectRequest, in package rewrite, checks injection into what it
 // accepts.)
 func FuzzParseRequest(f *testing.F) {
-	for _, doc := range scanCorpus {
+	for _, doc := range jsonscantest.Bodies {
 		f.Add([]byte(doc), uint8(0), uint8(5))
 		// The same members in a body that chat and completions accept,
 		// so that injection is tried on them.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // Kind records only the first byte of a JSON value ('"', '[', '{', 'n',
@@ -123,43 +124,49 @@ func (j *requestJSON) fields() Fields {
 	return f
 }
 
-// requestKeys are requestJSON's keys, for foldsTo.
+// requestKeys are requestJSON's keys, for jsonscan.Field.
 var requestKeys = []string{"model", "stream", "messages", "prompt", "input", "inputs", "logprobs", "top_logprobs",
 	"stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "parameters"}
 
 var parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 
+// maxScanDepth is the nesting scanRequest follows; deeper bodies go to
+// encoding/json (whose own limit is 10000).
+const maxScanDepth = 64
+
 // scanRequest reads the fields of body without reflection, the way
-// json.Unmarshal into requestJSON would. It reports false for any body it
-// cannot read exactly so (invalid JSON among them): the caller decodes
-// that with encoding/json.
+// json.Unmarshal into requestJSON would: Parse runs on every request, and
+// a decode's allocations would show in the gateway's overhead. It reports
+// false for any body it cannot read exactly so (invalid JSON, a type
+// error, a key that matches a field only under encoding/json's case
+// folding or after unescaping, a string encoding/json would decode, deep
+// nesting): the caller decodes that with encoding/json.
 func scanRequest(body []byte, f *Fields) bool {
-	d := jdoc{b: body}
-	if !d.open('{') {
+	s := jsonscan.New(body, jsonscan.Options{MaxDepth: maxScanDepth})
+	if s.Peek() != '{' || !s.Enter('{') {
 		return false
 	}
-	for n := 0; d.member(n); n++ {
-		switch string(d.k) {
+	for n := 0; s.Member(&n); {
+		switch string(s.Key()) {
 		case "model":
-			if d.peek() == 'n' {
+			if s.Peek() == 'n' {
 				// As "stream": null below: the backend reads the later
 				// null (vLLM: its default model), and so does
 				// requestJSON; routing follows it.
-				d.lit("null")
+				s.Literal("null")
 				f.Model = ""
 				break
 			}
-			d.string(&f.Model)
+			scanString(&s, &f.Model)
 		case "stream":
-			switch d.peek() {
+			switch s.Peek() {
 			case 't':
-				d.lit("true")
-				f.Stream = true
+				f.Stream = s.Literal("true")
 			case 'f':
-				d.lit("false")
+				s.Literal("false")
 				f.Stream = false
 			case 'n':
-				d.lit("null")
+				s.Literal("null")
 				// encoding/json would keep an earlier true here; the
 				// backend (Python's json: the later key wins) reads no
 				// stream, and so does requestJSON (FuzzParseRequest:
@@ -167,68 +174,112 @@ func scanRequest(body []byte, f *Fields) bool {
 				// does not stream, and refuses).
 				f.Stream = false
 			default:
-				d.giveUp = true
+				s.Fail("stream: not a bool")
 			}
 		case "messages":
-			f.Messages = Kind(d.skip(1))
+			f.Messages = skipKind(&s)
 		case "prompt":
-			f.Prompt = Kind(d.skip(1))
+			f.Prompt = skipKind(&s)
 		case "input":
-			f.Input = Kind(d.skip(1))
+			f.Input = skipKind(&s)
 		case "inputs":
-			f.Inputs = Kind(d.skip(1))
+			f.Inputs = skipKind(&s)
 		case "logprobs":
-			f.Logprobs = Kind(d.skip(1))
+			f.Logprobs = skipKind(&s)
 		case "top_logprobs":
-			f.TopLogprobs = Kind(d.skip(1))
+			f.TopLogprobs = skipKind(&s)
 		case "seed":
-			f.Seed = Kind(d.skip(1))
+			f.Seed = skipKind(&s)
 		case "stream_options":
-			d.ws()
-			start := d.i
-			d.skip(1)
-			f.StreamOptions = body[start:d.i:d.i]
+			v, _ := s.Value()
+			f.StreamOptions = v[:len(v):len(v)] // the body's bytes: appending must copy
 		case "max_tokens":
-			d.float(&f.MaxTokens)
+			scanFloat(&s, &f.MaxTokens)
 		case "max_completion_tokens":
-			d.float(&f.MaxCompletionTokens)
+			scanFloat(&s, &f.MaxCompletionTokens)
 		case "temperature":
-			d.float(&f.Temperature)
+			scanFloat(&s, &f.Temperature)
 		case "top_p":
-			d.float(&f.TopP)
+			scanFloat(&s, &f.TopP)
 		case "parameters":
-			switch d.peek() {
+			switch s.Peek() {
 			case 'n':
-				d.lit("null")
+				s.Literal("null")
 			case '{':
-				d.i++
+				s.Enter('{')
 				p := &f.Parameters
-				for n := 0; d.member(n); n++ {
-					switch string(d.k) {
+				for n := 0; s.Member(&n); {
+					switch string(s.Key()) {
 					case "max_new_tokens":
-						d.float(&p.MaxNewTokens)
+						scanFloat(&s, &p.MaxNewTokens)
 					case "temperature":
-						d.float(&p.Temperature)
+						scanFloat(&s, &p.Temperature)
 					case "top_p":
-						d.float(&p.TopP)
+						scanFloat(&s, &p.TopP)
 					default:
-						if foldsTo(d.k, parameterKeys...) {
+						if _, sure := jsonscan.Field(s.Key(), parameterKeys); !sure {
 							return false
 						}
-						d.skip(2)
+						s.Skip()
 					}
 				}
 			default:
-				d.giveUp = true
+				s.Fail("parameters: not an object")
 			}
 		default:
-			if foldsTo(d.k, requestKeys...) {
+			if _, sure := jsonscan.Field(s.Key(), requestKeys); !sure {
 				return false
 			}
-			d.skip(1)
+			s.Skip()
 		}
 	}
-	return d.end()
+	return s.End()
+}
+
+// skipKind skips a value and returns its Kind.
+func skipKind(s *jsonscan.Scanner) Kind {
+	c := s.Peek()
+	s.Skip()
+	return Kind(c)
+}
+
+// scanFloat reads a number or null for an optional float64 member; any
+// other value, or a number beyond float64's range, is encoding/json's type
+// error and ends the fast path.
+func scanFloat(s *jsonscan.Scanner, n *Num) {
+	if s.Peek() == 'n' {
+		s.Literal("null")
+		*n = Num{}
+		return
+	}
+	raw, _, ok := s.Number()
+	if !ok {
+		return
+	}
+	v, err := jsonscan.ParseFloat(raw)
+	if err != nil {
+		s.Fail("number out of range")
+		return
+	}
+	*n = Num{v, true}
+}
+
+// scanString reads a string or null for a string member: null leaves *v
+// alone, as encoding/json does. A string that encoding/json would decode
+// (escapes, invalid UTF-8) ends the fast path.
+func scanString(s *jsonscan.Scanner, v *string) {
+	if s.Peek() == 'n' {
+		s.Literal("null")
+		return
+	}
+	raw, ok := s.Str()
+	switch {
+	case !ok:
+	case !jsonscan.Verbatim(raw):
+		s.Fail("string needs decoding")
+	default:
+		*v = string(raw)
+	}
 }
 
 // ReadDeadliner sets the read deadline of a request's connection or
