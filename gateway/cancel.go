@@ -11,7 +11,8 @@ import (
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
-// Attempts the gateway cancels itself (issue 18). Two faults would
+// Attempts the gateway cancels itself, so that a faulty backend cannot hold
+// a request without bound. Two faults would
 // otherwise hold a request for as long as the backend cares to:
 //
 //   - A backend that hangs before its response headers: requests already

@@ -10,7 +10,8 @@ import (
 	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
-// Counting a stream's tokens from its content chunks (issue 14): a backend
+// Counting a stream's tokens from its content chunks, for streams without
+// usage: a backend
 // reports usage only when asked, and never for a stream cut short, so the
 // tap counts the chunks that carry generated content, per choice, as they
 // pass. vLLM and TGI send one token per chunk (vLLM merges a token whose

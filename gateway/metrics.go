@@ -192,8 +192,9 @@ func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 }
 
 // The children of the vectors that observe touches, looked up once per
-// label set rather than hashed by WithLabelValues on every request
-// (issue 15). The label sets are bounded (backends, at most
+// label set rather than hashed by WithLabelValues on every request: that
+// hashing was a measurable part of the gateway's overhead over a plain
+// proxy (nginx). The label sets are bounded (backends, at most
 // maxModelLabels models and tenants, HTTP statuses, error classes); past
 // maxCachedSeries entries a map stops growing and its misses go to
 // WithLabelValues.

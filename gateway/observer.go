@@ -29,7 +29,7 @@ type Observer interface {
 // An event is what the dispatcher hands the Observer at once for one
 // request: OnRequest (open), then the SSE payloads in data, then
 // OnResponse (resp), each part optional. A request's events are gathered
-// on its goroutine and queued in batches (issue 15): a channel send per
+// on its goroutine and queued in batches: a channel send per
 // SSE event woke the dispatcher for each, and on two cores that cost the
 // request path more than the copy.
 type event struct {

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/sse"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // responseStats is what a call's response comes to: its status, timing,
@@ -48,7 +50,10 @@ type responseStats struct {
 // the tap ends it with an error event and a clean EOF rather than letting
 // the proxy abort the connection: a client's SSE parser surfaces an abort
 // inconsistently, an error event always (the OpenAI SDKs raise on a data
-// object with an "error" key). Plain bodies still abort (issue 7).
+// object with an "error" key). Plain bodies still abort: a JSON body has
+// no place for an error once it has begun, and the abort (a chunked body
+// without its last chunk, or one short of its Content-Length) is how HTTP
+// tells the client that the body is cut.
 type tap struct {
 	body       io.ReadCloser
 	x          *call
@@ -243,7 +248,7 @@ func (t *tap) data(payload []byte) {
 // null), a cheap test that spares parsing every chunk for usage.
 func hasObject(b []byte, key string) bool {
 	for {
-		i := indexKey(b, key)
+		i := jsonscan.IndexKey(b, key)
 		if i < 0 {
 			return false
 		}
@@ -258,36 +263,11 @@ func hasObject(b []byte, key string) bool {
 	}
 }
 
-// indexKey is bytes.Index(b, []byte(key)), for keys that start with a
-// quote. It searches from the byte after the quote: JSON is full of
-// quotes, and bytes.Index checks each occurrence of its pattern's first
-// byte before it turns to a vector search (issue 15: the usage
-// stripper's test of a content chunk went from 560 to 191 ns).
-func indexKey(b []byte, key string) int {
-	if len(key) < 2 {
-		return bytes.Index(b, []byte(key))
-	}
-	rest := key[1:]
-	for off := 0; ; {
-		i := bytes.Index(b[off:], []byte(rest))
-		if i < 0 {
-			return -1
-		}
-		if at := off + i - 1; at >= 0 && b[at] == key[0] {
-			return at
-		}
-		off += i + 1
-	}
-}
-
-// isSpace reports whether c is JSON whitespace.
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
 // finishReason returns a chunk's "finish_reason" string value without
 // parsing the chunk; "" when it has none (or null).
 func finishReason(b []byte) string {
 	const key = `"finish_reason":`
-	i := indexKey(b, key)
+	i := jsonscan.IndexKey(b, key)
 	if i < 0 {
 		return ""
 	}
@@ -372,13 +352,20 @@ var (
 	choiceKeys   = []string{"finish_reason"}
 )
 
+// maxScanDepth is the nesting scanResponse follows; deeper documents go
+// to encoding/json (whose own limit is 10000).
+const maxScanDepth = 64
+
 // scanResponse reads the members of doc that json.Unmarshal would decode
 // into usageBody (all, or with full false only "id" and "model", as meta
-// decodes them), without reflection. It reports false for any document it
-// cannot read exactly as encoding/json would, invalid ones among them, and
-// for a repeated member it reads (encoding/json merges repeated objects
-// and arrays into what it decoded before): the caller decodes those with
-// encoding/json.
+// decodes them), without reflection: it runs on stream events, where the
+// allocations of a decode per event would show in the gateway's overhead.
+// It reports false for any document it cannot read exactly as
+// encoding/json would (invalid JSON, a type error, a key that matches a
+// field only under case folding or after unescaping, a string
+// encoding/json would decode, deep nesting), and for a repeated member it
+// reads (encoding/json merges repeated objects and arrays into what it
+// decoded before): the caller decodes those with encoding/json.
 func scanResponse(doc []byte, full bool, u *responseFields) bool {
 	return scanResponseStrings(doc, full, true, u)
 }
@@ -386,68 +373,68 @@ func scanResponse(doc []byte, full bool, u *responseFields) bool {
 // scanResponseStrings is scanResponse, with the string members (id,
 // model, finish reasons) checked but not kept unless strs.
 func scanResponseStrings(doc []byte, full, strs bool, u *responseFields) bool {
-	d := jdoc{b: doc, noStrings: !strs}
-	if !d.open('{') {
+	s := jsonscan.New(doc, jsonscan.Options{MaxDepth: maxScanDepth})
+	if s.Peek() != '{' || !s.Enter('{') {
 		return false
 	}
 	var seen uint8 // the members read, each at most once
-	for n := 0; d.member(n); n++ {
-		switch {
-		case string(d.k) == "id":
-			d.string(&u.id)
-		case string(d.k) == "model":
-			d.string(&u.model)
+	for n := 0; s.Member(&n); {
+		switch key := s.Key(); {
+		case string(key) == "id":
+			scanString(&s, &u.id, strs)
+		case string(key) == "model":
+			scanString(&s, &u.model, strs)
 		case !full:
-			if foldsTo(d.k, metaKeys...) {
+			if _, sure := jsonscan.Field(key, metaKeys); !sure {
 				return false
 			}
-			d.skip(1)
-		case string(d.k) == "usage":
+			s.Skip()
+		case string(key) == "usage":
 			if seen&1 != 0 {
 				return false
 			}
 			seen |= 1
-			if u.usage = d.objectOrNull(); u.usage {
-				for m := 0; d.known(&m, usageKeys); {
-					if string(d.k) == "prompt_tokens" {
-						d.int(&u.promptTokens)
+			if u.usage = objectOrNull(&s); u.usage {
+				for m := 0; known(&s, &m, usageKeys); {
+					if string(s.Key()) == "prompt_tokens" {
+						scanInt(&s, &u.promptTokens)
 					} else {
-						d.int(&u.completionTokens)
+						scanInt(&s, &u.completionTokens)
 					}
 				}
 			}
-		case string(d.k) == "details":
+		case string(key) == "details":
 			if seen&2 != 0 {
 				return false
 			}
 			seen |= 2
-			if u.details = d.objectOrNull(); u.details {
-				for m := 0; d.known(&m, detailsKeys); {
-					if string(d.k) == "generated_tokens" {
-						d.int(&u.generatedTokens)
+			if u.details = objectOrNull(&s); u.details {
+				for m := 0; known(&s, &m, detailsKeys); {
+					if string(s.Key()) == "generated_tokens" {
+						scanInt(&s, &u.generatedTokens)
 					} else {
-						d.string(&u.detailsFinish)
+						scanString(&s, &u.detailsFinish, strs)
 					}
 				}
 			}
-		case string(d.k) == "choices":
+		case string(key) == "choices":
 			if seen&4 != 0 {
 				return false
 			}
 			seen |= 4
-			switch d.peek() {
+			switch s.Peek() {
 			case 'n':
-				d.lit("null")
+				s.Literal("null")
 			case '[':
-				d.i++
-				for i := 0; d.element(i); i++ {
+				s.Enter('[')
+				for i := 0; s.Element(&i); {
 					var finish string
-					if d.objectOrNull() {
-						for m := 0; d.known(&m, choiceKeys); {
-							d.string(&finish)
+					if objectOrNull(&s) {
+						for m := 0; known(&s, &m, choiceKeys); {
+							scanString(&s, &finish, strs)
 						}
 					}
-					if i == 0 {
+					if i == 1 {
 						u.firstFinish = finish
 					}
 				}
@@ -455,13 +442,82 @@ func scanResponseStrings(doc []byte, full, strs bool, u *responseFields) bool {
 				return false // a type error
 			}
 		default:
-			if foldsTo(d.k, responseKeys...) {
+			if _, sure := jsonscan.Field(key, responseKeys); !sure {
 				return false
 			}
-			d.skip(1)
+			s.Skip()
 		}
 	}
-	return d.end()
+	return s.End()
+}
+
+// objectOrNull reads the start of an object, or null: it reports whether
+// an object starts. Anything else is a type error and ends the fast path.
+func objectOrNull(s *jsonscan.Scanner) bool {
+	switch s.Peek() {
+	case 'n':
+		s.Literal("null")
+		return false
+	case '{':
+		return s.Enter('{')
+	}
+	return s.Fail("not an object")
+}
+
+// known moves to the next member of the object being read whose key is
+// one of keys, skipping the others; *n counts the members passed. A key
+// that may match one of keys only as encoding/json matches them (case
+// folded, or escaped) ends the fast path.
+func known(s *jsonscan.Scanner, n *int, keys []string) bool {
+	for s.Member(n) {
+		i, sure := jsonscan.Field(s.Key(), keys)
+		if i >= 0 {
+			return true
+		}
+		if !sure {
+			return s.Fail("key folds to a field")
+		}
+		s.Skip()
+	}
+	return false
+}
+
+// scanInt reads a number or null for an int member: null leaves *v
+// alone, as encoding/json does. A fraction, an exponent or a number
+// beyond int64 is encoding/json's type error and ends the fast path.
+func scanInt(s *jsonscan.Scanner, v *int) {
+	if s.Peek() == 'n' {
+		s.Literal("null")
+		return
+	}
+	raw, _, ok := s.Number()
+	if !ok {
+		return
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		s.Fail("not an int")
+		return
+	}
+	*v = int(n)
+}
+
+// scanString reads a string or null for a string member, into *v when
+// keep: null leaves *v alone, as encoding/json does. A string that
+// encoding/json would decode (escapes, invalid UTF-8) ends the fast path.
+func scanString(s *jsonscan.Scanner, v *string, keep bool) {
+	if s.Peek() == 'n' {
+		s.Literal("null")
+		return
+	}
+	raw, ok := s.Str()
+	switch {
+	case !ok:
+	case !jsonscan.Verbatim(raw):
+		s.Fail("string needs decoding")
+	case keep:
+		*v = string(raw)
+	}
 }
 
 // usage records the token counts found in a JSON document, if any, and
