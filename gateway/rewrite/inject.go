@@ -7,6 +7,7 @@ import (
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/request"
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // Logprob injection (analyzers.confidence.inject): for a sampled
@@ -89,14 +90,14 @@ func (in Injector) Rewrite(op exchange.Operation, body []byte) []byte {
 // with a comma) appended before its final '}'.
 func AppendMembers(body []byte, add string) []byte {
 	end := len(body) - 1
-	for end >= 0 && isSpace(body[end]) {
+	for end >= 0 && jsonscan.IsSpace(body[end]) {
 		end--
 	}
 	if end < 0 || body[end] != '}' {
 		return body // request.Parse admits only objects; keep the bytes if not
 	}
 	prev := end - 1
-	for prev >= 0 && isSpace(body[prev]) {
+	for prev >= 0 && jsonscan.IsSpace(body[prev]) {
 		prev--
 	}
 	if prev >= 0 && body[prev] == '{' {
@@ -107,6 +108,3 @@ func AppendMembers(body []byte, add string) []byte {
 	out = append(out, add...)
 	return append(out, body[end:]...)
 }
-
-// isSpace reports whether c is JSON whitespace.
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"sync"
+
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // stripper passes a response body through with the value of each
@@ -282,7 +284,7 @@ func (f *logprobsFilter) filter(out, in []byte) (n, w int) {
 			}
 			continue
 		}
-		if isSpace(c) {
+		if jsonscan.IsSpace(c) {
 			out[w] = c
 			w++
 			continue

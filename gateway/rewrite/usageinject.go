@@ -6,6 +6,7 @@ import (
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/request"
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // Usage injection (usage.inject): most clients stream without
@@ -70,7 +71,7 @@ func InjectUsage(op exchange.Operation, f *request.Fields, body []byte) ([]byte,
 // end with '}'.
 func appendMember(obj []byte, member string) ([]byte, bool) {
 	end := len(obj) - 1
-	for end >= 0 && isSpace(obj[end]) {
+	for end >= 0 && jsonscan.IsSpace(obj[end]) {
 		end--
 	}
 	if end < 0 || obj[end] != '}' {

@@ -1,8 +1,9 @@
 package rewrite
 
 import (
-	"bytes"
 	"io"
+
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // usageStripper passes an SSE response body (text/event-stream) through
@@ -48,8 +49,6 @@ type usageStripper struct {
 	// handed out), so the blank line that ends it goes too.
 	eventStart, dropped bool
 	dropLF              bool // the line ending in '\r' was dropped: so is a '\n' after it
-
-	sc jsonScanner
 }
 
 type usageLineState uint8
@@ -219,7 +218,7 @@ func (s *usageStripper) endLine(i int) {
 		s.eventStart, s.dropped = true, false
 	case i >= len(dataField) && string(line[:len(dataField)]) == dataField:
 		doc := line[len(dataField):]
-		n, usageChunk := s.sc.stripUsage(doc)
+		n, usageChunk := stripUsage(doc)
 		if usageChunk {
 			drop = true
 			s.dropped = s.dropped || s.eventStart
@@ -250,26 +249,11 @@ func (s *usageStripper) endLine(i int) {
 	}
 }
 
-// usageKey and choicesKey are compared with root keys as raw bytes: an
-// escaped key ("us\u0061ge") is another key here. vLLM and OpenAI never
-// escape them, and a miss only leaves bytes as the backend sent them.
-const (
-	usageKey   = `"usage"`
-	choicesKey = `"choices"`
-)
-
-// maxJSONDepth is encoding/json's limit on nesting, so that the scanner
-// agrees with json.Valid.
-const maxJSONDepth = 10000
-
-// jsonScanner validates JSON documents and finds their root members with a
-// hand-written scanner: the usage stripper runs on every chunk, so it must
-// not decode them. Its zero value is ready; it is not safe for concurrent
-// use.
-type jsonScanner struct {
-	// arrays has bit d set when the container at depth d is an array.
-	arrays [maxJSONDepth/64 + 1]uint64
-}
+// usageKey is searched for in a document before it is scanned. Root keys
+// are compared as raw bytes: an escaped key ("us\u0061ge") is another key
+// here. vLLM and OpenAI never escape them, and a miss only leaves bytes as
+// the backend sent them.
+const usageKey = `"usage"`
 
 // rootScan is what a scan of a document's root object found.
 type rootScan struct {
@@ -285,11 +269,11 @@ type rootScan struct {
 // empty array and whose last "usage" is an object (later duplicate keys
 // win, as in the client's JSON decoder). A doc that is not a valid JSON
 // object is left alone.
-func (sc *jsonScanner) stripUsage(doc []byte) (n int, usageChunk bool) {
-	if len(doc) == 0 || indexKey(doc, usageKey) < 0 {
+func stripUsage(doc []byte) (n int, usageChunk bool) {
+	if len(doc) == 0 || jsonscan.IndexKey(doc, usageKey) < 0 {
 		return len(doc), false // most documents: no scan
 	}
-	rs, ok := sc.scanRoot(doc)
+	rs, ok := scanRoot(doc)
 	if !ok || rs.usages == 0 {
 		return len(doc), false
 	}
@@ -301,31 +285,7 @@ func (sc *jsonScanner) stripUsage(doc []byte) (n int, usageChunk bool) {
 		if rs.usages == 1 {
 			return len(doc), false
 		}
-		rs, _ = sc.scanRoot(doc) // still valid: a member went with its comma
-	}
-}
-
-// indexKey is bytes.Index(b, []byte(key)), for keys that start with a
-// quote. It searches from the byte after the quote: JSON is full of
-// quotes, and bytes.Index checks each occurrence of its pattern's first
-// byte before it turns to a vector search (the stripper's test of a
-// content chunk went from 560 to 191 ns). The gateway's tap has a copy:
-// rewrite does not import the gateway, and a byte search is no part of
-// rewrite's API.
-func indexKey(b []byte, key string) int {
-	if len(key) < 2 {
-		return bytes.Index(b, []byte(key))
-	}
-	rest := key[1:]
-	for off := 0; ; {
-		i := bytes.Index(b[off:], []byte(rest))
-		if i < 0 {
-			return -1
-		}
-		if at := off + i - 1; at >= 0 && b[at] == key[0] {
-			return at
-		}
-		off += i + 1
+		rs, _ = scanRoot(doc) // still valid: a member went with its comma
 	}
 }
 
@@ -335,243 +295,47 @@ func indexKey(b []byte, key string) int {
 // The cut that removes a member starts at the comma before it, or, for
 // the first member, ends at the next member's key, so that removing a
 // member that was appended to an object gives back that object's bytes.
-func (sc *jsonScanner) scanRoot(doc []byte) (rs rootScan, ok bool) {
-	i := skipSpace(doc, 0)
-	if i == len(doc) || doc[i] != '{' {
+//
+// It follows the nesting json.Valid accepts (jsonscan.DefaultMaxDepth), so
+// that it leaves alone exactly the documents json.Valid rejects. A lower
+// cap would need a second, slow path for the deeper valid documents, and
+// buys little: the scan's recursion grows the stack by a few MB at most,
+// on a hostile 10000-deep document; the documents scanned are the
+// backend's, and only those that hold a "usage" key; and the gateway's
+// encoding/json fallbacks (its tap) recurse as deep on the same responses.
+func scanRoot(doc []byte) (rs rootScan, ok bool) {
+	s := jsonscan.New(doc, jsonscan.Options{})
+	if s.Peek() != '{' || !s.Enter('{') {
 		return rs, false
 	}
-	i = skipSpace(doc, i+1)
-	if i < len(doc) && doc[i] == '}' {
-		return rs, skipSpace(doc, i+1) == len(doc)
-	}
 	comma := -1 // the comma before the current member; -1 for the first
-	for {
-		key := i
-		if i >= len(doc) || doc[i] != '"' {
+	for n := 0; s.Member(&n); {
+		key, name := s.KeyOffset(), s.Key() // before Value reads nested keys
+		v, ok := s.Value()
+		if !ok {
 			return rs, false
 		}
-		if i = skipString(doc, i); i < 0 {
-			return rs, false
-		}
-		keyEnd := i
-		if i = skipSpace(doc, i); i == len(doc) || doc[i] != ':' {
-			return rs, false
-		}
-		val := skipSpace(doc, i+1)
-		if i = sc.skipValue(doc, val, 1); i < 0 {
-			return rs, false
-		}
-		valEnd := i
-		if i = skipSpace(doc, i); i == len(doc) {
-			return rs, false
-		}
-		next := doc[i]
-		if next != ',' && next != '}' {
-			return rs, false
-		}
-		switch string(doc[key:keyEnd]) {
-		case usageKey:
+		valEnd := s.Pos()
+		next := s.Peek() // ',' or '}', else the next Member fails
+		i := s.Pos()
+		switch string(name) {
+		case "usage":
 			if rs.usages == 0 {
 				switch {
 				case comma >= 0:
 					rs.from, rs.to = comma, valEnd
 				case next == ',':
-					rs.from, rs.to = key, skipSpace(doc, i+1)
+					rs.from, rs.to = key, jsonscan.SkipSpace(doc, i+1)
 				default:
 					rs.from, rs.to = key, valEnd
 				}
 			}
 			rs.usages++
-			rs.usageObject = doc[val] == '{'
-		case choicesKey:
-			rs.choicesEmpty = doc[val] == '[' && skipSpace(doc, val+1) == valEnd-1
-		}
-		if next == '}' {
-			return rs, skipSpace(doc, i+1) == len(doc)
+			rs.usageObject = v[0] == '{'
+		case "choices":
+			rs.choicesEmpty = v[0] == '[' && jsonscan.SkipSpace(v, 1) == len(v)-1
 		}
 		comma = i
-		i = skipSpace(doc, i+1)
 	}
-}
-
-// skipValue returns the end of the valid JSON value that starts at b[i],
-// inside depth containers, or -1 when there is none.
-func (sc *jsonScanner) skipValue(b []byte, i, depth int) int {
-	base := depth
-	for {
-		// A value starts at b[i].
-		if i >= len(b) {
-			return -1
-		}
-		switch c := b[i]; c {
-		case '{', '[':
-			if depth >= maxJSONDepth {
-				return -1
-			}
-			w, bit := depth/64, uint64(1)<<(depth%64)
-			if c == '[' {
-				sc.arrays[w] |= bit
-			} else {
-				sc.arrays[w] &^= bit
-			}
-			depth++
-			i = skipSpace(b, i+1)
-			if i < len(b) && (b[i] == '}' && c == '{' || b[i] == ']' && c == '[') {
-				depth--
-				i++
-				break
-			}
-			if c == '{' {
-				if i = skipKey(b, i); i < 0 {
-					return -1
-				}
-			}
-			continue
-		case '"':
-			i = skipString(b, i)
-		case 't':
-			i = skipLiteral(b, i, "true")
-		case 'f':
-			i = skipLiteral(b, i, "false")
-		case 'n':
-			i = skipLiteral(b, i, "null")
-		default:
-			i = skipNumber(b, i)
-		}
-		if i < 0 {
-			return -1
-		}
-		// After a value: close containers until one continues.
-		for {
-			if depth == base {
-				return i
-			}
-			if i = skipSpace(b, i); i == len(b) {
-				return -1
-			}
-			array := sc.arrays[(depth-1)/64]&(uint64(1)<<((depth-1)%64)) != 0
-			c := b[i]
-			if c == ',' {
-				i = skipSpace(b, i+1)
-				if !array {
-					if i = skipKey(b, i); i < 0 {
-						return -1
-					}
-				}
-				break
-			}
-			if array && c == ']' || !array && c == '}' {
-				depth--
-				i++
-				continue
-			}
-			return -1
-		}
-	}
-}
-
-// skipKey skips an object key at b[i], its colon and the space after it.
-func skipKey(b []byte, i int) int {
-	if i >= len(b) || b[i] != '"' {
-		return -1
-	}
-	if i = skipString(b, i); i < 0 {
-		return -1
-	}
-	if i = skipSpace(b, i); i == len(b) || b[i] != ':' {
-		return -1
-	}
-	return skipSpace(b, i+1)
-}
-
-// skipString returns the end of the valid JSON string at b[i], or -1.
-// Bytes of 0x80 and above are taken as they are, as encoding/json does.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1
-		case c < 0x20:
-			return -1
-		case c == '\\':
-			i++
-			if i == len(b) {
-				return -1
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(b) {
-					return -1
-				}
-				for _, h := range b[i+1 : i+5] {
-					if unhex(h) < 0 {
-						return -1
-					}
-				}
-				i += 4
-			default:
-				return -1
-			}
-		}
-	}
-	return -1
-}
-
-// skipLiteral returns the end of lit at b[i], or -1.
-func skipLiteral(b []byte, i int, lit string) int {
-	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
-		return -1
-	}
-	return i + len(lit)
-}
-
-// skipNumber returns the end of the JSON number at b[i], or -1.
-func skipNumber(b []byte, i int) int {
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return -1
-	case b[i] == '0':
-		i++
-	case '1' <= b[i] && b[i] <= '9':
-		i = skipDigits(b, i)
-	default:
-		return -1
-	}
-	if i < len(b) && b[i] == '.' {
-		j := skipDigits(b, i+1)
-		if j == i+1 {
-			return -1
-		}
-		i = j
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		j := skipDigits(b, i)
-		if j == i {
-			return -1
-		}
-		i = j
-	}
-	return i
-}
-
-func skipDigits(b []byte, i int) int {
-	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-		i++
-	}
-	return i
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
+	return rs, s.End()
 }
