@@ -22,13 +22,15 @@ const (
 	OpCompletion Operation = "text_completion"
 	OpEmbeddings Operation = "embeddings"
 	OpGenerate   Operation = "generate" // TGI native
+	OpResponses  Operation = "responses" // OpenAI Responses API
+	OpMessages   Operation = "messages"  // Anthropic Messages API
 	OpOther      Operation = "other"
 )
 
 // Generates reports whether op's response carries generated tokens.
 func (op Operation) Generates() bool {
 	switch op {
-	case OpChat, OpCompletion, OpGenerate:
+	case OpChat, OpCompletion, OpGenerate, OpResponses, OpMessages:
 		return true
 	}
 	return false
