@@ -21,7 +21,7 @@ const (
 	OpChat       Operation = "chat"
 	OpCompletion Operation = "text_completion"
 	OpEmbeddings Operation = "embeddings"
-	OpGenerate   Operation = "generate" // TGI native
+	OpGenerate   Operation = "generate"  // TGI native
 	OpResponses  Operation = "responses" // OpenAI Responses API
 	OpMessages   Operation = "messages"  // Anthropic Messages API
 	OpOther      Operation = "other"
