@@ -72,7 +72,9 @@
 //
 // There is no tokenizer. A prompt counts ceil(characters/4) tokens, where
 // characters are Unicode code points of all message contents (chat), the
-// prompt (completions) or the inputs (TGI), concatenated. Prompt tokens are
+// instructions and input items (responses), the system text and messages
+// (Anthropic messages), the prompt (completions) or the inputs (TGI),
+// concatenated. Prompt tokens are
 // the consecutive 4-character pieces of that text.
 //
 // Generated tokens come from a small built-in vocabulary of English words.

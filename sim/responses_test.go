@@ -381,3 +381,23 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestNewAPIsStall: the stall knob delays the Responses and Messages
+// streams as it does chat's.
+func TestNewAPIsStall(t *testing.T) {
+	k := fastKnobs()
+	k.Stall, k.StallAfter = 80*time.Millisecond, 1
+	_, ts := newTestServer(t, k)
+	for path, body := range map[string]string{
+		"/v1/responses": `{"input":"x","max_output_tokens":3,"stream":true}`,
+		"/v1/messages":  `{"model":"sim-model","max_tokens":3,"messages":[{"role":"user","content":"x"}],"stream":true}`,
+	} {
+		start := time.Now()
+		if code, _, b := testutil.Post(t, ts.URL+path, body); code != 200 {
+			t.Fatalf("%s: %d %s", path, code, b)
+		}
+		if d := time.Since(start); d < 80*time.Millisecond {
+			t.Errorf("%s: stream took %v, want the 80ms stall", path, d)
+		}
+	}
+}

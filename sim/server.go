@@ -34,7 +34,8 @@ type Options struct {
 	Knobs Knobs
 }
 
-// Stats counts the requests on the inference routes (OpenAI and TGI).
+// Stats counts the requests on the inference routes (OpenAI, Anthropic and
+// TGI).
 type Stats struct {
 	// Requests is the number of requests received.
 	Requests int64 `json:"requests"`
