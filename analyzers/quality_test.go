@@ -11,6 +11,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -102,6 +103,7 @@ func outputDrift(s *Signals) bool {
 // simulator's confidence, and separately quantization-like noise (σ 0.5)
 // on its logprobs, are flagged within 500 responses. Figures are logged with -v.
 func TestConfidenceDetection(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	tests := []struct {
 		name   string
 		change func(*sim.Knobs)
@@ -133,6 +135,7 @@ func TestConfidenceDetection(t *testing.T) {
 // falls 10% (perplexity rises): the alarm comes after the configured five
 // minutes outside the ±3σ band, not before, and never in the stable hour.
 func TestOutputDriftDetection(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	f := newFeeder(t, config.Default().Analyzers, 2)
 	if hits := f.run(2*3600, outputDrift); len(hits) > 0 {
 		t.Errorf("stable hour: output drift raised after %v responses", hits)
