@@ -19,6 +19,7 @@ import (
 // (5-minute periods, adaptive thresholds) fires confidence_drop, and the
 // alert reaches a real Alertmanager; the stable hours raise nothing.
 func TestDegradationAlerts(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	am := alertmanagertest.Start(t)
 	f := newFeeder(t, config.Default().Analyzers, 2)
 	// Simulated time ends about now: Alertmanager judges startsAt and

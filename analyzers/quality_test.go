@@ -2,7 +2,6 @@ package analyzers
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,16 +11,22 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
-// feeder sends chat requests with logprobs to a simulator over HTTP and
-// hands each exchange to a Pipeline the way the gateway does, placing it on
-// a simulated clock so that hours of traffic take seconds.
+// feeder sends chat requests with logprobs to a simulator and hands each
+// exchange to a Pipeline the way the gateway does, placing it on a
+// simulated clock so that hours of traffic take seconds. The simulator's
+// handler is called in process (httptest.NewRecorder, no sockets): the
+// statistical tests built on it send tens of thousands of requests, a
+// loopback round trip per request cost more than a third of their CPU time
+// under -race, and the HTTP path is not what they are about (the gateway's
+// and the simulator's own tests cover it).
 type feeder struct {
 	t    *testing.T
 	sim  *sim.Server
-	url  string
+	h    http.Handler // the simulator's handler
 	p    *Pipeline
 	now  time.Time
 	step time.Duration
@@ -33,9 +38,7 @@ func newFeeder(t *testing.T, cfg config.Analyzers, rate float64) *feeder {
 	k := sim.DefaultKnobs()
 	k.TTFT, k.ITL = 0, 0
 	s := sim.New(sim.Options{Model: "m", Seed: 5, Knobs: k})
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	f := &feeder{t: t, sim: s, url: srv.URL, now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
+	f := &feeder{t: t, sim: s, h: s.Handler(), now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
 		step: time.Duration(float64(time.Second) / rate)}
 	cfg.Drift.Enabled = false
 	p, err := New(Options{Config: cfg, Now: func() time.Time { return f.now }})
@@ -56,15 +59,14 @@ func (f *feeder) knobs(change func(*sim.Knobs)) {
 func (f *feeder) send() []byte {
 	f.n++
 	body := fmt.Sprintf(`{"model":"m","max_tokens":24,"logprobs":true,"top_logprobs":5,"messages":[{"role":"user","content":"question %d about the system"}]}`, f.n)
-	resp, err := http.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	out := rec.Body.Bytes()
 	r := &exchange.Request{Operation: "chat", Model: "m", Backend: "a", Start: f.now, Body: []byte(body)}
 	f.p.OnRequest(r)
-	f.p.OnResponse(r, &exchange.Response{Status: resp.StatusCode, Latency: 800 * time.Millisecond, Body: out, CompletionTokens: 24})
+	f.p.OnResponse(r, &exchange.Response{Status: rec.Code, Latency: 800 * time.Millisecond, Body: out, CompletionTokens: 24})
 	f.now = f.now.Add(f.step)
 	return out
 }
@@ -101,6 +103,7 @@ func outputDrift(s *Signals) bool {
 // simulator's confidence, and separately quantization-like noise (σ 0.5)
 // on its logprobs, are flagged within 500 responses. Figures are logged with -v.
 func TestConfidenceDetection(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	tests := []struct {
 		name   string
 		change func(*sim.Knobs)
@@ -132,6 +135,7 @@ func TestConfidenceDetection(t *testing.T) {
 // falls 10% (perplexity rises): the alarm comes after the configured five
 // minutes outside the ±3σ band, not before, and never in the stable hour.
 func TestOutputDriftDetection(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	f := newFeeder(t, config.Default().Analyzers, 2)
 	if hits := f.run(2*3600, outputDrift); len(hits) > 0 {
 		t.Errorf("stable hour: output drift raised after %v responses", hits)

@@ -23,6 +23,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -292,6 +293,7 @@ func weekSignalValues(s *Signals) map[string]alert.Value {
 // would cost more than the rest under -race, and the HTTP path is not what
 // this test is about.
 func TestStationaryWeekAlerts(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	if testing.Short() {
 		t.Skip("-short: the simulated week (2016 alert periods, ~49,000 requests through the simulator and the pipeline) is left out")
 	}

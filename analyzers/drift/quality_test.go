@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // promptGen makes chat request bodies: a word count drawn from a normal
@@ -117,6 +118,7 @@ func run(t *testing.T, m *Monitor, g *promptGen, start time.Time, n int, rate fl
 // The seeds are fixed, so the figures are reproducible; they are logged
 // with -v.
 func TestDetectionQuality(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	const rate = 5.0
 	cfg := config.Default().Analyzers
 	stationary := map[string]float64{"en": 0.9, "es": 0.1}
@@ -162,6 +164,7 @@ func TestDetectionQuality(t *testing.T) {
 // TestNoFalseAlarms runs 30,000 more stationary prompts, under three other
 // seeds, and requires that none raises drift.
 func TestNoFalseAlarms(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	cfg := config.Default().Analyzers
 	for seed := uint64(100); seed < 103; seed++ {
 		m, err := New(cfg, seed)

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +30,24 @@ var vigilBin string
 // detector's slowdown would only blur the latency figures.
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
+// faultParallel is how many of the suite's parallel tests run at once
+// unless -parallel says otherwise. Each spends most of its 15 to 25 s
+// waiting on a fault's wall-clock phases (a toxic, a blackhole, a slow
+// Redis) with a fraction of a core in use, so the default of GOMAXPROCS
+// (two on CI) left the suite idle for a minute: all seven at once take
+// about as long as the slowest.
+const faultParallel = 8
+
 func run(m *testing.M) int {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(runtime.GOMAXPROCS(0), faultParallel))); err != nil {
+			fmt.Fprintln(os.Stderr, "faults:", err)
+			return 1
+		}
+	}
 	if os.Getenv(toxitest.EnvBin) == "" {
 		return m.Run() // toxitest.Start skips every test
 	}
