@@ -18,9 +18,10 @@ const EnvStatisticalWithoutRace = "VIGIL_STATISTICAL_WITHOUT_RACE"
 // cannot change what it proves: its figures are the same with or without
 // it, and the concurrency of the code it drives is exercised by the
 // race-enabled tests of those packages. Without the variable the test runs
-// as usual, so that a plain `go test -race` still runs everything. A test
-// that calls it must be named in test/run's $statistical, or a full run
-// never runs it.
+// as usual, so that a plain `go test -race` still runs everything.
+// test/run finds the tests for its pass without the race detector by this
+// call (`testutil.SkipStatisticalUnderRace(` inside `func TestX`), so the
+// call must be written in the test function itself.
 func SkipStatisticalUnderRace(t testing.TB) {
 	t.Helper()
 	if Race && os.Getenv(EnvStatisticalWithoutRace) != "" {
