@@ -83,6 +83,7 @@ type Pipeline struct {
 	// backendStates is Options.BackendStates.
 	backendStates func() []exchange.BackendState
 	alertPeriod   time.Duration
+	alertPeriods  atomic.Int64 // ObserveAlerts calls, for AlertPeriods
 	m             *metrics
 
 	// Requests and failures by backend (or by model, for requests the

@@ -246,7 +246,7 @@ func TestBalanceBusyGPU(t *testing.T) {
 	if !(s["b0"] < s["b1"]) {
 		t.Errorf("the GPU-0.95 node served %.1f %%, the GPU-0.2 node %.1f %%: want less", 100*s["b0"], 100*s["b1"])
 	}
-	adm := adminBackends(t, gw.URL)
+	adm := adminBackends(t, gw)
 	var n0 int64
 	for _, r := range reqs {
 		if r.backend == "b0" {
@@ -264,7 +264,7 @@ func TestBalanceBusyGPU(t *testing.T) {
 		if a := adm[name]; math.Abs(a.Weight-want[i]) > 1e-9 {
 			t.Errorf("%s: /admin/backends weight %v, want %v", name, a.Weight, want[i])
 		}
-		if m := metricValue(t, gw.URL, `vigil_backend_weight{backend="`+name+`"}`); math.Abs(m-want[i]) > 1e-6 {
+		if m := metricValue(t, gw, `vigil_backend_weight{backend="`+name+`"}`); math.Abs(m-want[i]) > 1e-6 {
 			t.Errorf("%s: vigil_backend_weight %v, want %v", name, m, want[i])
 		}
 	}

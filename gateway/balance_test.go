@@ -211,9 +211,9 @@ type adminBackend struct {
 	} `json:"health"`
 }
 
-func adminBackends(t *testing.T, gwURL string) map[string]adminBackend {
+func adminBackends(t *testing.T, gw *testGateway) map[string]adminBackend {
 	t.Helper()
-	code, body := get(t, gwURL+"/admin/backends")
+	code, body := gw.get(t, "/admin/backends")
 	if code != http.StatusOK {
 		t.Fatalf("/admin/backends: %d %s", code, body)
 	}
@@ -229,9 +229,9 @@ func adminBackends(t *testing.T, gwURL string) map[string]adminBackend {
 }
 
 // metricValue reads one sample from the gateway's /metrics.
-func metricValue(t *testing.T, gwURL, series string) float64 {
+func metricValue(t *testing.T, gw *testGateway, series string) float64 {
 	t.Helper()
-	_, body := get(t, gwURL+"/metrics")
+	_, body := gw.get(t, "/metrics")
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -301,7 +301,7 @@ func TestDynamicWeights(t *testing.T) {
 	}
 
 	// The admin API and /metrics show the same weights and the loads.
-	adm := adminBackends(t, gw.URL)
+	adm := adminBackends(t, gw)
 	for i, b := range bs {
 		a := adm[b.name]
 		if math.Abs(a.Weight-want[i]) > 1e-9 || a.Base != 100 {
@@ -319,7 +319,7 @@ func TestDynamicWeights(t *testing.T) {
 		if a.Requests == nil || a.Requests.Waiting != float64(b.waiting) {
 			t.Errorf("%s: requests %+v, want %d waiting", b.name, a.Requests, b.waiting)
 		}
-		if m := metricValue(t, gw.URL, `vigil_backend_weight{backend="`+b.name+`"}`); math.Abs(m-want[i]) > 1e-6 {
+		if m := metricValue(t, gw, `vigil_backend_weight{backend="`+b.name+`"}`); math.Abs(m-want[i]) > 1e-6 {
 			t.Errorf("%s: vigil_backend_weight %v, want %v", b.name, m, want[i])
 		}
 	}
@@ -367,14 +367,14 @@ func TestStaleSignalsIgnored(t *testing.T) {
 	if w := gw.Balancer().Snapshot().Backends[0].Weight; math.Abs(w-fresh(0)) > 1e-9 {
 		t.Errorf("idle's weight changed to %v, want %v", w, fresh(0))
 	}
-	adm := adminBackends(t, gw.URL)
+	adm := adminBackends(t, gw)
 	if _, ok := adm["full"].Load["cpu"]; ok {
 		t.Errorf("admin shows a stale cpu load for full: %v", adm["full"].Load)
 	}
 	if _, ok := adm["full"].Load["queue"]; !ok {
 		t.Errorf("admin lacks full's fresh queue load: %v", adm["full"].Load)
 	}
-	if m := metricValue(t, gw.URL, `vigil_balancer_scrape_errors_total{backend="busy",source="agent"}`); !(m >= 1) {
+	if m := metricValue(t, gw, `vigil_balancer_scrape_errors_total{backend="busy",source="agent"}`); !(m >= 1) {
 		t.Errorf("scrape errors of busy's agent: %v, want >= 1", m)
 	}
 }
@@ -415,17 +415,17 @@ func TestKilledBackendNoClientError(t *testing.T) {
 	if served["dead"] != 0 {
 		t.Errorf("the dead backend served %d requests", served["dead"])
 	}
-	if retries := metricValue(t, gw.URL, `vigil_retries_total{reason="connect"}`); !(retries >= 1) {
+	if retries := metricValue(t, gw, `vigil_retries_total{reason="connect"}`); !(retries >= 1) {
 		t.Errorf("vigil_retries_total{connect} = %v, want >= 1", retries)
 	}
 	// How often the dead backend was tried depends on timing (its error
 	// rate makes it costly after the first failure, before the passive
 	// ejection's three); that it was tried and counted does not.
-	adm := adminBackends(t, gw.URL)
+	adm := adminBackends(t, gw)
 	if d := adm["dead"]; d.Health.ConsecutiveFailures < 1 {
 		t.Errorf("dead backend: %+v, want >= 1 consecutive failure", d.Health)
 	}
-	t.Logf("served: %v; retries %v", served, metricValue(t, gw.URL, `vigil_retries_total{reason="connect"}`))
+	t.Logf("served: %v; retries %v", served, metricValue(t, gw, `vigil_retries_total{reason="connect"}`))
 }
 
 // TestRetry5xx: a 5xx answer before anything reached the client is retried
@@ -529,12 +529,12 @@ func TestPassiveEjection(t *testing.T) {
 
 	expect(500)
 	expect(500)
-	if a := adminBackends(t, gw.URL)["a"]; a.Health.ConsecutiveFailures != 2 || a.Health.EjectedUntil != nil || !a.Healthy {
+	if a := adminBackends(t, gw)["a"]; a.Health.ConsecutiveFailures != 2 || a.Health.EjectedUntil != nil || !a.Healthy {
 		t.Fatalf("after 2 failures: %+v", a)
 	}
 	expect(500) // the third ejects
 	ejectedAt := time.Now()
-	a := adminBackends(t, gw.URL)["a"]
+	a := adminBackends(t, gw)["a"]
 	if a.Healthy || a.Health.EjectedUntil == nil || !a.Health.Active {
 		t.Fatalf("after 3 failures: %+v, want ejected", a)
 	}
@@ -555,7 +555,7 @@ func TestPassiveEjection(t *testing.T) {
 	}
 	expect(500) // one failure ejects it again, for twice as long
 	again := time.Now()
-	a = adminBackends(t, gw.URL)["a"]
+	a = adminBackends(t, gw)["a"]
 	if a.Health.EjectedUntil == nil {
 		t.Fatalf("a failure on probation did not eject: %+v", a)
 	}
@@ -570,10 +570,10 @@ func TestPassiveEjection(t *testing.T) {
 		t.Errorf("/readyz = %d after a passing health check, want 200", code)
 	}
 	expect(200)
-	if a := adminBackends(t, gw.URL)["a"]; a.Health.ConsecutiveFailures != 0 || a.Health.EjectedUntil != nil {
+	if a := adminBackends(t, gw)["a"]; a.Health.ConsecutiveFailures != 0 || a.Health.EjectedUntil != nil {
 		t.Errorf("after a success: %+v", a.Health)
 	}
-	if n := metricValue(t, gw.URL, `vigil_backend_ejections_total{backend="a"}`); n != 2 {
+	if n := metricValue(t, gw, `vigil_backend_ejections_total{backend="a"}`); n != 2 {
 		t.Errorf("vigil_backend_ejections_total = %v, want 2", n)
 	}
 }

@@ -56,6 +56,39 @@ type testGateway struct {
 	URL    string
 	access *syncBuffer
 	net    *testutil.Network // where URL is served; nil: the real network
+	hc     *http.Client      // reaches URL
+}
+
+// get GETs path (with its query) from g and returns the status and the
+// whole body; a transport error fails the test.
+func (g *testGateway) get(t *testing.T, path string) (int, []byte) {
+	t.Helper()
+	resp, err := g.hc.Get(g.URL + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading body: %v", path, err)
+	}
+	return resp.StatusCode, b
+}
+
+// post POSTs body to path of g as application/json and returns the
+// status, the headers and the whole body; a transport error fails the test.
+func (g *testGateway) post(t *testing.T, path, body string) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := g.hc.Post(g.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: reading body: %v", path, err)
+	}
+	return resp.StatusCode, resp.Header, b
 }
 
 // startGateway serves a gateway over the given backends until the test
@@ -80,7 +113,8 @@ func startGatewayIn(t *testing.T, n *testutil.Network, backends []config.Backend
 			tr.ResponseHeaderTimeout = o.Config.Limits.UpstreamTimeout // as New's own transport has
 			o.Transport = tr
 		})
-	gw.net = n
+	gw.net, gw.hc = n, n.Client()
+	t.Cleanup(gw.hc.CloseIdleConnections)
 	return gw
 }
 
@@ -125,7 +159,7 @@ func serveGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 		cancel()
 		<-done
 	})
-	return &testGateway{Server: s, URL: serve(s.Handler()), access: access}
+	return &testGateway{Server: s, URL: serve(s.Handler()), access: access, hc: http.DefaultClient}
 }
 
 // startSim serves a simulator with a fixed created time, so that responses

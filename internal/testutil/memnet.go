@@ -79,18 +79,35 @@ func (n *Network) Client() *http.Client {
 // its base URL (http://127.0.0.1:port).
 func (n *Network) Serve(t testing.TB, h http.Handler) string {
 	t.Helper()
+	return "http://" + n.ServeServer(t, &http.Server{Handler: h}, nil)
+}
+
+// ServeServer serves srv on a fresh address of n until the test ends, and
+// returns that address (127.0.0.1:port): for a test of the server's own
+// settings (its timeouts, its ConnContext). wrap, when not nil, wraps the
+// listener first, as a production listener wrapper would.
+func (n *Network) ServeServer(t testing.TB, srv *http.Server, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
 	l := n.Listen()
+	addr := l.Addr().String()
+	if wrap != nil {
+		l = wrap(l)
+	}
 	// Close does not wait for the connections' goroutines, and a bubble
 	// must not end with one left: count them out.
 	var conns sync.WaitGroup
-	srv := &http.Server{Handler: h, ConnState: func(_ net.Conn, st http.ConnState) {
+	inner := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		switch st {
 		case http.StateNew:
 			conns.Add(1)
 		case http.StateClosed, http.StateHijacked:
 			conns.Done()
 		}
-	}}
+		if inner != nil {
+			inner(c, st)
+		}
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -98,7 +115,7 @@ func (n *Network) Serve(t testing.TB, h http.Handler) string {
 		<-done
 		conns.Wait()
 	})
-	return "http://" + l.Addr().String()
+	return addr
 }
 
 type memListener struct {
