@@ -104,15 +104,15 @@ func startGateway(t *testing.T, backends []config.Backend, mutate func(*config.C
 
 // startGatewayIn serves a gateway on the in-memory network n, reaching its
 // backends through n, until the test ends: for tests in a synctest bubble.
-func startGatewayIn(t *testing.T, n *testutil.Network, backends []config.Backend, mutate func(*config.Config)) *testGateway {
+func startGatewayIn(t *testing.T, n *testutil.Network, backends []config.Backend, mutate func(*config.Config), opts ...func(*Options)) *testGateway {
 	t.Helper()
 	tr := n.Transport()
 	tr.MaxIdleConnsPerHost = 256
-	gw := serveGateway(t, backends, mutate, func(h http.Handler) string { return n.Serve(t, h) },
-		func(o *Options) {
-			tr.ResponseHeaderTimeout = o.Config.Limits.UpstreamTimeout // as New's own transport has
-			o.Transport = tr
-		})
+	opts = append(opts, func(o *Options) {
+		tr.ResponseHeaderTimeout = o.Config.Limits.UpstreamTimeout // as New's own transport has
+		o.Transport = tr
+	})
+	gw := serveGateway(t, backends, mutate, func(h http.Handler) string { return n.Serve(t, h) }, opts...)
 	gw.net, gw.hc = n, n.Client()
 	t.Cleanup(gw.hc.CloseIdleConnections)
 	return gw

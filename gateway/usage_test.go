@@ -8,16 +8,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/request"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -164,10 +166,10 @@ func TestUsageWithoutAsking(t *testing.T) {
 			}
 		})
 	}
-	if n := testutil.ToFloat64(gw.metrics.usageInjections); n != 2 {
+	if n := promtest.ToFloat64(gw.metrics.usageInjections); n != 2 {
 		t.Errorf("vigil_usage_injections_total = %v, want 2", n)
 	}
-	if n := testutil.ToFloat64(gw.metrics.usage.WithLabelValues("", "m1", "a", "output", "reported")); n != 17+18 {
+	if n := promtest.ToFloat64(gw.metrics.usage.WithLabelValues("", "m1", "a", "output", "reported")); n != 17+18 {
 		t.Errorf("vigil_tokens_total{output, reported} = %v, want 35", n)
 	}
 }
@@ -210,7 +212,7 @@ func TestUsageCountedWhenCut(t *testing.T) {
 	if resp.UsageSource != exchange.UsageCounted || float64(resp.CompletionTokens) != tokens {
 		t.Errorf("the analyzers got %s %d tokens, the log %v", resp.UsageSource, resp.CompletionTokens, tokens)
 	}
-	if n := testutil.ToFloat64(gw.metrics.usage.WithLabelValues("", "m1", "a", "output", "counted")); n != tokens {
+	if n := promtest.ToFloat64(gw.metrics.usage.WithLabelValues("", "m1", "a", "output", "counted")); n != tokens {
 		t.Errorf("vigil_tokens_total{output, counted} = %v, want %v", n, tokens)
 	}
 }
@@ -252,50 +254,56 @@ func TestUsageCountedTGI(t *testing.T) {
 // inter-token latency, within 20 %, and a 2 s stall mid-stream shows as
 // the stream's longest gap, in the access log and vigil_stream_max_gap_seconds.
 func TestStreamGaps(t *testing.T) {
-	// 50 ms: a 20 % band of 10 ms holds a busy 2-core machine's wake-up jitter.
-	const itl = 50 * time.Millisecond
-	simSrv, url := startSim(t, "m1", func(k *sim.Knobs) { k.ITL = itl })
-	obs := newExchanges()
-	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil, func(o *Options) { o.Observer = obs })
-	body := `{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":30,"stream":true}`
+	synctest.Test(t, func(t *testing.T) {
+		// In a bubble the clock moves only when every goroutine waits, so the
+		// gaps the gateway measures are the simulator's to the nanosecond,
+		// however busy the machine: the 20 % band allows for the chunks that
+		// share a read.
+		const itl = 50 * time.Millisecond
+		n := &testutil.Network{}
+		simSrv, url := startSimIn(t, n, "m1", func(k *sim.Knobs) { k.ITL = itl })
+		obs := newExchanges()
+		gw := startGatewayIn(t, n, []config.Backend{backend("a", url, "m1")}, nil, func(o *Options) { o.Observer = obs })
+		body := `{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":30,"stream":true}`
 
-	if code, _, b := post(t, gw.URL+"/v1/chat/completions", body); code != http.StatusOK {
-		t.Fatalf("status %d: %s", code, b)
-	}
-	_, _, resp := obs.lastDone(t, 1)
-	g := resp.Gaps
-	near := func(d time.Duration) bool { return d >= itl*8/10 && d <= itl*12/10 }
-	if g.Count != 29 || !near(g.P50) || !near(g.P95) {
-		t.Errorf("gaps: %d, P50 %v, P95 %v; want 29 within 20%% of %v", g.Count, g.P50, g.P95, itl)
-	}
-	line := lastAccess(t, gw, 1)
-	if p50 := line["itl_p50_ms"].(float64); !near(time.Duration(p50 * float64(time.Millisecond))) {
-		t.Errorf("access log itl_p50_ms %v, want ≈ %v", p50, itl)
-	}
-	if tps := line["tokens_per_second"].(float64); tps < 0.8*30/(30*itl.Seconds()) || tps > 1.2*30/(29*itl.Seconds()) {
-		t.Errorf("tokens_per_second %v, want ≈ %v", tps, 1/itl.Seconds())
-	}
+		if code, _, b := gw.post(t, "/v1/chat/completions", body); code != http.StatusOK {
+			t.Fatalf("status %d: %s", code, b)
+		}
+		_, _, resp := obs.lastDone(t, 1)
+		g := resp.Gaps
+		near := func(d time.Duration) bool { return d >= itl*8/10 && d <= itl*12/10 }
+		if g.Count != 29 || !near(g.P50) || !near(g.P95) {
+			t.Errorf("gaps: %d, P50 %v, P95 %v; want 29 within 20%% of %v", g.Count, g.P50, g.P95, itl)
+		}
+		line := lastAccess(t, gw, 1)
+		if p50 := line["itl_p50_ms"].(float64); !near(time.Duration(p50 * float64(time.Millisecond))) {
+			t.Errorf("access log itl_p50_ms %v, want ≈ %v", p50, itl)
+		}
+		if tps := line["tokens_per_second"].(float64); tps < 0.8*30/(30*itl.Seconds()) || tps > 1.2*30/(29*itl.Seconds()) {
+			t.Errorf("tokens_per_second %v, want ≈ %v", tps, 1/itl.Seconds())
+		}
 
-	k := simSrv.Knobs()
-	k.Stall, k.StallAfter = 2*time.Second, 10
-	simSrv.SetKnobs(k)
-	if code, _, b := post(t, gw.URL+"/v1/chat/completions", body); code != http.StatusOK {
-		t.Fatalf("status %d: %s", code, b)
-	}
-	_, _, resp = obs.lastDone(t, 2)
-	if g := resp.Gaps; g.Max < 2*time.Second || g.Max > 2*time.Second+4*itl || !near(g.P50) {
-		t.Errorf("stalled stream: max gap %v, P50 %v; want ≈ 2s and ≈ %v", g.Max, g.P50, itl)
-	}
-	if mg := lastAccess(t, gw, 2)["max_gap_ms"].(float64); mg < 2000 {
-		t.Errorf("access log max_gap_ms %v, want ≥ 2000", mg)
-	}
-	if n := testutil.CollectAndCount(gw.metrics.maxGap); n != 1 {
-		t.Fatalf("vigil_stream_max_gap_seconds: %d series, want 1", n)
-	}
-	out, _ := testutil.CollectAndFormat(gw.metrics.maxGap, expfmt.TypeTextPlain, "vigil_stream_max_gap_seconds")
-	if !strings.Contains(string(out), `le="1"} 1`) || !strings.Contains(string(out), `le="2.5"} 2`) {
-		t.Errorf("vigil_stream_max_gap_seconds: want one stream under 1 s and the stalled one in (1, 2.5]:\n%s", out)
-	}
+		k := simSrv.Knobs()
+		k.Stall, k.StallAfter = 2*time.Second, 10
+		simSrv.SetKnobs(k)
+		if code, _, b := gw.post(t, "/v1/chat/completions", body); code != http.StatusOK {
+			t.Fatalf("status %d: %s", code, b)
+		}
+		_, _, resp = obs.lastDone(t, 2)
+		if g := resp.Gaps; g.Max < 2*time.Second || g.Max > 2*time.Second+4*itl || !near(g.P50) {
+			t.Errorf("stalled stream: max gap %v, P50 %v; want ≈ 2s and ≈ %v", g.Max, g.P50, itl)
+		}
+		if mg := lastAccess(t, gw, 2)["max_gap_ms"].(float64); mg < 2000 {
+			t.Errorf("access log max_gap_ms %v, want ≥ 2000", mg)
+		}
+		if n := promtest.CollectAndCount(gw.metrics.maxGap); n != 1 {
+			t.Fatalf("vigil_stream_max_gap_seconds: %d series, want 1", n)
+		}
+		out, _ := promtest.CollectAndFormat(gw.metrics.maxGap, expfmt.TypeTextPlain, "vigil_stream_max_gap_seconds")
+		if !strings.Contains(string(out), `le="1"} 1`) || !strings.Contains(string(out), `le="2.5"} 2`) {
+			t.Errorf("vigil_stream_max_gap_seconds: want one stream under 1 s and the stalled one in (1, 2.5]:\n%s", out)
+		}
+	})
 }
 
 // TestTenantUsage: tokens are counted by the tenant header's value; a
@@ -320,7 +328,7 @@ func TestTenantUsage(t *testing.T) {
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if n := testutil.ToFloat64(gw.metrics.usage.WithLabelValues(tt.want, "m1", "a", "output", "reported")); n != 5 {
+			if n := promtest.ToFloat64(gw.metrics.usage.WithLabelValues(tt.want, "m1", "a", "output", "reported")); n != 5 {
 				t.Errorf("vigil_tokens_total{tenant=%q} = %v, want 5", tt.want, n)
 			}
 			line := lastAccess(t, gw, 1)
