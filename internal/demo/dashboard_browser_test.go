@@ -55,11 +55,8 @@ const readDashboard = `(() => {
 // error or exception. A screenshot (1400×1000, PNG) taken when a tile
 // last turned to an alarm is saved in the test's temp dir, or at
 // $VIGIL_DASHBOARD_SCREENSHOT.
-//
-// It runs in parallel with TestScenarioShort (see there why).
 func TestDashboardInBrowser(t *testing.T) {
 	bin := browser(t)
-	t.Parallel()
 	sc := newIncident(0.5, true)
 	sc.untilDetected = true
 	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 10, log: slog.New(slog.DiscardHandler), timings: &sc.timings})

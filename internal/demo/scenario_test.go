@@ -12,14 +12,7 @@ import (
 // TestScenarioShort tells the incident scenario at half scale without the
 // perplexity band (its 1-minute buckets need minutes of warm-up), each
 // phase ending once its fault is detected: about a minute.
-//
-// It runs in parallel with TestDashboardInBrowser, which tells the same
-// story: each demo has its own listeners on free ports and its own
-// gateway, and both spend most of their minute waiting on their
-// scenario's wall-clock phases (a third of a core each under -race), so
-// that together they take little longer than one.
 func TestScenarioShort(t *testing.T) {
-	t.Parallel()
 	testScenario(t, newIncident(0.5, true), 20, 3*time.Minute)
 }
 
