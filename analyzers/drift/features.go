@@ -17,14 +17,14 @@ import (
 const (
 	FeatChars       = iota // characters (runes) of all prompt text
 	FeatTokens             // prompt tokens: the backend's usage.prompt_tokens, else ceil(chars/4)
-	FeatMessages           // chat messages (1 for a plain prompt)
+	FeatMessages           // chat messages (1 for a plain prompt); a top-level system text counts as one
 	FeatLatin              // share of characters that are Latin letters
 	FeatCJK                // share that are Han, Hiragana, Katakana or Hangul
 	FeatCyrillic           // share that are Cyrillic letters
 	FeatDigits             // share that are decimal digits
 	FeatPunct              // share that are punctuation or symbols
 	FeatSpace              // share that are white space
-	FeatMaxTokens          // max_tokens / max_completion_tokens / max_new_tokens; NaN when absent
+	FeatMaxTokens          // max_tokens / max_completion_tokens / max_new_tokens / max_output_tokens; NaN when absent
 	FeatTemperature        // NaN when absent
 	FeatTopP               // NaN when absent
 	NumFeatures
@@ -188,10 +188,10 @@ type request struct {
 		TopP         *float64 `json:"top_p"`
 	} `json:"parameters"`
 
-	api      API
 	text     textStats
 	messages int
 	system   bool
+	api      API // the format being read
 }
 
 // UnmarshalJSON decodes the scalar fields normally and scans the text ones.
