@@ -13,6 +13,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/precision"
+	"github.com/vigil-gw/vigil/exchange"
 )
 
 // Run evaluates the signals every interval, feeds the alert engine every
@@ -85,6 +86,9 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 	}
 	if p.conf != nil {
 		d, o := pick(advance, p.conf.Evaluate, p.conf.Peek)(now)
+		if p.unscored.Load() > 0 {
+			d.Sources, o.Sources = unscoredSources, unscoredSources
+		}
 		if p.cfg.Confidence.Enabled {
 			rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
 			s.Confidence = &Confidence{Decay: d, Calibration: rep}
@@ -108,6 +112,12 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 	p.last.Store(s)
 	return s
 }
+
+// unscoredSources is the Sources note of the confidence and output signals
+// once Messages API responses were served: they carry no logprobs, so
+// those signals see only the other APIs' responses. Shared, never
+// modified.
+var unscoredSources = map[string]string{string(exchange.OpMessages): "no logprobs in the Messages API"}
 
 // PinBaseline pins the current windows as every signal's reference, here
 // and, through the shared store, on every replica.

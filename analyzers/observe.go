@@ -51,13 +51,16 @@ func (p *Pipeline) OnShadow(sh *exchange.Shadow) {
 }
 
 // formatOf maps an operation to the logprob format of its response; ok is
-// false for operations without generated tokens.
+// false for operations without generated tokens and for the Messages API,
+// whose responses carry no logprobs.
 func formatOf(r *exchange.Request) (logprob.Format, bool) {
 	switch r.Operation {
 	case exchange.OpChat:
 		return logprob.OpenAIChat, true
 	case exchange.OpCompletion:
 		return logprob.OpenAICompletion, true
+	case exchange.OpResponses:
+		return logprob.OpenAIResponses, true
 	case exchange.OpGenerate:
 		if r.Stream {
 			return logprob.TGIStream, true
@@ -65,6 +68,17 @@ func formatOf(r *exchange.Request) (logprob.Format, bool) {
 		return logprob.TGIGenerate, true
 	}
 	return 0, false
+}
+
+// apiOf maps an operation to the request format its prompt is read in.
+func apiOf(op exchange.Operation) drift.API {
+	switch op {
+	case exchange.OpResponses:
+		return drift.Responses
+	case exchange.OpMessages:
+		return drift.Messages
+	}
+	return drift.Chat
 }
 
 // OnRequest starts parsing the response of a generation request.
@@ -132,7 +146,7 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 		defer func() { p.postprocessSpan(r, attrs) }()
 	}
 	if p.drift != nil && r.Operation.HasPrompt() {
-		if f, err := drift.Extract(r.Body); err != nil {
+		if f, err := drift.ExtractAPI(apiOf(r.Operation), r.Body); err != nil {
 			p.m.featureErrors.Inc()
 		} else {
 			if resp.PromptTokens > 0 {
@@ -142,19 +156,33 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 		}
 	}
 	a := p.open[r]
-	if a == nil {
-		return
-	}
-	defer p.close(r)
-	if !r.Stream && len(resp.Body) > 0 {
-		if err := a.AddBody(resp.Body); err != nil && !resp.Truncated {
-			p.m.parseErrors.Inc()
+	switch {
+	case a != nil:
+		defer p.close(r)
+		if !r.Stream && len(resp.Body) > 0 {
+			if err := a.AddBody(resp.Body); err != nil && !resp.Truncated {
+				p.m.parseErrors.Inc()
+			}
 		}
+	case r.Operation == exchange.OpMessages:
+		// No logprobs to read: the confidence and output signals cannot
+		// see the response (their Sources say so), its timings count.
+		if resp.Status == 200 && resp.ErrorClass == exchange.ClassNone {
+			p.unscored.Add(1)
+		}
+		if p.lat == nil {
+			return
+		}
+	default:
+		return
 	}
 	if resp.Status != 200 || resp.ErrorClass != exchange.ClassNone {
 		return
 	}
-	s := a.Summary()
+	var s logprob.Summary
+	if a != nil {
+		s = a.Summary()
+	}
 	if s.Tokens > 0 {
 		attrs = append(attrs,
 			attribute.Int("vigil.logprob.tokens", s.Tokens),
@@ -163,7 +191,7 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 			attribute.Float64("vigil.logprob.entropy", s.MeanEntropy),
 			attribute.Float64("vigil.logprob.low_share", s.LowShare))
 	}
-	if p.conf != nil {
+	if p.conf != nil && a != nil {
 		p.conf.Add(t, &s)
 		p.m.observeResponse(&s)
 	}

@@ -103,6 +103,10 @@ type Pipeline struct {
 	pool  []*logprob.Accumulator
 
 	last atomic.Pointer[Signals]
+	// unscored counts the responses served through an API without
+	// logprobs (the Messages API), which the confidence and output
+	// signals cannot see; their Sources say so once there was one.
+	unscored atomic.Int64
 }
 
 // New builds a pipeline from validated options.

@@ -121,6 +121,10 @@ type Decay struct {
 	LowRise   stats.Num `json:"low_share_rise"`
 	LowPValue stats.Num `json:"low_share_p_value"`
 	Streak    int       `json:"streak"`
+	// Sources names the APIs whose responses were served but cannot be
+	// scored, and why (the Anthropic Messages API has no logprobs); set by
+	// the analyzers pipeline, absent when there were none.
+	Sources map[string]string `json:"sources,omitempty"`
 }
 
 // Output is the output-drift result.
@@ -141,6 +145,8 @@ type Output struct {
 	// complete minutes (0 when one of them had no responses): above Sigma
 	// exactly when all of them lie outside the band.
 	Distance stats.Num `json:"band_distance"`
+	// Sources is Decay.Sources.
+	Sources map[string]string `json:"sources,omitempty"`
 }
 
 // Evaluate computes both signals as of now.

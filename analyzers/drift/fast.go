@@ -19,8 +19,8 @@ import (
 
 // extractFast returns what Extract returns for body, with decided true, or
 // decided false when the encoding/json path must decide.
-func extractFast(body []byte) (f Features, decided bool, err error) {
-	var r request
+func extractFast(api API, body []byte) (f Features, decided bool, err error) {
+	r := request{api: api}
 	if !r.scanFast(body) {
 		return Features{}, false, nil
 	}
@@ -51,6 +51,11 @@ var (
 	parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 	messageKeys   = []string{"role", "content"}
 	partKeys      = []string{"text"}
+	// The keys of the Responses and Messages requests, in the order of
+	// the cases of scanFast's switch: model, the system text, the
+	// messages, the token limit, temperature, top_p.
+	responsesKeys = []string{"model", "instructions", "input", "max_output_tokens", "temperature", "top_p"}
+	messagesKeys  = []string{"model", "system", "messages", "max_tokens", "temperature", "top_p"}
 )
 
 // scanFast fills r from body; false when the encoding/json path must
@@ -62,6 +67,9 @@ func (r *request) scanFast(body []byte) bool {
 		return false
 	}
 	s.Enter('{')
+	if r.api != Chat {
+		return r.scanOther(s)
+	}
 	var seen uint32
 	for n := 0; s.Member(&n); {
 		k, ok := known(s, requestKeys, &seen)
@@ -93,6 +101,68 @@ func (r *request) scanFast(body []byte) bool {
 		}
 	}
 	return s.End()
+}
+
+// scanOther is scanFast's walk of a Responses or Messages request, after
+// its opening brace.
+func (r *request) scanOther(s *jsonscan.Scanner) bool {
+	keys := responsesKeys
+	if r.api == Messages {
+		keys = messagesKeys
+	}
+	var seen uint32
+	system := false
+	for n := 0; s.Member(&n); {
+		k, ok := known(s, keys, &seen)
+		if !ok {
+			return false
+		}
+		switch k {
+		case -1:
+			ok = s.Skip()
+		case 0:
+			ok = r.scanModel(s)
+		case 1:
+			if s.Peek() == 'n' {
+				ok = s.Literal("null")
+			} else {
+				system = true
+				ok = textFast(s, &r.text)
+			}
+		case 2:
+			ok = r.scanInput(s)
+		case 3:
+			ok = number(s, &r.MaxTokens)
+		case 4:
+			ok = number(s, &r.Temperature)
+		case 5:
+			ok = number(s, &r.TopP)
+		}
+		if !ok {
+			return false
+		}
+	}
+	r.addSystem(system)
+	return s.End()
+}
+
+// scanInput reads the Messages API's messages, or the Responses API's
+// input: a string, one user message; an array of items, read as chat
+// messages; anything else adding nothing (see itemsField).
+func (r *request) scanInput(s *jsonscan.Scanner) bool {
+	if r.api == Messages {
+		return r.scanMessages(s)
+	}
+	switch s.Peek() {
+	case '"':
+		r.messages = 1
+		return textFast(s, &r.text)
+	case '[':
+		return r.scanMessages(s)
+	case 'n':
+		return s.Literal("null")
+	}
+	return s.Skip()
 }
 
 // scanModel reads the model name: a string that is its own decoded value,

@@ -17,14 +17,14 @@ import (
 const (
 	FeatChars       = iota // characters (runes) of all prompt text
 	FeatTokens             // prompt tokens: the backend's usage.prompt_tokens, else ceil(chars/4)
-	FeatMessages           // chat messages (1 for a plain prompt)
+	FeatMessages           // chat messages (1 for a plain prompt); a top-level system text counts as one
 	FeatLatin              // share of characters that are Latin letters
 	FeatCJK                // share that are Han, Hiragana, Katakana or Hangul
 	FeatCyrillic           // share that are Cyrillic letters
 	FeatDigits             // share that are decimal digits
 	FeatPunct              // share that are punctuation or symbols
 	FeatSpace              // share that are white space
-	FeatMaxTokens          // max_tokens / max_completion_tokens / max_new_tokens; NaN when absent
+	FeatMaxTokens          // max_tokens / max_completion_tokens / max_new_tokens / max_output_tokens; NaN when absent
 	FeatTemperature        // NaN when absent
 	FeatTopP               // NaN when absent
 	NumFeatures
@@ -80,21 +80,49 @@ func boolString(b bool) string {
 // ErrNoPrompt means the body has no prompt text field that Extract knows.
 var ErrNoPrompt = errors.New("no prompt in request body")
 
+// API is the request format a body is read as.
+type API uint8
+
+// The request formats ExtractAPI reads.
+const (
+	// Chat is what Extract reads: OpenAI chat and completions, embeddings
+	// and TGI generate requests.
+	Chat API = iota
+	// Responses is the OpenAI Responses API (POST /v1/responses):
+	// instructions count as a system message; input is a string (one user
+	// message) or a list of items. Every item counts as a message, as
+	// chat's tool and assistant messages do; its text is that of its
+	// content (a string or input_text parts), so items without content
+	// (function_call, function_call_output, ...) add a message without
+	// text. max_output_tokens is the max_tokens feature.
+	Responses
+	// Messages is the Anthropic Messages API (POST /v1/messages): system
+	// (a string or text blocks) counts as a system message; messages are
+	// read as chat's, only text blocks adding text (image, tool_use and
+	// tool_result blocks add none).
+	Messages
+)
+
 // Extract computes the features of an OpenAI chat or completions request,
 // an embeddings request or a TGI generate request. It reads the JSON once;
 // text is classified as it is scanned, without copying it, so the cost is
 // one allocation per message, never per character.
-func Extract(body []byte) (Features, error) {
-	if f, decided, err := extractFast(body); decided {
+func Extract(body []byte) (Features, error) { return ExtractAPI(Chat, body) }
+
+// ExtractAPI is Extract for a body of the given format. The same prompt
+// (system text, messages, sampling parameters) gives the same features
+// whichever API carries it.
+func ExtractAPI(api API, body []byte) (Features, error) {
+	if f, decided, err := extractFast(api, body); decided {
 		return f, err
 	}
-	return extractJSON(body)
+	return extractJSON(api, body)
 }
 
-// extractJSON is Extract with encoding/json: the reference that the fast
-// path (fast.go) must agree with, and what decides where it gives up.
-func extractJSON(body []byte) (Features, error) {
-	var r request
+// extractJSON is ExtractAPI with encoding/json: the reference that the
+// fast path (fast.go) must agree with, and what decides where it gives up.
+func extractJSON(api API, body []byte) (Features, error) {
+	r := request{api: api}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return Features{}, err
 	}
@@ -163,10 +191,17 @@ type request struct {
 	text     textStats
 	messages int
 	system   bool
+	api      API // the format being read
 }
 
 // UnmarshalJSON decodes the scalar fields normally and scans the text ones.
 func (r *request) UnmarshalJSON(b []byte) error {
+	switch r.api {
+	case Responses:
+		return r.unmarshalResponses(b)
+	case Messages:
+		return r.unmarshalMessages(b)
+	}
 	type plain request // without this method
 	var v struct {
 		*plain
@@ -180,12 +215,102 @@ func (r *request) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	r.messages = len(v.Messages)
-	for _, m := range v.Messages {
-		if m.system {
+	r.addMessages(v.Messages)
+	return nil
+}
+
+// unmarshalResponses decodes an OpenAI Responses request.
+func (r *request) unmarshalResponses(b []byte) error {
+	var v struct {
+		Model           string     `json:"model"`
+		Instructions    systemText `json:"instructions"`
+		Input           itemsField `json:"input"`
+		MaxOutputTokens *float64   `json:"max_output_tokens"`
+		Temperature     *float64   `json:"temperature"`
+		TopP            *float64   `json:"top_p"`
+	}
+	v.Instructions.t, v.Input.r = &r.text, r
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.Model, r.MaxTokens, r.Temperature, r.TopP = v.Model, v.MaxOutputTokens, v.Temperature, v.TopP
+	r.addSystem(v.Instructions.present)
+	return nil
+}
+
+// unmarshalMessages decodes an Anthropic Messages request.
+func (r *request) unmarshalMessages(b []byte) error {
+	var v struct {
+		Model       string     `json:"model"`
+		System      systemText `json:"system"`
+		Messages    []message  `json:"messages"`
+		MaxTokens   *float64   `json:"max_tokens"`
+		Temperature *float64   `json:"temperature"`
+		TopP        *float64   `json:"top_p"`
+	}
+	v.System.t = &r.text
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.Model, r.MaxTokens, r.Temperature, r.TopP = v.Model, v.MaxTokens, v.Temperature, v.TopP
+	r.addMessages(v.Messages)
+	r.addSystem(v.System.present)
+	return nil
+}
+
+// addMessages counts msgs as the request's messages.
+func (r *request) addMessages(msgs []message) {
+	r.messages = len(msgs)
+	for i := range msgs {
+		if msgs[i].system {
 			r.system = true
 		}
-		r.text.merge(&m.text)
+		r.text.merge(&msgs[i].text)
+	}
+}
+
+// addSystem counts a top-level system text (Responses instructions,
+// Messages system) as one more message, a system one, as chat carries it.
+func (r *request) addSystem(present bool) {
+	if present {
+		r.messages++
+		r.system = true
+	}
+}
+
+// systemText is a top-level system text: present unless absent or null,
+// its text scanned as a textField's.
+type systemText struct {
+	t       *textStats
+	present bool
+}
+
+func (f *systemText) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	f.present = true
+	return (&textField{f.t}).UnmarshalJSON(b)
+}
+
+// itemsField is a Responses input: a string is one user message, an array
+// a list of items read as chat messages; other values add nothing.
+type itemsField struct{ r *request }
+
+func (f *itemsField) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	switch b[0] {
+	case '"':
+		f.r.text.scan(b)
+		f.r.messages = 1
+	case '[':
+		var items []message
+		if err := json.Unmarshal(b, &items); err != nil {
+			return err
+		}
+		f.r.addMessages(items)
 	}
 	return nil
 }

@@ -98,7 +98,7 @@ var extractCases = []string{
 func TestExtractFastAgrees(t *testing.T) {
 	decided := 0
 	for _, body := range extractCases {
-		if checkFast(t, []byte(body)) {
+		if checkFast(t, Chat, []byte(body)) {
 			decided++
 		}
 	}
@@ -110,13 +110,13 @@ func TestExtractFastAgrees(t *testing.T) {
 
 // checkFast compares the fast path with encoding/json on body and reports
 // whether the fast path decided.
-func checkFast(t *testing.T, body []byte) bool {
+func checkFast(t *testing.T, api API, body []byte) bool {
 	t.Helper()
-	f, decided, err := extractFast(body)
+	f, decided, err := extractFast(api, body)
 	if !decided {
 		return false
 	}
-	want, wantErr := extractJSON(body)
+	want, wantErr := extractJSON(api, body)
 	if (err == nil) != (wantErr == nil) {
 		t.Errorf("%q: fast error %v, encoding/json %v", body, err, wantErr)
 		return true
@@ -129,9 +129,12 @@ func checkFast(t *testing.T, body []byte) bool {
 
 func FuzzExtractFast(f *testing.F) {
 	for _, body := range extractCases {
-		f.Add([]byte(body))
+		f.Add(uint8(Chat), []byte(body))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { checkFast(t, body) })
+	for _, c := range apiCases {
+		f.Add(uint8(c.api), []byte(c.body))
+	}
+	f.Fuzz(func(t *testing.T, api uint8, body []byte) { checkFast(t, API(api%3), body) })
 }
 
 func BenchmarkExtractJSON(b *testing.B) {
@@ -139,7 +142,7 @@ func BenchmarkExtractJSON(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := extractJSON(body); err != nil {
+		if _, err := extractJSON(Chat, body); err != nil {
 			b.Fatal(err)
 		}
 	}

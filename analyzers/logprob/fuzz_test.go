@@ -11,7 +11,11 @@ import (
 // fuzzSeeds are payloads of every format: the recorded fixtures' events and
 // bodies, and quirks.
 func fuzzSeeds(f *testing.F) {
-	for _, fx := range fixtures {
+	all := fixtures
+	for _, rf := range responsesFixtures {
+		all = append(all, rf.fixture)
+	}
+	for _, fx := range all {
 		raw := loadFixture(f, fx)
 		if fx.stream {
 			evs := events(raw)
@@ -29,11 +33,14 @@ func fuzzSeeds(f *testing.F) {
 		`{"id":"\u00e9","model":"x","choices":[],"usage":{"completion_tokens":1e3,"prompt_tokens":-1}}`,
 		"[DONE]", "", "{", `{"a":[1,]}`, `{"a":tru}`, `{"a":-}`, `{"a":"\u12"}`, `{"a":1.e5}`,
 	} {
-		for fm := range uint8(4) {
+		for fm := range uint8(numFormats) {
 			f.Add([]byte(s), fm)
 		}
 	}
 }
+
+// numFormats is the number of Format values.
+const numFormats = 5
 
 // check runs one payload and checks what must hold for any input: no
 // panic; an error exactly when counted; means within their ranges; valid
@@ -41,7 +48,7 @@ func fuzzSeeds(f *testing.F) {
 // truncation reported as io.ErrUnexpectedEOF.
 func check(t *testing.T, data []byte, format uint8, body bool) {
 	var a Accumulator
-	a.Reset(Format(format%4), Options{MaxTopK: int(format / 4 % 8)})
+	a.Reset(Format(format%numFormats), Options{MaxTopK: int(format / numFormats % 8)})
 	var err error
 	if body {
 		err = a.AddBody(data)

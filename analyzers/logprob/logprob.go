@@ -3,9 +3,10 @@
 // top-1/top-2 margin and the share of low-confidence tokens (signals 2 and 4
 // of the design), plus the usage counts, finish reason, id and model.
 //
-// It reads OpenAI chat and legacy completions responses as OpenAI and vLLM
-// write them, streamed (one SSE data payload at a time) or whole, and
-// Hugging Face TGI's /generate and /generate_stream. A small hand-written
+// It reads OpenAI chat, legacy completions and Responses API responses as
+// OpenAI and vLLM write them, streamed (one SSE data payload at a time) or
+// whole, and Hugging Face TGI's /generate and /generate_stream. The
+// Anthropic Messages API has no logprobs: there is nothing to read. A small hand-written
 // scanner walks only the fields it needs in place, so steady state
 // allocates nothing per token, and memory is bounded whatever the response
 // size: only running sums are kept.
@@ -84,6 +85,10 @@ const (
 	// TGIStream is TGI's /generate_stream events: token, top_tokens and,
 	// on the last event, details.
 	TGIStream
+	// OpenAIResponses is the Responses API (/v1/responses): response
+	// bodies, logprobs in output[].content[].logprobs, and stream events,
+	// logprobs in response.output_text.delta events (see responses.go).
+	OpenAIResponses
 )
 
 func (f Format) tgi() bool { return f == TGIGenerate || f == TGIStream }
@@ -238,7 +243,7 @@ func (a *Accumulator) init() {
 var done = []byte("[DONE]")
 
 // AddEvent reads one SSE data payload: a chat.completion.chunk, a
-// text_completion chunk or a TGI stream event. The payload is read during
+// text_completion chunk, a Responses stream event or a TGI stream event. The payload is read during
 // the call only. "[DONE]" and empty payloads are ignored. A payload that is
 // not a valid JSON object returns an error wrapping ErrSyntax and counts in
 // ParseErrors; what was read before the fault still counts, and the
@@ -253,7 +258,7 @@ func (a *Accumulator) AddEvent(payload []byte) error {
 }
 
 // AddBody reads a whole non-streaming body: chat.completion,
-// text_completion or TGI /generate (an object, or an array of them as TGI's
+// text_completion, a Responses response or TGI /generate (an object, or an array of them as TGI's
 // "/" route answers). A body cut short (at a capture cap) returns an error
 // wrapping both ErrSyntax and io.ErrUnexpectedEOF, sets Truncated and
 // counts in ParseErrors. The positions wholly read before the cut count: a
@@ -274,6 +279,8 @@ func (a *Accumulator) add(p []byte) error {
 		ok = a.openAI(&s)
 	case a.f.tgi():
 		ok = a.tgi(&s)
+	case a.f == OpenAIResponses:
+		ok = a.responses(&s)
 	default:
 		return ErrFormat
 	}
@@ -404,34 +411,40 @@ func setString(s *scanner, dst *string) bool {
 // setFinish reads a finish reason, interning the common ones.
 func setFinish(s *scanner, dst *string) bool {
 	raw, valid, ok := s.rawString()
-	if !valid {
-		return ok
+	if valid {
+		*dst = finishOf(raw, *dst)
 	}
+	return ok
+}
+
+// finishOf returns the finish reason raw (a JSON string's contents),
+// interning the common ones; old when it is equal already.
+func finishOf(raw []byte, old string) string {
 	switch string(raw) {
 	case "stop":
-		*dst = "stop"
+		return "stop"
 	case "length":
-		*dst = "length"
+		return "length"
 	case "tool_calls":
-		*dst = "tool_calls"
+		return "tool_calls"
 	case "content_filter":
-		*dst = "content_filter"
+		return "content_filter"
 	case "function_call":
-		*dst = "function_call"
+		return "function_call"
 	case "abort":
-		*dst = "abort"
+		return "abort"
 	case "eos_token":
-		*dst = "eos_token"
+		return "eos_token"
 	case "stop_sequence":
-		*dst = "stop_sequence"
-	default:
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			*dst = unescape(raw)
-		} else if string(raw) != *dst {
-			*dst = string(raw)
-		}
+		return "stop_sequence"
 	}
-	return true
+	switch {
+	case bytes.IndexByte(raw, '\\') >= 0:
+		return unescape(raw)
+	case string(raw) != old:
+		return string(raw)
+	}
+	return old
 }
 
 // setCount reads a count into *dst and sets *have; null and non-counts are
