@@ -21,7 +21,9 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/rewrite"
 	"github.com/vigil-gw/vigil/gateway/upstream"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // Fuzz targets for the bytes that clients and backends control, beside
@@ -184,7 +186,7 @@ func FuzzTap(f *testing.F) {
 			case 1:
 				rd = iotest.OneByteReader(rd)
 			case 2:
-				rd = &chunkReader{src: in[:k], r: r, max: 1 + r.IntN(40)}
+				rd = testutil.ChunkReader(in[:k], r, 1+r.IntN(40))
 			}
 			if broken {
 				rd = breakReader{rd}
@@ -242,11 +244,11 @@ func FuzzTap(f *testing.F) {
 		}
 		if !broken { // FuzzStrip and FuzzUsageStripper cut the input every way
 			opens := bytes.Count(in, []byte("{")) + bytes.Count(in, []byte("["))
-			if out := readStripped(t, bytes.NewReader(in), sse, r); len(out) > len(in)+3*opens {
+			if out := testutil.ReadInPieces(t, rewrite.NewStripper(io.NopCloser(bytes.NewReader(in)), sse), r); len(out) > len(in)+3*opens {
 				t.Fatalf("the logprobs stripper made %d bytes of %d: %q", len(out), len(in), in)
 			}
 			if sse {
-				if out := readUsageStripped(t, bytes.NewReader(in), r); len(out) > len(in) {
+				if out := testutil.ReadInPieces(t, rewrite.NewUsageStripper(io.NopCloser(bytes.NewReader(in))), r); len(out) > len(in) {
 					t.Fatalf("the usage stripper made %d bytes of %d: %q", len(out), len(in), in)
 				}
 			}

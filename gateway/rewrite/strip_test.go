@@ -15,48 +15,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
-
-// chunkReader hands out src in chunks of random sizes, now and then none.
-type chunkReader struct {
-	src []byte
-	r   *rand.Rand
-	max int
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.src) == 0 {
-		return 0, io.EOF
-	}
-	if c.r.IntN(8) == 0 {
-		return 0, nil
-	}
-	n := min(1+c.r.IntN(c.max), len(p), len(c.src))
-	copy(p, c.src[:n])
-	c.src = c.src[n:]
-	return n, nil
-}
 
 // readStripped reads a stripper over src with reads of random sizes,
 // down to one byte.
 func readStripped(t testing.TB, src io.Reader, sse bool, r *rand.Rand) []byte {
-	s := NewStripper(io.NopCloser(src), sse)
-	defer s.Close()
-	var out []byte
-	buf := make([]byte, 64)
-	for range 1 << 20 {
-		n, err := s.Read(buf[:1+r.IntN(len(buf))])
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-	}
-	t.Fatal("stripper never reached EOF")
-	return nil
+	return testutil.ReadInPieces(t, NewStripper(io.NopCloser(src), sse), r)
 }
 
 // stripFeeds strips in fed one byte at a time, in random chunks, and whole,
@@ -65,7 +31,7 @@ func stripFeeds(t testing.TB, in []byte, sse bool, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 1))
 	whole := readStripped(t, bytes.NewReader(in), sse, r)
 	oneByte := readStripped(t, iotest.OneByteReader(bytes.NewReader(in)), sse, r)
-	chunked := readStripped(t, &chunkReader{src: in, r: r, max: 1 + r.IntN(40)}, sse, r)
+	chunked := readStripped(t, testutil.ChunkReader(in, r, 1+r.IntN(40)), sse, r)
 	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
 		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
 	}

@@ -1,8 +1,9 @@
 // Package testutil holds the helpers that Vigil's tests share: HTTP calls
 // that fail the test on a transport error, waiting on a condition with a
 // deadline generous enough for a busy machine, float comparisons for
-// golden values, and an in-memory transport for tests that run in a
-// testing/synctest bubble (where real network I/O is not allowed).
+// golden values, an in-memory transport for tests that run in a
+// testing/synctest bubble (where real network I/O is not allowed), and
+// readers that cut a body where a network might.
 //
 // Only _test.go files import it.
 package testutil
