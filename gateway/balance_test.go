@@ -23,6 +23,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing/otlptest"
 )
@@ -213,7 +214,7 @@ type adminBackend struct {
 
 func adminBackends(t *testing.T, gwURL string) map[string]adminBackend {
 	t.Helper()
-	code, body := get(t, gwURL+"/admin/backends")
+	code, body := testutil.Get(t, gwURL+"/admin/backends")
 	if code != http.StatusOK {
 		t.Fatalf("/admin/backends: %d %s", code, body)
 	}
@@ -231,7 +232,7 @@ func adminBackends(t *testing.T, gwURL string) map[string]adminBackend {
 // metricValue reads one sample from the gateway's /metrics.
 func metricValue(t *testing.T, gwURL, series string) float64 {
 	t.Helper()
-	_, body := get(t, gwURL+"/metrics")
+	_, body := testutil.Get(t, gwURL+"/metrics")
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -519,7 +520,7 @@ func TestPassiveEjection(t *testing.T) {
 		c.Health.Failures, c.Health.Backoff, c.Health.MaxBackoff = 3, backoff, 10*backoff
 	})
 	chat := `{"model":"m1","messages":[{"role":"user","content":"hi"}]}`
-	ready := func() int { code, _ := get(t, gw.URL+"/readyz"); return code }
+	ready := func() int { code, _ := testutil.Get(t, gw.URL+"/readyz"); return code }
 	expect := func(want int) {
 		t.Helper()
 		if code, _, body := post(t, gw.URL+"/v1/chat/completions", chat); code != want {

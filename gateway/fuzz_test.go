@@ -318,31 +318,6 @@ func fuzzServer(f *testing.F, opts Options) http.Handler {
 	return s.Handler()
 }
 
-// serve runs one request through h and returns the response.
-func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// checkJSONAnswer fails t unless rec's body is JSON of at most limit bytes,
-// and an error body has OpenAI's shape.
-func checkJSONAnswer(t *testing.T, what string, rec *httptest.ResponseRecorder, limit int) {
-	t.Helper()
-	b := rec.Body.Bytes()
-	if !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") || !json.Valid(b) || len(b) > limit {
-		t.Fatalf("%s: %d %q (%s), want JSON of at most %d bytes", what, rec.Code, b, rec.Header().Get("Content-Type"), limit)
-	}
-	if rec.Code >= 400 {
-		var eb struct {
-			Error struct{ Message, Type, Code string }
-		}
-		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" || eb.Error.Code == "" {
-			t.Fatalf("%s: %d %q, not an OpenAI error body", what, rec.Code, b)
-		}
-	}
-}
-
 // FuzzFeedbackBody: POST /v1/feedback hands the sink exactly the id and
 // label of a body {"id": non-empty string, "correct": boolean}, once, and
 // answers 200 (404 for an id the sink does not know); anything else is a
@@ -366,9 +341,9 @@ func FuzzFeedbackBody(f *testing.F) {
 		if mode&1 != 0 {
 			req.ContentLength = -1 // chunked: the limit is the reader's
 		}
-		rec := serve(h, req)
+		rec := testutil.Serve(h, req)
 		calls := sink.take()
-		checkJSONAnswer(t, "POST /v1/feedback "+strconv.Quote(string(body)), rec, 6*len(body)+256)
+		testutil.CheckJSONAnswer(t, "POST /v1/feedback "+strconv.Quote(string(body)), rec, 6*len(body)+256)
 		var ref struct {
 			ID      string `json:"id"`
 			Correct *bool  `json:"correct"`
