@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/iotest"
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
@@ -286,13 +285,7 @@ func chainFeeds(t *testing.T, in []byte, lp bool, seed uint64) []byte {
 		}
 		return testutil.ReadInPieces(t, NewUsageStripper(rc), r)
 	}
-	whole := read(bytes.NewReader(in))
-	oneByte := read(iotest.OneByteReader(bytes.NewReader(in)))
-	chunked := read(testutil.ChunkReader(in, r, 1+r.IntN(40)))
-	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
-		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
-	}
-	return whole
+	return readEveryWay(t, in, r, read)
 }
 
 // FuzzStripInjectedUsage: a stream a backend sends with usage injected

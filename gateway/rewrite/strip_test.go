@@ -25,17 +25,25 @@ func readStripped(t testing.TB, src io.Reader, sse bool, r *rand.Rand) []byte {
 	return testutil.ReadInPieces(t, NewStripper(io.NopCloser(src), sse), r)
 }
 
-// stripFeeds strips in fed one byte at a time, in random chunks, and whole,
-// and requires the three outputs to agree.
-func stripFeeds(t testing.TB, in []byte, sse bool, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	whole := readStripped(t, bytes.NewReader(in), sse, r)
-	oneByte := readStripped(t, iotest.OneByteReader(bytes.NewReader(in)), sse, r)
-	chunked := readStripped(t, testutil.ChunkReader(in, r, 1+r.IntN(40)), sse, r)
+// readEveryWay reads in through read whole, one byte at a time and in
+// chunks of random sizes drawn from r, and requires the three outputs to
+// agree: a stripper must not depend on where reads cut its input.
+func readEveryWay(t testing.TB, in []byte, r *rand.Rand, read func(io.Reader) []byte) []byte {
+	t.Helper()
+	whole := read(bytes.NewReader(in))
+	oneByte := read(iotest.OneByteReader(bytes.NewReader(in)))
+	chunked := read(testutil.ChunkReader(in, r, 1+r.IntN(40)))
 	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
 		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
 	}
 	return whole
+}
+
+// stripFeeds strips in fed one byte at a time, in random chunks, and whole,
+// and requires the three outputs to agree.
+func stripFeeds(t testing.TB, in []byte, sse bool, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	return readEveryWay(t, in, r, func(src io.Reader) []byte { return readStripped(t, src, sse, r) })
 }
 
 func TestStripJSON(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -46,13 +45,7 @@ func (s *splitReader) Read(p []byte) (int, error) {
 // and requires the outputs to agree.
 func usageFeeds(t testing.TB, in []byte, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 2))
-	whole := readUsageStripped(t, bytes.NewReader(in), r)
-	oneByte := readUsageStripped(t, iotest.OneByteReader(bytes.NewReader(in)), r)
-	chunked := readUsageStripped(t, testutil.ChunkReader(in, r, 1+r.IntN(40)), r)
-	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
-		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
-	}
-	return whole
+	return readEveryWay(t, in, r, func(src io.Reader) []byte { return readUsageStripped(t, src, r) })
 }
 
 // OpenAI-style chunks: with include_usage every chunk has "usage":null and
