@@ -125,17 +125,15 @@ func TestStripSSE(t *testing.T) {
 	}
 }
 
-// TestStripDoesNotHoldBack: each event is readable as soon as its bytes
-// arrived, before the next ones are written.
-func TestStripDoesNotHoldBack(t *testing.T) {
-	pr, pw := io.Pipe()
-	s := NewStripper(pr, true)
-	defer s.Close()
+// reads reads r in a goroutine of its own, sends the bytes of each read
+// on the channel it returns, and closes it at the first error: a client
+// that takes what a stripper passes as soon as it passes it.
+func reads(r io.Reader) <-chan string {
 	got := make(chan string)
 	go func() {
 		buf := make([]byte, 4096)
 		for {
-			n, err := s.Read(buf)
+			n, err := r.Read(buf)
 			if n > 0 {
 				got <- string(buf[:n])
 			}
@@ -145,6 +143,16 @@ func TestStripDoesNotHoldBack(t *testing.T) {
 			}
 		}
 	}()
+	return got
+}
+
+// TestStripDoesNotHoldBack: each event is readable as soon as its bytes
+// arrived, before the next ones are written.
+func TestStripDoesNotHoldBack(t *testing.T) {
+	pr, pw := io.Pipe()
+	s := NewStripper(pr, true)
+	defer s.Close()
+	got := reads(s)
 	for i := range 3 {
 		pw.Write([]byte(`data: {"choices":[{"logprobs":{"a":[1]}}]}` + "\n\n"))
 		want := `data: {"choices":[{"logprobs":null}]}` + "\n\n"

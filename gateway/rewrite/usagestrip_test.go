@@ -144,20 +144,7 @@ func TestUsageStripDoesNotHoldBack(t *testing.T) {
 	pr, pw := io.Pipe()
 	s := NewUsageStripper(pr)
 	defer s.Close()
-	got := make(chan string)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := s.Read(buf)
-			if n > 0 {
-				got <- string(buf[:n])
-			}
-			if err != nil {
-				close(got)
-				return
-			}
-		}
-	}()
+	got := reads(s)
 	expect := func(step, want string) {
 		t.Helper()
 		var have string
