@@ -1,4 +1,4 @@
-package config
+package config_test
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gopkg.in/yaml.v3"
+
+	"github.com/vigil-gw/vigil/config"
 )
 
 // docs/configuration.md is the configuration reference people read; these tests
@@ -84,10 +86,7 @@ type schemaField struct {
 func docSchema(t reflect.Type, prefix string, out map[string]schemaField) {
 	for f := range t.Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		p := name
-		if prefix != "" {
-			p = prefix + "." + name
-		}
+		p := join(prefix, name)
 		switch ft := f.Type; {
 		case ft.Kind() == reflect.Struct:
 			out[p] = schemaField{typ: ft}
@@ -104,7 +103,7 @@ func docSchema(t reflect.Type, prefix string, out map[string]schemaField) {
 // defaultAt is the default value at the dotted path key: from Default(), or for
 // a key of a list element ("backends[].weight") from the element's own default.
 func defaultAt(key string) (reflect.Value, error) {
-	v := reflect.ValueOf(Default())
+	v := reflect.ValueOf(config.Default())
 	for _, part := range strings.Split(key, ".") {
 		name, elem := strings.CutSuffix(part, "[]")
 		f, ok := fieldByYAML(v.Type(), name)
@@ -113,10 +112,10 @@ func defaultAt(key string) (reflect.Value, error) {
 		}
 		v = v.FieldByIndex(f.Index)
 		if elem {
-			if v.Type() != reflect.TypeFor[[]Backend]() {
+			if v.Type() != reflect.TypeFor[[]config.Backend]() {
 				return reflect.Value{}, fmt.Errorf("%s: no default for the elements of %s", key, v.Type())
 			}
-			v = reflect.ValueOf(defaultBackend(0))
+			v = reflect.ValueOf(config.DefaultBackend(0))
 		}
 	}
 	return v, nil
@@ -156,7 +155,7 @@ func parseDocDefault(cell string, typ reflect.Type) (reflect.Value, error) {
 
 func TestConfigDocDefaults(t *testing.T) {
 	schema := map[string]schemaField{}
-	docSchema(reflect.TypeFor[Config](), "", schema)
+	docSchema(reflect.TypeFor[config.Config](), "", schema)
 	for _, r := range readDocTable(t, configDoc) {
 		f, ok := schema[r.key]
 		if !ok {
@@ -204,7 +203,7 @@ func TestConfigDocHasEveryKey(t *testing.T) {
 	}
 
 	schema := map[string]schemaField{}
-	docSchema(reflect.TypeFor[Config](), "", schema)
+	docSchema(reflect.TypeFor[config.Config](), "", schema)
 	for _, key := range slices.Sorted(maps.Keys(schema)) {
 		if f := schema[key]; f.leaf && !covered(key) {
 			t.Errorf("%s: no row for %s (a key of config.Config)", configDoc, key)
@@ -213,42 +212,13 @@ func TestConfigDocHasEveryKey(t *testing.T) {
 
 	// example.yaml's keys, which the schema must hold too (TestExampleYAMLHasEveryKey
 	// checks the other way).
-	data, err := os.ReadFile("example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var exampleKeys []string
-	yamlKeys(doc.Content[0], "", &exampleKeys)
-	for _, key := range exampleKeys {
+	for _, key := range exampleKeys(t) {
 		f, ok := schema[key]
 		switch {
 		case !ok:
 			t.Errorf("example.yaml: %s is not a key of config.Config", key)
 		case f.leaf && !covered(key):
 			t.Errorf("%s: no row for %s (a key of example.yaml)", configDoc, key)
-		}
-	}
-}
-
-// yamlKeys appends the dotted path of every key under n, list elements as "[]".
-func yamlKeys(n *yaml.Node, prefix string, keys *[]string) {
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			p := n.Content[i].Value
-			if prefix != "" {
-				p = prefix + "." + p
-			}
-			*keys = append(*keys, p)
-			yamlKeys(n.Content[i+1], p, keys)
-		}
-	case yaml.SequenceNode:
-		for _, c := range n.Content {
-			yamlKeys(c, prefix+"[]", keys)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/tracing/otlptest"
 )
@@ -519,7 +520,7 @@ func TestPassiveEjection(t *testing.T) {
 		c.Health.Failures, c.Health.Backoff, c.Health.MaxBackoff = 3, backoff, 10*backoff
 	})
 	chat := `{"model":"m1","messages":[{"role":"user","content":"hi"}]}`
-	ready := func() int { code, _ := get(t, gw.URL+"/readyz"); return code }
+	ready := func() int { code, _ := testutil.Get(t, gw.URL+"/readyz"); return code }
 	expect := func(want int) {
 		t.Helper()
 		if code, _, body := post(t, gw.URL+"/v1/chat/completions", chat); code != want {

@@ -21,7 +21,9 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/rewrite"
 	"github.com/vigil-gw/vigil/gateway/upstream"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // Fuzz targets for the bytes that clients and backends control, beside
@@ -184,7 +186,7 @@ func FuzzTap(f *testing.F) {
 			case 1:
 				rd = iotest.OneByteReader(rd)
 			case 2:
-				rd = &chunkReader{src: in[:k], r: r, max: 1 + r.IntN(40)}
+				rd = testutil.ChunkReader(in[:k], r, 1+r.IntN(40))
 			}
 			if broken {
 				rd = breakReader{rd}
@@ -242,11 +244,11 @@ func FuzzTap(f *testing.F) {
 		}
 		if !broken { // FuzzStrip and FuzzUsageStripper cut the input every way
 			opens := bytes.Count(in, []byte("{")) + bytes.Count(in, []byte("["))
-			if out := readStripped(t, bytes.NewReader(in), sse, r); len(out) > len(in)+3*opens {
+			if out := testutil.ReadInPieces(t, rewrite.NewStripper(io.NopCloser(bytes.NewReader(in)), sse), r); len(out) > len(in)+3*opens {
 				t.Fatalf("the logprobs stripper made %d bytes of %d: %q", len(out), len(in), in)
 			}
 			if sse {
-				if out := readUsageStripped(t, bytes.NewReader(in), r); len(out) > len(in) {
+				if out := testutil.ReadInPieces(t, rewrite.NewUsageStripper(io.NopCloser(bytes.NewReader(in))), r); len(out) > len(in) {
 					t.Fatalf("the usage stripper made %d bytes of %d: %q", len(out), len(in), in)
 				}
 			}
@@ -316,31 +318,6 @@ func fuzzServer(f *testing.F, opts Options) http.Handler {
 	return s.Handler()
 }
 
-// serve runs one request through h and returns the response.
-func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// checkJSONAnswer fails t unless rec's body is JSON of at most limit bytes,
-// and an error body has OpenAI's shape.
-func checkJSONAnswer(t *testing.T, what string, rec *httptest.ResponseRecorder, limit int) {
-	t.Helper()
-	b := rec.Body.Bytes()
-	if !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") || !json.Valid(b) || len(b) > limit {
-		t.Fatalf("%s: %d %q (%s), want JSON of at most %d bytes", what, rec.Code, b, rec.Header().Get("Content-Type"), limit)
-	}
-	if rec.Code >= 400 {
-		var eb struct {
-			Error struct{ Message, Type, Code string }
-		}
-		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" || eb.Error.Code == "" {
-			t.Fatalf("%s: %d %q, not an OpenAI error body", what, rec.Code, b)
-		}
-	}
-}
-
 // FuzzFeedbackBody: POST /v1/feedback hands the sink exactly the id and
 // label of a body {"id": non-empty string, "correct": boolean}, once, and
 // answers 200 (404 for an id the sink does not know); anything else is a
@@ -364,9 +341,9 @@ func FuzzFeedbackBody(f *testing.F) {
 		if mode&1 != 0 {
 			req.ContentLength = -1 // chunked: the limit is the reader's
 		}
-		rec := serve(h, req)
+		rec := testutil.Serve(h, req)
 		calls := sink.take()
-		checkJSONAnswer(t, "POST /v1/feedback "+strconv.Quote(string(body)), rec, 6*len(body)+256)
+		testutil.CheckJSONAnswer(t, "POST /v1/feedback "+strconv.Quote(string(body)), rec, 6*len(body)+256)
 		var ref struct {
 			ID      string `json:"id"`
 			Correct *bool  `json:"correct"`

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -249,7 +250,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 				t.Errorf("consecutive failures = %d, want 1", n)
 			}
 			// The gateway survives and serves the next request.
-			if code, _ := get(t, gw.URL+"/healthz"); code != 200 {
+			if code, _ := testutil.Get(t, gw.URL+"/healthz"); code != 200 {
 				t.Errorf("gateway stopped serving: /healthz %d", code)
 			}
 		})

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,42 +12,15 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
-
-// getResp GETs url with the given request headers and returns the response
-// with its whole body.
-func getResp(t *testing.T, url string, header ...string) (*http.Response, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
-}
-
-// get GETs url with the given request headers (name, value, ...) and
-// returns the status and the body.
-func get(t *testing.T, url string, header ...string) (int, []byte) {
-	t.Helper()
-	resp, b := getResp(t, url, header...)
-	return resp.StatusCode, b
-}
 
 func TestModelsUnion(t *testing.T) {
 	_, a := startSim(t, "alpha", nil)
 	_, b := startSim(t, "beta", nil)
 	_, c := startSim(t, "alpha", nil) // duplicate of a's model
 	gw := startGateway(t, []config.Backend{backend("a", a), backend("b", b), backend("c", c)}, nil)
-	code, body := get(t, gw.URL+"/v1/models")
+	code, body := testutil.Get(t, gw.URL+"/v1/models")
 	if code != 200 {
 		t.Fatalf("status %d: %s", code, body)
 	}
@@ -79,8 +51,8 @@ func TestPassThroughRoutes(t *testing.T) {
 	gw := startGateway(t, []config.Backend{backend("o", other.URL), tgiBackend("t", tgi)}, nil)
 
 	// /info goes to the TGI backend only.
-	code, body := get(t, gw.URL+"/info")
-	_, want := get(t, tgi+"/info")
+	code, body := testutil.Get(t, gw.URL+"/info")
+	_, want := testutil.Get(t, tgi+"/info")
 	if code != 200 || string(body) != string(want) {
 		t.Errorf("/info: %d %s, want %s", code, body, want)
 	}
@@ -104,7 +76,7 @@ func TestPassThroughRoutes(t *testing.T) {
 		}
 	}
 	// Outside /v1 and the contract: 404 from the gateway itself.
-	if code, _ := get(t, gw.URL+"/nope"); code != 404 {
+	if code, _ := testutil.Get(t, gw.URL+"/nope"); code != 404 {
 		t.Errorf("/nope: %d", code)
 	}
 }
@@ -125,15 +97,15 @@ func TestAdminRoutes(t *testing.T) {
 	waitFor(t, "the prompt to reach the drift window", func() bool { return p.Evaluate().Window.Requests == 1 })
 
 	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts", "/admin/notifications"} {
-		if code, _ := get(t, gw.URL+path); code != 401 {
+		if code, _ := testutil.Get(t, gw.URL+path); code != 401 {
 			t.Errorf("%s without token: %d, want 401", path, code)
 		}
-		if code, _ := get(t, gw.URL+path, "Authorization", "Bearer wrong"); code != 401 {
+		if code, _ := testutil.Get(t, gw.URL+path, "Authorization", "Bearer wrong"); code != 401 {
 			t.Errorf("%s with a wrong token: %d, want 401", path, code)
 		}
 	}
 	auth := []string{"Authorization", "Bearer s3cret"}
-	code, body := get(t, gw.URL+"/admin/backends", auth...)
+	code, body := testutil.Get(t, gw.URL+"/admin/backends", auth...)
 	var backends []map[string]any
 	if code != 200 || json.Unmarshal(body, &backends) != nil || len(backends) != 1 {
 		t.Fatalf("/admin/backends: %d %s", code, body)
@@ -143,7 +115,7 @@ func TestAdminRoutes(t *testing.T) {
 			t.Errorf("/admin/backends lacks %q: %s", k, body)
 		}
 	}
-	code, body = get(t, gw.URL+"/admin/signals", auth...)
+	code, body = testutil.Get(t, gw.URL+"/admin/signals", auth...)
 	var sig struct {
 		Window struct{ Requests int }
 		Drift  struct{ State string }
@@ -165,17 +137,17 @@ func TestAdminRoutes(t *testing.T) {
 		t.Errorf("/admin/signals precision = %s, want {\"state\":\"unknown\"}", got)
 	}
 	for _, path := range []string{"/admin/alerts", "/admin/notifications"} {
-		if code, body := get(t, gw.URL+path, auth...); code != 200 || strings.TrimSpace(string(body)) != "[]" {
+		if code, body := testutil.Get(t, gw.URL+path, auth...); code != 200 || strings.TrimSpace(string(body)) != "[]" {
 			t.Errorf("%s: %d %s", path, code, body)
 		}
 	}
-	if code, _ := get(t, gw.URL+"/healthz"); code != 200 {
+	if code, _ := testutil.Get(t, gw.URL+"/healthz"); code != 200 {
 		t.Errorf("/healthz: %d", code)
 	}
-	if code, body := get(t, gw.URL+"/dashboard"); code != 200 || !strings.Contains(string(body), "<title>Vigil</title>") {
+	if code, body := testutil.Get(t, gw.URL+"/dashboard"); code != 200 || !strings.Contains(string(body), "<title>Vigil</title>") {
 		t.Errorf("/dashboard: %d", code)
 	}
-	code, body = get(t, gw.URL+"/metrics")
+	code, body = testutil.Get(t, gw.URL+"/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}

@@ -486,8 +486,7 @@ func known(s *jsonscan.Scanner, n *int, keys []string) bool {
 // alone, as encoding/json does. A fraction, an exponent or a number
 // beyond int64 is encoding/json's type error and ends the fast path.
 func scanInt(s *jsonscan.Scanner, v *int) {
-	if s.Peek() == 'n' {
-		s.Literal("null")
+	if s.Null() {
 		return
 	}
 	raw, _, ok := s.Number()
@@ -506,16 +505,7 @@ func scanInt(s *jsonscan.Scanner, v *int) {
 // keep: null leaves *v alone, as encoding/json does. A string that
 // encoding/json would decode (escapes, invalid UTF-8) ends the fast path.
 func scanString(s *jsonscan.Scanner, v *string, keep bool) {
-	if s.Peek() == 'n' {
-		s.Literal("null")
-		return
-	}
-	raw, ok := s.Str()
-	switch {
-	case !ok:
-	case !jsonscan.Verbatim(raw):
-		s.Fail("string needs decoding")
-	case keep:
+	if raw, ok := s.VerbatimStr(); ok && keep {
 		*v = string(raw)
 	}
 }

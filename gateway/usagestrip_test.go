@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strings"
@@ -16,27 +15,6 @@ import (
 	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/rewrite"
 )
-
-// readUsageStripped reads a usage stripper over src with reads of random
-// sizes, down to one byte.
-func readUsageStripped(t testing.TB, src io.Reader, r *rand.Rand) []byte {
-	s := rewrite.NewUsageStripper(io.NopCloser(src))
-	defer s.Close()
-	var out []byte
-	buf := make([]byte, 64)
-	for range 1 << 22 {
-		n, err := s.Read(buf[:1+r.IntN(len(buf))])
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-	}
-	t.Fatal("usage stripper never reached EOF")
-	return nil
-}
 
 // simIDs matches the ids the simulator derives from the whole request
 // body, stream_options included.

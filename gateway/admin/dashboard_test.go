@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // The page and every asset it links are served without the admin token,
@@ -15,7 +16,7 @@ import (
 func TestDashboardServed(t *testing.T) {
 	gw := startAPI(t, Options{Token: "s3cret"})
 
-	resp, page := getResp(t, gw.URL+"/dashboard")
+	resp, page := testutil.GetResp(t, gw.URL+"/dashboard")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/dashboard: %d", resp.StatusCode)
 	}
@@ -61,7 +62,7 @@ func TestDashboardServed(t *testing.T) {
 		{"/dashboard/assets/vendor/README.md", "text/markdown; charset=utf-8"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			resp, body := getResp(t, gw.URL+tc.path)
+			resp, body := testutil.GetResp(t, gw.URL+tc.path)
 			if resp.StatusCode != http.StatusOK || len(body) == 0 {
 				t.Fatalf("status %d, %d bytes", resp.StatusCode, len(body))
 			}
@@ -72,23 +73,23 @@ func TestDashboardServed(t *testing.T) {
 			if resp.Header.Get("Cache-Control") != "no-cache" || etag == "" {
 				t.Errorf("Cache-Control %q, ETag %q: want no-cache and an ETag", resp.Header.Get("Cache-Control"), etag)
 			}
-			if resp, _ := getResp(t, gw.URL+tc.path, "If-None-Match", etag); resp.StatusCode != http.StatusNotModified {
+			if resp, _ := testutil.GetResp(t, gw.URL+tc.path, "If-None-Match", etag); resp.StatusCode != http.StatusNotModified {
 				t.Errorf("with If-None-Match: status %d, want 304", resp.StatusCode)
 			}
 		})
 	}
 
 	for _, p := range []string{"/dashboard/assets/nope.js", "/dashboard/assets/", "/dashboard/assets/../dashboard.go", "/dashboard/assets/vendor"} {
-		if resp, _ := getResp(t, gw.URL+p); resp.StatusCode != http.StatusNotFound {
+		if resp, _ := testutil.GetResp(t, gw.URL+p); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("%s: status %d, want 404", p, resp.StatusCode)
 		}
 	}
 
 	// The data behind the page still needs the token.
-	if resp, _ := getResp(t, gw.URL+"/admin/backends"); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := testutil.GetResp(t, gw.URL+"/admin/backends"); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/admin/backends without a token: %d, want 401", resp.StatusCode)
 	}
-	if resp, _ := getResp(t, gw.URL+"/admin/backends", "Authorization", "Bearer s3cret"); resp.StatusCode != http.StatusOK {
+	if resp, _ := testutil.GetResp(t, gw.URL+"/admin/backends", "Authorization", "Bearer s3cret"); resp.StatusCode != http.StatusOK {
 		t.Errorf("/admin/backends with the token: %d, want 200", resp.StatusCode)
 	}
 }

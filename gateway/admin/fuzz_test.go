@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,32 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
-
-// serve runs one request through h and returns the response.
-func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// checkJSONAnswer fails t unless rec's body is JSON of at most limit bytes,
-// and an error body has OpenAI's shape.
-func checkJSONAnswer(t *testing.T, what string, rec *httptest.ResponseRecorder, limit int) {
-	t.Helper()
-	b := rec.Body.Bytes()
-	if !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") || !json.Valid(b) || len(b) > limit {
-		t.Fatalf("%s: %d %q (%s), want JSON of at most %d bytes", what, rec.Code, b, rec.Header().Get("Content-Type"), limit)
-	}
-	if rec.Code >= 400 {
-		var eb struct {
-			Error struct{ Message, Type, Code string }
-		}
-		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" || eb.Error.Code == "" {
-			t.Fatalf("%s: %d %q, not an OpenAI error body", what, rec.Code, b)
-		}
-	}
-}
 
 // historyRecorder is a HistorySource and Baseliner that records its calls.
 type historyRecorder struct {
@@ -99,17 +75,17 @@ func FuzzAdminRequest(f *testing.F) {
 		get := httptest.NewRequest(http.MethodGet, "/admin/history?"+q.Encode(), nil)
 		get.Header["Authorization"] = []string{auth}
 		before := time.Now()
-		rec := serve(h, get)
+		rec := testutil.Serve(h, get)
 		after := time.Now()
 		hist := src.take()
 		what := "GET /admin/history since=" + strconv.Quote(since) + " step=" + strconv.Quote(step) + " auth " + strconv.Quote(auth)
-		checkJSONAnswer(t, what, rec, 1024+6*(len(since)+len(step)))
+		testutil.CheckJSONAnswer(t, what, rec, 1024+6*(len(since)+len(step)))
 
 		post := httptest.NewRequest(http.MethodPost, "/admin/baseline", bytes.NewReader(body))
 		post.Header["Authorization"] = []string{auth}
-		prec := serve(h, post)
+		prec := testutil.Serve(h, post)
 		pinned := src.take().baselines
-		checkJSONAnswer(t, "POST /admin/baseline", prec, 1024)
+		testutil.CheckJSONAnswer(t, "POST /admin/baseline", prec, 1024)
 
 		if auth != "Bearer s3cret" {
 			if rec.Code != http.StatusUnauthorized || prec.Code != http.StatusUnauthorized || hist.calls != 0 || pinned != 0 ||

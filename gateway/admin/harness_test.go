@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -45,32 +44,4 @@ func handler(o Options) http.Handler {
 	e := gin.New()
 	New(o).Register(e)
 	return e
-}
-
-// getResp GETs url with the given request headers and returns the response
-// with its whole body.
-func getResp(t *testing.T, url string, header ...string) (*http.Response, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
-}
-
-// get GETs url with the given request headers (name, value, ...) and
-// returns the status and the body.
-func get(t *testing.T, url string, header ...string) (int, []byte) {
-	t.Helper()
-	resp, b := getResp(t, url, header...)
-	return resp.StatusCode, b
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"testing"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // TestPprof checks that /debug/pprof is served only when admin.pprof is
@@ -14,7 +16,7 @@ func TestPprof(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		gw := startAPI(t, Options{Token: "s3cret"})
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/profile?seconds=1"} {
-			if code, body := get(t, gw.URL+path, auth...); code != http.StatusNotFound {
+			if code, body := testutil.Get(t, gw.URL+path, auth...); code != http.StatusNotFound {
 				t.Errorf("GET %s with pprof off: %d %s, want 404", path, code, body)
 			}
 		}
@@ -22,10 +24,10 @@ func TestPprof(t *testing.T) {
 	t.Run("on", func(t *testing.T) {
 		gw := startAPI(t, Options{Token: "s3cret", Pprof: true})
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/cmdline"} {
-			if code, _ := get(t, gw.URL+path); code != http.StatusUnauthorized {
+			if code, _ := testutil.Get(t, gw.URL+path); code != http.StatusUnauthorized {
 				t.Errorf("GET %s without the token: %d, want 401", path, code)
 			}
-			if code, _ := get(t, gw.URL+path, "Authorization", "Bearer wrong"); code != http.StatusUnauthorized {
+			if code, _ := testutil.Get(t, gw.URL+path, "Authorization", "Bearer wrong"); code != http.StatusUnauthorized {
 				t.Errorf("GET %s with a wrong token: %d, want 401", path, code)
 			}
 		}
@@ -36,19 +38,19 @@ func TestPprof(t *testing.T) {
 			{"/debug/pprof/cmdline", ""},
 		}
 		for _, tc := range tests {
-			code, body := get(t, gw.URL+tc.path, auth...)
+			code, body := testutil.Get(t, gw.URL+tc.path, auth...)
 			if code != http.StatusOK || !bytes.Contains(body, []byte(tc.want)) {
 				t.Errorf("GET %s with the token: %d %.200q, want 200 with %q", tc.path, code, body, tc.want)
 			}
 		}
 		// Binary profiles (allocs here; a CPU profile takes its seconds).
-		if code, body := get(t, gw.URL+"/debug/pprof/allocs", auth...); code != http.StatusOK || len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b {
+		if code, body := testutil.Get(t, gw.URL+"/debug/pprof/allocs", auth...); code != http.StatusOK || len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b {
 			t.Errorf("GET /debug/pprof/allocs: %d, %d bytes, want a gzipped profile", code, len(body))
 		}
 	})
 	t.Run("on without a token", func(t *testing.T) {
 		gw := startAPI(t, Options{Pprof: true})
-		if code, _ := get(t, gw.URL+"/debug/pprof/heap?debug=1"); code != http.StatusOK {
+		if code, _ := testutil.Get(t, gw.URL+"/debug/pprof/heap?debug=1"); code != http.StatusOK {
 			t.Errorf("GET /debug/pprof/heap with no admin.token set: %d, want 200 (open, like /admin)", code)
 		}
 	})

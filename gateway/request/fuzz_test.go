@@ -11,7 +11,7 @@ import (
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
-	"github.com/vigil-gw/vigil/internal/jsonscan/jsonscantest"
+	"github.com/vigil-gw/vigil/gateway/request/requesttest"
 )
 
 // Fuzz targets for the bytes that clients control; test/run runs every
@@ -23,40 +23,15 @@ import (
 // Inputs that once failed live in testdata/fuzz/<target>/ and run with
 // every `go test`.
 
-// fuzzOps are the operations whose bodies Parse reads (the
-// gateway passes other routes' bodies through unread).
-var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate}
-
 // FuzzParseRequest: Parse accepts exactly the JSON objects whose
 // fields have the types the route needs, reads them as encoding/json does,
 // and answers anything else with a 400 in OpenAI's error shape.
 // (FuzzInjectRequest, in package rewrite, checks injection into what it
 // accepts.)
 func FuzzParseRequest(f *testing.F) {
-	for _, doc := range jsonscantest.Bodies {
-		f.Add([]byte(doc), uint8(0), uint8(5))
-		// The same members in a body that chat and completions accept,
-		// so that injection is tried on them.
-		if len(doc) > 2 && doc[0] == '{' {
-			f.Add([]byte(`{"messages":[],"prompt":"p",`+doc[1:]), uint8(len(doc)%2), uint8(2)) // chat or completions
-		}
-	}
-	for i, s := range []struct {
-		op   uint8 // index in fuzzOps
-		body string
-	}{
-		{0, `{"model":"m1","messages":[{"role":"user","content":"hi"}],"stream":true}`},
-		{1, `{"model":"m1","prompt":"x","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`},
-		{1, `{"model":"m1","prompt":["a"],"stream":true,"logprobs":null,"stream_options":{"include_usage":null}}`},
-		{0, `{"model":"m1","messages":[],"logprobs":false,"top_logprobs":null,"stream":true,"stream_options":null}`},
-		{0, ` {"messages":[] } ` + "\n"},
-		{2, `{"input":["a","b"],"model":"e"}`},
-		{3, `{"inputs":"x","parameters":{"max_new_tokens":2}}`},
-	} {
-		f.Add([]byte(s.body), s.op, uint8(i))
-	}
+	requesttest.AddSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte, opSel, topK uint8) {
-		op := fuzzOps[int(opSel)%len(fuzzOps)]
+		op := requesttest.Op(opSel)
 		rf, aerr := Parse(op, body)
 		if rf2, aerr2 := Parse(op, body); !reflect.DeepEqual(rf, rf2) || !reflect.DeepEqual(aerr, aerr2) {
 			t.Fatalf("Parse(%s, %q) is not deterministic", op, body)

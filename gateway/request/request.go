@@ -157,7 +157,9 @@ func scanRequest(body []byte, f *Fields) bool {
 				f.Model = ""
 				break
 			}
-			scanString(&s, &f.Model)
+			if raw, ok := s.VerbatimStr(); ok {
+				f.Model = string(raw)
+			}
 		case "stream":
 			switch s.Peek() {
 			case 't':
@@ -247,8 +249,7 @@ func skipKind(s *jsonscan.Scanner) Kind {
 // other value, or a number beyond float64's range, is encoding/json's type
 // error and ends the fast path.
 func scanFloat(s *jsonscan.Scanner, n *Num) {
-	if s.Peek() == 'n' {
-		s.Literal("null")
+	if s.Null() {
 		*n = Num{}
 		return
 	}
@@ -262,24 +263,6 @@ func scanFloat(s *jsonscan.Scanner, n *Num) {
 		return
 	}
 	*n = Num{v, true}
-}
-
-// scanString reads a string or null for a string member: null leaves *v
-// alone, as encoding/json does. A string that encoding/json would decode
-// (escapes, invalid UTF-8) ends the fast path.
-func scanString(s *jsonscan.Scanner, v *string) {
-	if s.Peek() == 'n' {
-		s.Literal("null")
-		return
-	}
-	raw, ok := s.Str()
-	switch {
-	case !ok:
-	case !jsonscan.Verbatim(raw):
-		s.Fail("string needs decoding")
-	default:
-		*v = string(raw)
-	}
 }
 
 // ReadDeadliner sets the read deadline of a request's connection or

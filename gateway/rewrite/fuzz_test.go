@@ -9,12 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/iotest"
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/request"
-	"github.com/vigil-gw/vigil/internal/jsonscan/jsonscantest"
+	"github.com/vigil-gw/vigil/gateway/request/requesttest"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // Fuzz targets for the bodies that clients and backends control, as
@@ -28,10 +28,6 @@ import (
 // Inputs that once failed live in testdata/fuzz/<target>/ and run with
 // every `go test`.
 
-// fuzzOps are the operations whose bodies request.Parse reads (the
-// gateway passes other routes' bodies through unread).
-var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate}
-
 // FuzzInjectRequest: on a body request.Parse accepts, logprob and usage
 // injection (inject.go, usageinject.go) only insert members before the
 // final '}', give valid JSON, apply at most once, leave the other fields
@@ -39,30 +35,9 @@ var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, excha
 // reads the body (checkInjection). Its inputs are FuzzParseRequest's (in
 // package request), which checks the parsing itself.
 func FuzzInjectRequest(f *testing.F) {
-	for _, doc := range jsonscantest.Bodies {
-		f.Add([]byte(doc), uint8(0), uint8(5))
-		// The same members in a body that chat and completions accept,
-		// so that injection is tried on them.
-		if len(doc) > 2 && doc[0] == '{' {
-			f.Add([]byte(`{"messages":[],"prompt":"p",`+doc[1:]), uint8(len(doc)%2), uint8(2)) // chat or completions
-		}
-	}
-	for i, s := range []struct {
-		op   uint8 // index in fuzzOps
-		body string
-	}{
-		{0, `{"model":"m1","messages":[{"role":"user","content":"hi"}],"stream":true}`},
-		{1, `{"model":"m1","prompt":"x","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`},
-		{1, `{"model":"m1","prompt":["a"],"stream":true,"logprobs":null,"stream_options":{"include_usage":null}}`},
-		{0, `{"model":"m1","messages":[],"logprobs":false,"top_logprobs":null,"stream":true,"stream_options":null}`},
-		{0, ` {"messages":[] } ` + "\n"},
-		{2, `{"input":["a","b"],"model":"e"}`},
-		{3, `{"inputs":"x","parameters":{"max_new_tokens":2}}`},
-	} {
-		f.Add([]byte(s.body), s.op, uint8(i))
-	}
+	requesttest.AddSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte, opSel, topK uint8) {
-		op := fuzzOps[int(opSel)%len(fuzzOps)]
+		op := requesttest.Op(opSel)
 		rf, aerr := request.Parse(op, body)
 		if aerr != nil {
 			return
@@ -308,30 +283,9 @@ func chainFeeds(t *testing.T, in []byte, lp bool, seed uint64) []byte {
 		if lp {
 			rc = NewStripper(rc, true)
 		}
-		rc = NewUsageStripper(rc)
-		defer rc.Close()
-		var out []byte
-		buf := make([]byte, 64)
-		for range 1 << 20 {
-			n, err := rc.Read(buf[:1+r.IntN(len(buf))])
-			out = append(out, buf[:n]...)
-			if err == io.EOF {
-				return out
-			}
-			if err != nil {
-				t.Fatalf("read: %v", err)
-			}
-		}
-		t.Fatal("the strippers never reached EOF")
-		return nil
+		return testutil.ReadInPieces(t, NewUsageStripper(rc), r)
 	}
-	whole := read(bytes.NewReader(in))
-	oneByte := read(iotest.OneByteReader(bytes.NewReader(in)))
-	chunked := read(&chunkReader{src: in, r: r, max: 1 + r.IntN(40)})
-	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
-		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
-	}
-	return whole
+	return readEveryWay(t, in, r, read)
 }
 
 // FuzzStripInjectedUsage: a stream a backend sends with usage injected

@@ -15,61 +15,35 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
-
-// chunkReader hands out src in chunks of random sizes, now and then none.
-type chunkReader struct {
-	src []byte
-	r   *rand.Rand
-	max int
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.src) == 0 {
-		return 0, io.EOF
-	}
-	if c.r.IntN(8) == 0 {
-		return 0, nil
-	}
-	n := min(1+c.r.IntN(c.max), len(p), len(c.src))
-	copy(p, c.src[:n])
-	c.src = c.src[n:]
-	return n, nil
-}
 
 // readStripped reads a stripper over src with reads of random sizes,
 // down to one byte.
 func readStripped(t testing.TB, src io.Reader, sse bool, r *rand.Rand) []byte {
-	s := NewStripper(io.NopCloser(src), sse)
-	defer s.Close()
-	var out []byte
-	buf := make([]byte, 64)
-	for range 1 << 20 {
-		n, err := s.Read(buf[:1+r.IntN(len(buf))])
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
+	return testutil.ReadInPieces(t, NewStripper(io.NopCloser(src), sse), r)
+}
+
+// readEveryWay reads in through read whole, one byte at a time and in
+// chunks of random sizes drawn from r, and requires the three outputs to
+// agree: a stripper must not depend on where reads cut its input.
+func readEveryWay(t testing.TB, in []byte, r *rand.Rand, read func(io.Reader) []byte) []byte {
+	t.Helper()
+	whole := read(bytes.NewReader(in))
+	oneByte := read(iotest.OneByteReader(bytes.NewReader(in)))
+	chunked := read(testutil.ChunkReader(in, r, 1+r.IntN(40)))
+	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
+		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
 	}
-	t.Fatal("stripper never reached EOF")
-	return nil
+	return whole
 }
 
 // stripFeeds strips in fed one byte at a time, in random chunks, and whole,
 // and requires the three outputs to agree.
 func stripFeeds(t testing.TB, in []byte, sse bool, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 1))
-	whole := readStripped(t, bytes.NewReader(in), sse, r)
-	oneByte := readStripped(t, iotest.OneByteReader(bytes.NewReader(in)), sse, r)
-	chunked := readStripped(t, &chunkReader{src: in, r: r, max: 1 + r.IntN(40)}, sse, r)
-	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
-		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
-	}
-	return whole
+	return readEveryWay(t, in, r, func(src io.Reader) []byte { return readStripped(t, src, sse, r) })
 }
 
 func TestStripJSON(t *testing.T) {
@@ -151,17 +125,15 @@ func TestStripSSE(t *testing.T) {
 	}
 }
 
-// TestStripDoesNotHoldBack: each event is readable as soon as its bytes
-// arrived, before the next ones are written.
-func TestStripDoesNotHoldBack(t *testing.T) {
-	pr, pw := io.Pipe()
-	s := NewStripper(pr, true)
-	defer s.Close()
+// reads reads r in a goroutine of its own, sends the bytes of each read
+// on the channel it returns, and closes it at the first error: a client
+// that takes what a stripper passes as soon as it passes it.
+func reads(r io.Reader) <-chan string {
 	got := make(chan string)
 	go func() {
 		buf := make([]byte, 4096)
 		for {
-			n, err := s.Read(buf)
+			n, err := r.Read(buf)
 			if n > 0 {
 				got <- string(buf[:n])
 			}
@@ -171,6 +143,16 @@ func TestStripDoesNotHoldBack(t *testing.T) {
 			}
 		}
 	}()
+	return got
+}
+
+// TestStripDoesNotHoldBack: each event is readable as soon as its bytes
+// arrived, before the next ones are written.
+func TestStripDoesNotHoldBack(t *testing.T) {
+	pr, pw := io.Pipe()
+	s := NewStripper(pr, true)
+	defer s.Close()
+	got := reads(s)
 	for i := range 3 {
 		pw.Write([]byte(`data: {"choices":[{"logprobs":{"a":[1]}}]}` + "\n\n"))
 		want := `data: {"choices":[{"logprobs":null}]}` + "\n\n"

@@ -10,34 +10,19 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/internal/jsonscan"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
 // readUsageStripped reads a usage stripper over src with reads of random
 // sizes, down to one byte.
 func readUsageStripped(t testing.TB, src io.Reader, r *rand.Rand) []byte {
-	s := NewUsageStripper(io.NopCloser(src))
-	defer s.Close()
-	var out []byte
-	buf := make([]byte, 64)
-	for range 1 << 22 {
-		n, err := s.Read(buf[:1+r.IntN(len(buf))])
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-	}
-	t.Fatal("usage stripper never reached EOF")
-	return nil
+	return testutil.ReadInPieces(t, NewUsageStripper(io.NopCloser(src)), r)
 }
 
 // splitReader returns a[0], then a[1], ..., then EOF: a body cut where
@@ -60,13 +45,7 @@ func (s *splitReader) Read(p []byte) (int, error) {
 // and requires the outputs to agree.
 func usageFeeds(t testing.TB, in []byte, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 2))
-	whole := readUsageStripped(t, bytes.NewReader(in), r)
-	oneByte := readUsageStripped(t, iotest.OneByteReader(bytes.NewReader(in)), r)
-	chunked := readUsageStripped(t, &chunkReader{src: in, r: r, max: 1 + r.IntN(40)}, r)
-	if !bytes.Equal(whole, oneByte) || !bytes.Equal(whole, chunked) {
-		t.Fatalf("input %q: whole %q, one byte at a time %q, chunked %q", in, whole, oneByte, chunked)
-	}
-	return whole
+	return readEveryWay(t, in, r, func(src io.Reader) []byte { return readUsageStripped(t, src, r) })
 }
 
 // OpenAI-style chunks: with include_usage every chunk has "usage":null and
@@ -165,20 +144,7 @@ func TestUsageStripDoesNotHoldBack(t *testing.T) {
 	pr, pw := io.Pipe()
 	s := NewUsageStripper(pr)
 	defer s.Close()
-	got := make(chan string)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := s.Read(buf)
-			if n > 0 {
-				got <- string(buf[:n])
-			}
-			if err != nil {
-				close(got)
-				return
-			}
-		}
-	}()
+	got := reads(s)
 	expect := func(step, want string) {
 		t.Helper()
 		var have string
@@ -249,7 +215,7 @@ func TestUsageStripLongLine(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, 1))
 			for _, src := range []io.Reader{
 				bytes.NewReader(in),
-				&chunkReader{src: in, r: r, max: 5000},
+				testutil.ChunkReader(in, r, 5000),
 				&splitReader{parts: [][]byte{bytes.Clone(in[:len(l)-3]), bytes.Clone(in[len(l)-3:])}},
 			} {
 				s := NewUsageStripper(io.NopCloser(src))

@@ -239,6 +239,37 @@ func TestNonFinite(t *testing.T) {
 	}
 }
 
+// TestVerbatimStr: a string that is its own decoded value comes back, null
+// reads as no string with the scan going on, anything else fails it.
+func TestVerbatimStr(t *testing.T) {
+	for _, tt := range []struct {
+		in, raw string
+		isStr   bool
+		ok      bool // the scan still OK after it
+	}{
+		{` "abc"`, "abc", true, true},
+		{`""`, "", true, true},
+		{`"é"`, "é", true, true},
+		{` null`, "", false, true},
+		{`nul`, "", false, false},
+		{`nulx`, "", false, false},
+		{`"a\nb"`, "", false, false},
+		{"\"\xff\"", "", false, false},
+		{`1`, "", false, false},
+		{`"abc`, "", false, false},
+	} {
+		s := New([]byte(tt.in), Options{})
+		raw, isStr := s.VerbatimStr()
+		if string(raw) != tt.raw || isStr != tt.isStr || s.OK() != tt.ok {
+			t.Errorf("VerbatimStr(%q) = %q, %v, OK %v; want %q, %v, OK %v", tt.in, raw, isStr, s.OK(), tt.raw, tt.isStr, tt.ok)
+		}
+	}
+	s := New([]byte(` 1`), Options{})
+	if s.Null() || !s.OK() {
+		t.Error("Null took a number")
+	}
+}
+
 // TestDefaultMaxDepth checks that the default limit is encoding/json's
 // (kept out of the fuzz seeds: texts this deep slow the fuzzer down).
 func TestDefaultMaxDepth(t *testing.T) {

@@ -206,6 +206,17 @@ func (s *Scanner) Literal(word string) bool {
 	return true
 }
 
+// Null consumes a null at the next byte (after white space) and reports
+// whether there was one to read: it is true for a misspelt null too, which
+// fails the scan. A member that may be null reads it first, then its value.
+func (s *Scanner) Null() bool {
+	if s.Peek() != 'n' {
+		return false
+	}
+	s.Literal("null")
+	return true
+}
+
 // strByte marks the bytes that end the fast path of Str: the quote, the
 // backslash and control characters, which JSON forbids unescaped.
 var strByte = func() (t [256]bool) {
@@ -222,6 +233,24 @@ var strByte = func() (t [256]bool) {
 func (s *Scanner) Str() ([]byte, bool) {
 	s.ws()
 	return s.str()
+}
+
+// VerbatimStr reads a string or null at the next byte, for a member that
+// encoding/json decodes into a Go string, on a fast path that takes only
+// strings that need no decoding. It returns the raw contents and true for
+// a string that is its own decoded value (Verbatim), and false for null,
+// which leaves such a Go string as it was, and for anything else, which
+// fails the scan: a string with escapes or invalid UTF-8 too, for the
+// caller to decode with encoding/json.
+func (s *Scanner) VerbatimStr() ([]byte, bool) {
+	if s.Null() {
+		return nil, false
+	}
+	raw, ok := s.Str()
+	if ok && !Verbatim(raw) {
+		return nil, s.Fail("string needs decoding")
+	}
+	return raw, ok
 }
 
 // str is Str at s.i, white space skipped.

@@ -1,13 +1,16 @@
 // Package testutil holds the helpers that Vigil's tests share: HTTP calls
-// that fail the test on a transport error, waiting on a condition with a
+// that fail the test on a transport error, a check of JSON answers
+// against OpenAI's error shape, waiting on a condition with a
 // deadline generous enough for a busy machine, float comparisons for
-// golden values, and an in-memory transport for tests that run in a
-// testing/synctest bubble (where real network I/O is not allowed).
+// golden values, an in-memory transport for tests that run in a
+// testing/synctest bubble (where real network I/O is not allowed), and
+// readers that cut a body where a network might.
 //
 // Only _test.go files import it.
 package testutil
 
 import (
+	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -53,11 +56,27 @@ func Post(t testing.TB, url, body string) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, b
 }
 
-// Get GETs url and returns the status and the whole body; a transport
-// error fails the test.
-func Get(t testing.TB, url string) (int, []byte) {
+// Get GETs url with the given request headers (name, value, ...) and
+// returns the status and the whole body; a transport error fails the test.
+func Get(t testing.TB, url string, header ...string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, b := GetResp(t, url, header...)
+	return resp.StatusCode, b
+}
+
+// GetResp GETs url with the given request headers (name, value, ...) and
+// returns the response, its body read whole and closed; a transport error
+// fails the test.
+func GetResp(t testing.TB, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -66,7 +85,34 @@ func Get(t testing.TB, url string) (int, []byte) {
 	if err != nil {
 		t.Fatalf("GET %s: reading body: %v", url, err)
 	}
-	return resp.StatusCode, b
+	return resp, b
+}
+
+// Serve runs one request through h, in the calling goroutine, and returns
+// the response.
+func Serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// CheckJSONAnswer fails t, naming the request what, unless rec's body is
+// JSON of at most limit bytes and, for a status of 400 or more, an error
+// body in OpenAI's shape, with a message and a code.
+func CheckJSONAnswer(t testing.TB, what string, rec *httptest.ResponseRecorder, limit int) {
+	t.Helper()
+	b := rec.Body.Bytes()
+	if !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") || !json.Valid(b) || len(b) > limit {
+		t.Fatalf("%s: %d %q (%s), want JSON of at most %d bytes", what, rec.Code, b, rec.Header().Get("Content-Type"), limit)
+	}
+	if rec.Code >= 400 {
+		var eb struct {
+			Error struct{ Message, Type, Code string }
+		}
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" || eb.Error.Code == "" {
+			t.Fatalf("%s: %d %q, not an OpenAI error body", what, rec.Code, b)
+		}
+	}
 }
 
 // RelErr is the relative error of got against want, |got-want|/|want|:
