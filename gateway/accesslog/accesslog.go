@@ -50,14 +50,14 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 // it, for the pass-through routes whose label is a pattern ("/v1/*").
 type Line struct {
 	RequestID, TraceID, Route, Path, Model, Backend string
-	Status                                    int
-	Stream                                    bool
-	Latency, TTFT                             float64
-	PromptTokens, CompletionTokens            int
-	UsageSource, Tenant                       string
-	ITLP50, ITLP95, MaxGap, TPS               float64
-	ErrorClass                                string
-	Attempts                                  int
+	Status                                          int
+	Stream                                          bool
+	Latency, TTFT                                   float64
+	PromptTokens, CompletionTokens                  int
+	UsageSource, Tenant                             string
+	ITLP50, ITLP95, MaxGap, TPS                     float64
+	ErrorClass                                      string
+	Attempts                                        int
 }
 
 // A Logger writes access log lines to a slog.Logger: with the package's
