@@ -504,7 +504,8 @@ type Admin struct {
 
 // Limits bounds what clients and backends may cost.
 type Limits struct {
-	// MaxBodyBytes bounds a request body, > 0.
+	// MaxBodyBytes bounds a request body the gateway reads (all but a
+	// streamed pass-through upload: Passthrough.MaxUploadBytes), > 0.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// UpstreamTimeout bounds the wait for a backend's response headers: the
 	// whole generation of a non-streaming request, the first byte of a stream. > 0.
