@@ -240,6 +240,13 @@ func streamError(w http.ResponseWriter, err error, limit int64) *apierror.Error 
 	return apierror.BadRequest("could not read request body: " + err.Error())
 }
 
+// clientLimit reports whether err is a limit the client's body ran into
+// (size or time), rather than a client that went away.
+func clientLimit(err error) bool {
+	_, tooLarge := errors.AsType[*http.MaxBytesError](err)
+	return tooLarge || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
 // maxPathBytes bounds the path the access log records: a client chooses
 // it, and a line should stay a line.
 const maxPathBytes = 1024

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vigil-gw/vigil/config"
 )
@@ -449,5 +451,30 @@ func TestPassThroughRetries(t *testing.T) {
 	}
 	if !slices.Contains(codes, http.StatusServiceUnavailable) || !slices.Contains(codes, 200) {
 		t.Errorf("statuses %v, want the reading backend's 503 and the other's 200", codes)
+	}
+}
+
+// TestPassThroughUploadTrickle: a streamed upload that stops arriving is
+// cut at limits.read_timeout with a 408, the client's failure: its
+// backend is not counted as failing.
+func TestPassThroughUploadTrickle(t *testing.T) {
+	echo := startEcho(t, "e")
+	gw := startGateway(t, []config.Backend{backend("e", echo.URL)}, func(c *config.Config) {
+		c.Limits.ReadTimeout = 300 * time.Millisecond
+	})
+	c := dial(t, serveLimited(t, gw))
+	fmt.Fprint(c, "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: vigil\r\n"+
+		"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 1000\r\n\r\n--x\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled upload: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"code":"request_timeout"`) {
+		t.Fatalf("stalled upload: %d %s %v, want 408", resp.StatusCode, b, resp.Header)
+	}
+	if n := gw.Pool().Backends()[0].ConsecutiveFailures(); n != 0 {
+		t.Errorf("the backend was counted %d failures for a client's stalled upload", n)
 	}
 }

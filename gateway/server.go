@@ -826,8 +826,11 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	if x.stream != nil {
-		if rerr := x.stream.readErr(); rerr != nil && r.Context().Err() == nil {
-			// The client's upload failed, not the backend.
+		// The client's upload failed, not the backend. A body that
+		// stalled cancels the request's context (net/http does on a
+		// failed read of the connection), but its client still waits
+		// for the 408; one that broke off has nobody to answer.
+		if rerr := x.stream.readErr(); rerr != nil && (r.Context().Err() == nil || clientLimit(rerr)) {
 			x.settle()
 			x.resp.apiErr = streamError(w, rerr, s.cfg.Passthrough.MaxUploadBytes)
 			apierror.Write(w, x.resp.apiErr)
