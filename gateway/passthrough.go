@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path"
@@ -25,7 +28,8 @@ import (
 // comes back byte for byte, a backend's own 404 included: a gateway in
 // front of vLLM or TGI serves whatever they serve (tokenize, pooling,
 // score, rerank, audio, ...) without a release of its own for each. Such a
-// request is routed by the model of its JSON body when it has one, is
+// request is routed by the model of its JSON body (or of the fields ahead
+// of the file of a multipart upload) when it has one, is
 // traced, retried before its first byte, counted in health and the access
 // log, but not analysed. What stays the gateway's own:
 //   - its paths (ownPath): /healthz, /readyz, /metrics, /admin/*,
@@ -135,7 +139,8 @@ func (s *Server) refuseAdmin(r *http.Request) *apierror.Error {
 // bufferedBody reports whether a passed-through body is read whole before
 // it goes on: a JSON body (or one of no declared type, which a backend may
 // still read as JSON) is, to route it by its model; any other (multipart
-// uploads, octet-stream) streams to the backend unread.
+// uploads, octet-stream) streams to the backend, read ahead only as far as
+// a multipart upload's model (multipartModel).
 func bufferedBody(r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
@@ -146,6 +151,42 @@ func bufferedBody(r *http.Request) bool {
 		return true // read as before; a backend will judge it
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// multipartPeek bounds what is read ahead of a multipart upload to find
+// its model: OpenAI's audio clients send the model field before the file,
+// but a model after a large file is not worth holding the file for.
+const multipartPeek = 64 << 10
+
+// multipartModel returns the value of the "model" field of a
+// multipart/form-data body of content type ct, looking only at the fields
+// before the first file within what br holds after peeking
+// multipartPeek bytes; br keeps every byte for the backend. The error is
+// the client's body failing before that much of it came (too large, too
+// slow, broken off).
+func multipartModel(ct string, br *bufio.Reader) (string, error) {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return "", nil
+	}
+	head, err := br.Peek(multipartPeek)
+	if err != nil && err != io.EOF && err != bufio.ErrBufferFull {
+		return "", err
+	}
+	mr := multipart.NewReader(bytes.NewReader(head), params["boundary"])
+	for {
+		part, err := mr.NextPart()
+		if err != nil || part.FileName() != "" {
+			return "", nil
+		}
+		if part.FormName() == "model" {
+			v, err := io.ReadAll(io.LimitReader(part, 257))
+			if err != nil || len(v) > 256 {
+				return "", nil
+			}
+			return string(v), nil
+		}
+	}
 }
 
 // errBodyTaken is what an attempt reads from a streamed body that was

@@ -257,9 +257,12 @@ func (zeros) Read(p []byte) (int, error) {
 
 // multipartBody is a multipart/form-data upload with a file of n bytes,
 // made as it is read, and its content type.
-func multipartBody(n int64) (io.Reader, string) {
+func multipartBody(n int64) (io.Reader, string) { return multipartFor("whisper", n) }
+
+// multipartFor is multipartBody for model.
+func multipartFor(model string, n int64) (io.Reader, string) {
 	const boundary = "vigil-test-boundary"
-	head := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n" +
+	head := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n" + model + "\r\n" +
 		"--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n" +
 		"Content-Type: application/octet-stream\r\n\r\n"
 	tail := "\r\n--" + boundary + "--\r\n"
@@ -462,19 +465,48 @@ func TestPassThroughUploadTrickle(t *testing.T) {
 	gw := startGateway(t, []config.Backend{backend("e", echo.URL)}, func(c *config.Config) {
 		c.Limits.ReadTimeout = 300 * time.Millisecond
 	})
-	c := dial(t, serveLimited(t, gw))
-	fmt.Fprint(c, "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: vigil\r\n"+
-		"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 1000\r\n\r\n--x\r\n")
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled upload: %v", err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"code":"request_timeout"`) {
-		t.Fatalf("stalled upload: %d %s %v, want 408", resp.StatusCode, b, resp.Header)
+	addr := serveLimited(t, gw)
+	// A multipart form stalls while the gateway looks for its model; a
+	// body of another type while it streams to the backend.
+	for _, ct := range []string{"multipart/form-data; boundary=x", "application/octet-stream"} {
+		c := dial(t, addr)
+		fmt.Fprint(c, "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: vigil\r\n"+
+			"Content-Type: "+ct+"\r\nContent-Length: 1000\r\n\r\n--x\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a stalled upload: %v", ct, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"code":"request_timeout"`) {
+			t.Fatalf("%s: stalled upload: %d %s %v, want 408", ct, resp.StatusCode, b, resp.Header)
+		}
 	}
 	if n := gw.Pool().Backends()[0].ConsecutiveFailures(); n != 0 {
 		t.Errorf("the backend was counted %d failures for a client's stalled upload", n)
+	}
+}
+
+// TestPassThroughUploadByModel: a multipart upload is routed by the model
+// field ahead of its file, which the backend gets whole.
+func TestPassThroughUploadByModel(t *testing.T) {
+	a, b := startEcho(t, "a"), startEcho(t, "b")
+	gw := startGateway(t, []config.Backend{backend("a", a.URL, "whisper-a"), backend("b", b.URL, "whisper-b")}, nil)
+	for i := range 6 {
+		model, want := "whisper-a", "a"
+		if i%2 == 1 {
+			model, want = "whisper-b", "b"
+		}
+		body, ct := multipartFor(model, 200<<10)
+		n, _ := io.Copy(io.Discard, func() io.Reader { r, _ := multipartFor(model, 200<<10); return r }())
+		resp, answer := do(t, http.MethodPost, gw.URL+"/v1/audio/transcriptions", ct, body)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Vigil-Backend") != want || !strings.Contains(string(answer), fmt.Sprintf(`"len":%d`, n)) {
+			t.Fatalf("upload for %s: %d from %q: %s", model, resp.StatusCode, resp.Header.Get("X-Vigil-Backend"), answer)
+		}
+	}
+	body, ct := multipartFor("whisper-c", 1<<10)
+	if resp, answer := do(t, http.MethodPost, gw.URL+"/v1/audio/transcriptions", ct, body); resp.StatusCode != 404 ||
+		!strings.Contains(string(answer), "model_not_found") {
+		t.Errorf("upload for an unknown model: %d %s", resp.StatusCode, answer)
 	}
 }

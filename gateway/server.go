@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -624,8 +625,8 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 	}
 	if req.Operation == exchange.OpOther && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 && !bufferedBody(r) {
 		// An upload: it streams to the backend as it arrives, bounded
-		// by passthrough.max_upload_bytes and limits.read_timeout, and
-		// is routed without a model.
+		// by passthrough.max_upload_bytes and limits.read_timeout,
+		// routed by the model a multipart form gives ahead of its file.
 		limit := s.cfg.Passthrough.MaxUploadBytes
 		if r.ContentLength > limit {
 			return nil, nil, streamError(w, &http.MaxBytesError{Limit: limit}, limit)
@@ -633,7 +634,12 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 		if dl := x.client.dl; dl != nil && s.cfg.Limits.ReadTimeout > 0 {
 			_ = dl.SetReadDeadline(time.Now().Add(s.cfg.Limits.ReadTimeout))
 		}
-		x.stream = &streamBody{r: http.MaxBytesReader(w, r.Body, limit)}
+		br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, limit), multipartPeek)
+		var err error
+		if req.Model, err = multipartModel(r.Header.Get("Content-Type"), br); err != nil {
+			return nil, nil, streamError(w, err, limit)
+		}
+		x.stream = &streamBody{r: br}
 	} else if body, aerr = request.ReadBody(r, w, x.client.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout); aerr != nil {
 		return nil, nil, aerr
 	}
@@ -671,7 +677,7 @@ func pickError(err error, model string, kinds []string) *apierror.Error {
 	if errors.Is(err, upstream.ErrUnknownModel) {
 		msg := fmt.Sprintf("The model `%s` does not exist or is not served by this gateway.", model)
 		if len(kinds) > 0 && model != "" {
-			msg = fmt.Sprintf("The model `%s` is not served by a %s backend of this gateway.", model, strings.Join(kinds, "/"))
+			msg = fmt.Sprintf("The model `%s` is not served by any %s backend of this gateway.", model, strings.Join(kinds, "/"))
 		} else if len(kinds) > 0 {
 			msg = fmt.Sprintf("no %s backend is configured for this route", strings.Join(kinds, "/"))
 		}
