@@ -8,12 +8,14 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"os"
 	"path"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/gin-gonic/gin"
 
@@ -281,11 +283,10 @@ func streamError(w http.ResponseWriter, err error, limit int64) *apierror.Error 
 	return apierror.BadRequest("could not read request body: " + err.Error())
 }
 
-// clientLimit reports whether err is a limit the client's body ran into
-// (size or time), rather than a client that went away.
-func clientLimit(err error) bool {
-	_, tooLarge := errors.AsType[*http.MaxBytesError](err)
-	return tooLarge || errors.Is(err, os.ErrDeadlineExceeded)
+// clientGone reports whether err, from reading a client's body, says
+// the client went away (rather than hit a limit or sent a malformed body).
+func clientGone(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // maxPathBytes bounds the path the access log records: a client chooses

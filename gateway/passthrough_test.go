@@ -482,8 +482,20 @@ func TestPassThroughUploadTrickle(t *testing.T) {
 			t.Fatalf("%s: stalled upload: %d %s %v, want 408", ct, resp.StatusCode, b, resp.Header)
 		}
 	}
+	// A malformed chunked body is a 400.
+	c := dial(t, addr)
+	fmt.Fprint(c, "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: vigil\r\n"+
+		"Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\nzz\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a malformed upload: %v", err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"code":"invalid_request"`) {
+		t.Errorf("malformed upload: %d %s, want 400", resp.StatusCode, b)
+	}
 	if n := gw.Pool().Backends()[0].ConsecutiveFailures(); n != 0 {
-		t.Errorf("the backend was counted %d failures for a client's stalled upload", n)
+		t.Errorf("the backend was counted %d failures for a client's failed upload", n)
 	}
 }
 

@@ -832,11 +832,11 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	if x.stream != nil {
-		// The client's upload failed, not the backend. A body that
-		// stalled cancels the request's context (net/http does on a
-		// failed read of the connection), but its client still waits
-		// for the 408; one that broke off has nobody to answer.
-		if rerr := x.stream.readErr(); rerr != nil && (r.Context().Err() == nil || clientLimit(rerr)) {
+		// The client's upload failed, not the backend. A failed read
+		// of the connection cancels the request's context (net/http),
+		// but the client of a stalled or malformed body still waits
+		// for the answer; one that broke off has nobody to answer.
+		if rerr := x.stream.readErr(); rerr != nil && (r.Context().Err() == nil || !clientGone(rerr)) {
 			x.settle()
 			x.resp.apiErr = streamError(w, rerr, s.cfg.Passthrough.MaxUploadBytes)
 			apierror.Write(w, x.resp.apiErr)
