@@ -109,10 +109,10 @@ func (s *Server) passThrough() gin.HandlerFunc {
 // segments, doubled slashes or a trailing slash, so that "/sleep/" or
 // "//x/../sleep" are checked as "/sleep".
 func cleanPath(p string) string {
-	if p == "" {
-		return "/"
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
 	}
-	return path.Clean("/" + p)
+	return path.Clean(p) // p itself, without a copy, when it is clean
 }
 
 // ownPath reports whether the clean path p is under one of the gateway's
