@@ -18,9 +18,10 @@ import (
 // already tried, up to retries.attempts tries in all. The request body is
 // replayed from the bytes the gateway already holds; a streamed upload
 // (passthrough.go), which it does not hold, is retried only while no byte
-// of it was read (in practice: the backend could not be reached). The last attempt, or
-// one with no other healthy backend left, answers as it would without
-// retries: the backend's 5xx passes through, a transport error is a 502.
+// of it was read (in practice: the backend could not be reached). The
+// last attempt, or one with no other healthy backend left, answers as it
+// would without retries: the backend's 5xx passes through, a transport
+// error is a 502.
 // Each attempt is its own inference span. Once the response headers are
 // accepted there is no retry: a stream that breaks later ends with an error
 // event (tap.go).
