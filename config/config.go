@@ -68,7 +68,10 @@ type Config struct {
 	Retries    Retries    `yaml:"retries"`
 	Cache      Cache      `yaml:"cache"`
 	Usage      Usage      `yaml:"usage"`
-	Log        Log        `yaml:"log"`
+	// Passthrough governs the paths the gateway passes to a backend
+	// without reading them as an API it knows.
+	Passthrough Passthrough `yaml:"passthrough"`
+	Log         Log         `yaml:"log"`
 }
 
 // ListenTLS is the gateway's certificate. Both files or neither.
@@ -501,7 +504,8 @@ type Admin struct {
 
 // Limits bounds what clients and backends may cost.
 type Limits struct {
-	// MaxBodyBytes bounds a request body, > 0.
+	// MaxBodyBytes bounds a request body the gateway reads (all but a
+	// streamed pass-through upload: Passthrough.MaxUploadBytes), > 0.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// UpstreamTimeout bounds the wait for a backend's response headers: the
 	// whole generation of a non-streaming request, the first byte of a stream. > 0.
@@ -608,6 +612,36 @@ type Usage struct {
 	// (Authorization, Api-Key, X-Api-Key) are reduced to a short hash.
 	// Empty: no tenant.
 	TenantHeader string `yaml:"tenant_header"`
+}
+
+// Passthrough configures the paths the gateway proxies as they are (any
+// path that is not one of its own routes).
+type Passthrough struct {
+	// AllowAdminPaths lists the backend paths that change a server's state
+	// (AdminPaths: loading LoRA adapters, sleep, cache resets, profiling)
+	// that clients may reach through the gateway. The others are refused
+	// with a 403. Empty: all are refused.
+	AllowAdminPaths []string `yaml:"allow_admin_paths"`
+	// MaxUploadBytes bounds a passed-through body that is not JSON
+	// (multipart/form-data, application/octet-stream, ...): such a body
+	// streams to the backend unbuffered, so it may be larger than
+	// limits.max_body_bytes, which bounds the bodies the gateway reads. > 0.
+	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
+}
+
+// AdminPaths are the paths of vLLM's server API that change the state of
+// the server they reach rather than answer a request: the gateway refuses
+// them unless passthrough.allow_admin_paths lists them, since a client
+// behind a shared gateway should not unload adapters, put a backend to
+// sleep or profile it.
+var AdminPaths = []string{
+	"/v1/load_lora_adapter", "/v1/unload_lora_adapter",
+	"/sleep", "/wake_up",
+	"/reset_prefix_cache", "/reset_mm_cache",
+	"/collective_rpc",
+	"/start_profile", "/stop_profile",
+	"/scale_elastic_ep",
+	"/pause", "/resume",
 }
 
 // Log configures logging.

@@ -16,19 +16,20 @@ import (
 // Each call returns a new value.
 func Default() Config {
 	return Config{
-		Listen:    ":8080",
-		Balancer:  DefaultBalancer(),
-		State:     DefaultState(),
-		Tracing:   DefaultTracing(),
-		Retrieval: DefaultRetrieval(),
-		Analyzers: DefaultAnalyzers(),
-		Alerts:    DefaultAlerts(),
-		Limits:    DefaultLimits(),
-		Health:    DefaultHealth(),
-		Retries:   DefaultRetries(),
-		Cache:     DefaultCache(),
-		Usage:     DefaultUsage(),
-		Log:       DefaultLog(),
+		Listen:      ":8080",
+		Balancer:    DefaultBalancer(),
+		State:       DefaultState(),
+		Tracing:     DefaultTracing(),
+		Retrieval:   DefaultRetrieval(),
+		Analyzers:   DefaultAnalyzers(),
+		Alerts:      DefaultAlerts(),
+		Limits:      DefaultLimits(),
+		Health:      DefaultHealth(),
+		Retries:     DefaultRetries(),
+		Cache:       DefaultCache(),
+		Usage:       DefaultUsage(),
+		Passthrough: DefaultPassthrough(),
+		Log:         DefaultLog(),
 	}
 }
 
@@ -165,6 +166,12 @@ func DefaultCache() Cache {
 // DefaultUsage returns the default usage section.
 func DefaultUsage() Usage {
 	return Usage{Inject: true, TenantHeader: "X-Tenant"}
+}
+
+// DefaultPassthrough returns the default passthrough section: every admin
+// path refused, streamed uploads up to 100 MiB.
+func DefaultPassthrough() Passthrough {
+	return Passthrough{MaxUploadBytes: 100 << 20}
 }
 
 // DefaultLog returns the default log section.

@@ -59,9 +59,10 @@ func TestDefault(t *testing.T) {
 			Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second,
 			Failures: 3, Backoff: time.Second, MaxBackoff: time.Minute,
 		},
-		Retries: config.Retries{Attempts: 3},
-		Usage:   config.Usage{Inject: true, TenantHeader: "X-Tenant"},
-		Log:     config.Log{Level: "info", Access: true},
+		Retries:     config.Retries{Attempts: 3},
+		Usage:       config.Usage{Inject: true, TenantHeader: "X-Tenant"},
+		Passthrough: config.Passthrough{MaxUploadBytes: 100 << 20},
+		Log:         config.Log{Level: "info", Access: true},
 	}
 	got := config.Default()
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -133,11 +134,12 @@ log: {level: debug, access: false}
 					b.Strategy, b.LoadWeights.CPU, b.LoadWeights.Queue, b.StaleAfter = "least_request", 0, 5, 30*time.Second
 					return b
 				}(),
-				State:     config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw", FlushInterval: time.Second}},
-				Tracing:   config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
-				Retrieval: config.Default().Retrieval,
-				Cache:     config.Default().Cache,
-				Usage:     config.Default().Usage,
+				State:       config.State{Redis: config.Redis{URL: "redis://127.0.0.1:6379/0", Prefix: "gw", FlushInterval: time.Second}},
+				Tracing:     config.Tracing{SampleRatio: 0.25, CaptureContent: true, MaxContentBytes: 4096, Exporter: "otlp"},
+				Retrieval:   config.Default().Retrieval,
+				Cache:       config.Default().Cache,
+				Usage:       config.Default().Usage,
+				Passthrough: config.Default().Passthrough,
 				Analyzers: func() config.Analyzers {
 					a := config.Default().Analyzers
 					a.QueueSize, a.MaxCaptureBytes = 128, 0

@@ -44,6 +44,7 @@ func (c *Config) Validate() error {
 	l.nest("retries", c.Retries.Validate())
 	l.nest("cache", c.Cache.Validate())
 	l.nest("usage", c.Usage.Validate())
+	l.nest("passthrough", c.Passthrough.Validate())
 	l.nest("log", c.Log.Validate())
 	for i, b := range c.Backends {
 		if _, ok := c.Alerts.Tiers[b.Tier]; b.Tier != "" && !ok {
@@ -432,6 +433,18 @@ func (u *Usage) Validate() error {
 	if u.TenantHeader != "" && !headerNameRE.MatchString(u.TenantHeader) {
 		l.add("tenant_header", fmt.Errorf("must be an HTTP header name (letters, digits, '-' and the like), got %q", u.TenantHeader))
 	}
+	return l.err()
+}
+
+// Validate checks p.
+func (p *Passthrough) Validate() error {
+	var l errList
+	for i, path := range p.AllowAdminPaths {
+		if !slices.Contains(AdminPaths, path) {
+			l.add(indexPath("allow_admin_paths", i), fmt.Errorf("%q is not an admin path (known: %s)", path, strings.Join(AdminPaths, ", ")))
+		}
+	}
+	l.add("max_upload_bytes", checkPositiveInt(p.MaxUploadBytes))
 	return l.err()
 }
 

@@ -67,6 +67,10 @@ func TestValidate(t *testing.T) {
 	}{
 		{"tenant header with a space", func(c *config.Config) { c.Usage.TenantHeader = "X Tenant" },
 			`usage.tenant_header: must be an HTTP header name (letters, digits, '-' and the like), got "X Tenant"`},
+		{"allowed admin path that is not one", func(c *config.Config) { c.Passthrough.AllowAdminPaths = []string{"/sleep", "/v1/chat/completions"} },
+			`passthrough.allow_admin_paths[1]: "/v1/chat/completions" is not an admin path (known: /v1/load_lora_adapter, /v1/unload_lora_adapter, /sleep, /wake_up, /reset_prefix_cache, /reset_mm_cache, /collective_rpc, /start_profile, /stop_profile, /scale_elastic_ep, /pause, /resume)`},
+		{"zero upload bound", func(c *config.Config) { c.Passthrough.MaxUploadBytes = 0 },
+			`passthrough.max_upload_bytes: must be > 0, got 0`},
 		{"listen without port", func(c *config.Config) { c.Listen = "8080" },
 			`listen: must be host:port, got "8080"`},
 		{"listen port out of range", func(c *config.Config) { c.Listen = ":99999" },

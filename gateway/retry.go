@@ -16,9 +16,12 @@ import (
 // not a client that went away) or a 5xx answer, whose body is discarded
 // unread — is retried on another backend chosen by the balancer, never one
 // already tried, up to retries.attempts tries in all. The request body is
-// replayed from the bytes the gateway already holds. The last attempt, or
-// one with no other healthy backend left, answers as it would without
-// retries: the backend's 5xx passes through, a transport error is a 502.
+// replayed from the bytes the gateway already holds; a streamed upload
+// (passthrough.go), which it does not hold, is retried only while no byte
+// of it was read (in practice: the backend could not be reached). The
+// last attempt, or one with no other healthy backend left, answers as it
+// would without retries: the backend's 5xx passes through, a transport
+// error is a 502.
 // Each attempt is its own inference span. Once the response headers are
 // accepted there is no retry: a stream that breaks later ends with an error
 // event (tap.go).
@@ -69,6 +72,9 @@ func (s *Server) retry(x *call, reason string, status int) bool {
 	next, err := s.balancer.Pick(x.req.Model, x.retry.kinds, x.retry.tried...)
 	if err != nil {
 		return false
+	}
+	if x.stream != nil && !x.stream.handOn() {
+		return false // the body streamed out in part; it cannot be sent again
 	}
 	x.retry.next = next
 	s.metrics.retries.WithLabelValues(reason).Inc()

@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -290,15 +291,10 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
 	s.admin.Register(e) // /dashboard, /admin/*, /debug/pprof
-	other := s.proxyRoute("", "/v1/*", exchange.OpOther)
-	e.NoRoute(func(c *gin.Context) {
-		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
-			other(c)
-			return
-		}
-		apierror.Write(c.Writer, apierror.New(http.StatusNotFound, "invalid_request_error", "not_found",
-			"no route for "+c.Request.Method+" "+c.Request.URL.Path, exchange.ClassBadRequest))
-	})
+	// Everything else goes to a backend as it is (passthrough.go). gin's
+	// HandleMethodNotAllowed stays off, so that a method a route does not
+	// have reaches NoRoute too, rather than gin's text 405.
+	e.NoRoute(s.passThrough())
 	return e
 }
 
@@ -358,6 +354,11 @@ type call struct {
 	// usageInjected: the gateway asked for the stream's usage
 	// (usage.inject); rewrite and modifyResponse strip it again.
 	usageInjected bool
+	// stream is the body of a passed-through request that goes to the
+	// backend unread (passthrough.go); nil when the body was read.
+	stream *streamBody
+	// path is the request's path, for the access log.
+	path string
 }
 
 // shadowState is what a shadow comparison (package shadow) needs of the
@@ -416,8 +417,8 @@ func callFrom(ctx context.Context) *call {
 	return x
 }
 
-// proxyRoute serves route, registered for method ("": any, the /v1/*
-// catch-all), by proxying it as operation op to backends of kinds (none:
+// proxyRoute serves route, registered for method ("": any, the
+// pass-through), by proxying it as operation op to backends of kinds (none:
 // any kind).
 func (s *Server) proxyRoute(method, route string, op exchange.Operation, kinds ...string) gin.HandlerFunc {
 	var ss *serverSpan
@@ -434,6 +435,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	defer s.inflight.Done()
 	x := &call{disp: s.disp, client: clientDeadlines{dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}}
 	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
+	x.path = r.URL.Path
 	req := x.req
 	ctx, server := s.startServer(r, route, ss, x)
 	x.span.server = server
@@ -594,11 +596,15 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 	} else {
 		rd, cc, ctl = new(bytes.Reader), new(callContext), new(attemptCtl)
 	}
-	rd.Reset(body)
-	// A NopCloser over a *bytes.Reader: the transport knows it for an
-	// in-memory body and sends the headers and body in one write.
-	r.Body = io.NopCloser(rd)
-	r.ContentLength = int64(len(body))
+	if x.stream != nil {
+		r.Body = x.stream.reader() // ContentLength stays the client's
+	} else {
+		rd.Reset(body)
+		// A NopCloser over a *bytes.Reader: the transport knows it for an
+		// in-memory body and sends the headers and body in one write.
+		r.Body = io.NopCloser(rd)
+		r.ContentLength = int64(len(body))
+	}
 	ictx, infer := s.startInference(ctx, x, f)
 	x.span.infer = infer
 	*cc = callContext{Context: s.startAttempt(ictx, x, ctl), x: x}
@@ -610,8 +616,31 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 // the backend. f is nil for passed-through routes.
 func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*request.Fields, []byte, *apierror.Error) {
 	req := x.req
-	body, aerr := request.ReadBody(r, w, x.client.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout)
-	if aerr != nil {
+	var body []byte
+	var aerr *apierror.Error
+	if req.Operation == exchange.OpOther {
+		if aerr := s.refuseAdmin(r); aerr != nil {
+			return nil, nil, aerr
+		}
+	}
+	if req.Operation == exchange.OpOther && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 && !bufferedBody(r) {
+		// An upload: it streams to the backend as it arrives, bounded
+		// by passthrough.max_upload_bytes and limits.read_timeout,
+		// routed by the model a multipart form gives ahead of its file.
+		limit := s.cfg.Passthrough.MaxUploadBytes
+		if r.ContentLength > limit {
+			return nil, nil, streamError(w, &http.MaxBytesError{Limit: limit}, limit)
+		}
+		if dl := x.client.dl; dl != nil && s.cfg.Limits.ReadTimeout > 0 {
+			_ = dl.SetReadDeadline(time.Now().Add(s.cfg.Limits.ReadTimeout))
+		}
+		br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, limit), multipartPeek)
+		var err error
+		if req.Model, err = multipartModel(r.Header.Get("Content-Type"), br); err != nil {
+			return nil, nil, streamError(w, err, limit)
+		}
+		x.stream = &streamBody{r: br}
+	} else if body, aerr = request.ReadBody(r, w, x.client.dl, s.cfg.Limits.MaxBodyBytes, s.cfg.Limits.ReadTimeout); aerr != nil {
 		return nil, nil, aerr
 	}
 	req.Body = body
@@ -647,7 +676,9 @@ func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
 func pickError(err error, model string, kinds []string) *apierror.Error {
 	if errors.Is(err, upstream.ErrUnknownModel) {
 		msg := fmt.Sprintf("The model `%s` does not exist or is not served by this gateway.", model)
-		if len(kinds) > 0 {
+		if len(kinds) > 0 && model != "" {
+			msg = fmt.Sprintf("The model `%s` is not served by any %s backend of this gateway.", model, strings.Join(kinds, "/"))
+		} else if len(kinds) > 0 {
 			msg = fmt.Sprintf("no %s backend is configured for this route", strings.Join(kinds, "/"))
 		}
 		return apierror.New(http.StatusNotFound, "invalid_request_error", "model_not_found", msg, exchange.ClassUnknownModel)
@@ -799,6 +830,18 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx)
 		apierror.Write(w, x.resp.apiErr)
 		return
+	}
+	if x.stream != nil {
+		// The client's upload failed, not the backend. A failed read
+		// of the connection cancels the request's context (net/http),
+		// but the client of a stalled or malformed body still waits
+		// for the answer; one that broke off has nobody to answer.
+		if rerr := x.stream.readErr(); rerr != nil && (r.Context().Err() == nil || !clientGone(rerr)) {
+			x.settle()
+			x.resp.apiErr = streamError(w, rerr, s.cfg.Passthrough.MaxUploadBytes)
+			apierror.Write(w, x.resp.apiErr)
+			return
+		}
 	}
 	e := apierror.Upstream(r.Context(), err)
 	if e.Status != apierror.StatusClientClosed {

@@ -45,17 +45,19 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 }
 
 // A Line is the access log line of one request, in the order of its
-// fields; durations are in milliseconds.
+// fields; durations are in milliseconds. Route is the bounded route label
+// (the same as in metrics); Path is the request's path as the client sent
+// it, for the pass-through routes whose label is a pattern ("/v1/*").
 type Line struct {
-	RequestID, TraceID, Route, Model, Backend string
-	Status                                    int
-	Stream                                    bool
-	Latency, TTFT                             float64
-	PromptTokens, CompletionTokens            int
-	UsageSource, Tenant                       string
-	ITLP50, ITLP95, MaxGap, TPS               float64
-	ErrorClass                                string
-	Attempts                                  int
+	RequestID, TraceID, Route, Path, Model, Backend string
+	Status                                          int
+	Stream                                          bool
+	Latency, TTFT                                   float64
+	PromptTokens, CompletionTokens                  int
+	UsageSource, Tenant                             string
+	ITLP50, ITLP95, MaxGap, TPS                     float64
+	ErrorClass                                      string
+	Attempts                                        int
 }
 
 // A Logger writes access log lines to a slog.Logger: with the package's
@@ -97,6 +99,7 @@ func (l *Line) attrs() []slog.Attr {
 		slog.String("request_id", l.RequestID),
 		slog.String("trace_id", l.TraceID),
 		slog.String("route", l.Route),
+		slog.String("path", l.Path),
 		slog.String("model", l.Model),
 		slog.String("backend", l.Backend),
 		slog.Int("status", l.Status),
@@ -141,6 +144,8 @@ func (l *Line) appendJSON(b []byte, t time.Time) []byte {
 	b = appendJSONString(b, l.TraceID)
 	b = append(b, `,"route":`...)
 	b = appendJSONString(b, l.Route)
+	b = append(b, `,"path":`...)
+	b = appendJSONString(b, l.Path)
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, l.Model)
 	b = append(b, `,"backend":`...)

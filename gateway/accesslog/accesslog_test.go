@@ -14,7 +14,7 @@ import (
 func TestAccessLogEncoder(t *testing.T) {
 	base := Line{
 		RequestID: "3f2a9c1e5b7d4f608a1b2c3d4e5f6a7b", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
-		Route: "/v1/chat/completions", Model: "llama-3-8b", Backend: "a", Status: 200, Stream: true,
+		Route: "/v1/chat/completions", Path: "/v1/chat/completions", Model: "llama-3-8b", Backend: "a", Status: 200, Stream: true,
 		Latency: 912.4, TTFT: 81.2, PromptTokens: 42, CompletionTokens: 128, UsageSource: "reported", Tenant: "team-a",
 		ITLP50: 11.9, ITLP95: 14.2, MaxGap: 31.5, TPS: 82.4, Attempts: 1,
 	}
@@ -22,6 +22,7 @@ func TestAccessLogEncoder(t *testing.T) {
 		func(l *Line) {},
 		func(l *Line) { *l = Line{} },
 		func(l *Line) { l.RequestID = `a"b\c` + "\x00\x1f\t\n\r\x7f<>&" },
+		func(l *Line) { l.Route, l.Path = "/v1/*", "/v1/files/a\"b c/\xff\u2028" },
 		func(l *Line) { l.Model = "modèle-\u2028-\u2029-\xff-\xe2\x82-日本" },
 		func(l *Line) { l.Tenant = "sha256:0123456789ab"; l.ErrorClass = "upstream_5xx"; l.Status = 502 },
 		func(l *Line) { l.Latency, l.TTFT, l.TPS = 1e21, 1e-7, 123456789.123 },
