@@ -14,6 +14,47 @@
 //	POST /v1/embeddings         deterministic unit vectors, float or base64
 //	GET  /v1/models
 //	POST /tokenize              vLLM's, prompt or chat messages: one token per byte
+//	POST /detokenize            vLLM's, token ids back to text
+//	POST /v1/responses          the Responses API, streaming (named SSE events,
+//	                            sequence_number, no [DONE]) or not; include
+//	                            message.output_text.logprobs, top_logprobs,
+//	                            previous_response_id, store
+//	GET    /v1/responses/{id}              a stored response
+//	DELETE /v1/responses/{id}
+//	POST   /v1/responses/{id}/cancel       always 400 (see below)
+//	GET    /v1/responses/{id}/input_items  order, limit, after
+//
+// Anthropic's Messages API, as vLLM serves it:
+//
+//	POST /v1/messages               streaming (message_start ... message_stop) or not
+//	POST /v1/messages/count_tokens  the input tokens of the same request
+//
+// The Responses and Messages APIs use the chat generation path: the prompt
+// is the text of the instructions (system) and of every input item
+// (message) concatenated, so the same conversation gets the same tokens on
+// all three APIs, under the same knobs (latency, stall, errors, logprob
+// confidence and noise, MaxNumSeqs) and metrics. A Responses request's
+// max_output_tokens is the length, as chat's max_tokens is; the Messages
+// API requires max_tokens, so there it is a cap: the answer has
+// OutputTokens tokens (stop_reason end_turn) or max_tokens when fewer
+// (max_tokens). Errors come in each API's shape (Anthropic's
+// {"type":"error","error":{...}} on /v1/messages).
+//
+// Responses are stored, unless the request says store: false, in memory
+// of the Server that made them, the most recently used maxStoredResponses
+// of them (vLLM keeps them without bound). previous_response_id puts the
+// stored conversation (its input and output, not its instructions) after
+// the new instructions and before the new input, as vLLM does; an id this
+// Server does not hold is vLLM's 404 with param previous_response_id,
+// which is what makes a gateway route a follow-up to the instance that
+// made the response. The simulator runs no background responses, so a
+// stored response is complete and cancelling it is vLLM's 400 "Cannot
+// cancel a synchronous response.". As response ids are drawn from the
+// body, identical requests make the same id, and the second replaces the
+// first in the store (they are equal under the same knobs). Not modelled:
+// status "incomplete" (a response cut by max_output_tokens is "completed"),
+// tools, reasoning items, background mode and the Responses API's other
+// output item types.
 //
 // Chat and completions take vLLM's return_tokens_as_token_ids: logprobs then
 // name tokens "token_id:<id>". A prompt that /tokenize tokenized, given back
@@ -31,7 +72,9 @@
 //
 // There is no tokenizer. A prompt counts ceil(characters/4) tokens, where
 // characters are Unicode code points of all message contents (chat), the
-// prompt (completions) or the inputs (TGI), concatenated. Prompt tokens are
+// instructions and input items (responses), the system text and messages
+// (Anthropic messages), the prompt (completions) or the inputs (TGI),
+// concatenated. Prompt tokens are
 // the consecutive 4-character pieces of that text.
 //
 // Generated tokens come from a small built-in vocabulary of English words.

@@ -16,6 +16,9 @@ import (
 type apiError struct {
 	status int
 	msg    string
+	// typ, when set, is the error type instead of the one the route
+	// derives from the status; param names the request field at fault.
+	typ, param string
 }
 
 func badRequest(format string, args ...any) *apiError {
@@ -40,6 +43,12 @@ type vllmErrorInfo struct {
 // failOpenAI answers e in vLLM's format and counts the error.
 func (s *Server) failOpenAI(w http.ResponseWriter, e *apiError) {
 	s.errors.Add(1)
+	writeOpenAIError(w, e)
+}
+
+// writeOpenAIError answers e in vLLM's format without counting it, for the
+// routes that are not inference requests.
+func writeOpenAIError(w http.ResponseWriter, e *apiError) {
 	typ := "BadRequestError"
 	switch e.status {
 	case http.StatusNotFound:
@@ -47,7 +56,14 @@ func (s *Server) failOpenAI(w http.ResponseWriter, e *apiError) {
 	case http.StatusInternalServerError:
 		typ = "InternalServerError"
 	}
-	writeJSON(w, e.status, vllmError{vllmErrorInfo{Message: e.msg, Type: typ, Code: e.status}})
+	if e.typ != "" {
+		typ = e.typ
+	}
+	var param *string
+	if e.param != "" {
+		param = &e.param
+	}
+	writeJSON(w, e.status, vllmError{vllmErrorInfo{Message: e.msg, Type: typ, Param: param, Code: e.status}})
 }
 
 // errSimulated is the error ErrorRate draws.

@@ -34,7 +34,8 @@ type Options struct {
 	Knobs Knobs
 }
 
-// Stats counts the requests on the inference routes (OpenAI and TGI).
+// Stats counts the requests on the inference routes (OpenAI, Anthropic and
+// TGI).
 type Stats struct {
 	// Requests is the number of requests received.
 	Requests int64 `json:"requests"`
@@ -59,6 +60,8 @@ type Server struct {
 	knobs   atomic.Pointer[Knobs]
 	seqs    *limiter
 	mux     *http.ServeMux
+	// stored holds the Responses API's stored responses.
+	stored *responseStore
 
 	requests, running, waiting, cancelled, errors atomic.Int64
 	// draws counts error-rate decisions; see failNext.
@@ -72,7 +75,7 @@ type Server struct {
 
 // New returns a Server ready to serve [Server.Handler].
 func New(opts Options) *Server {
-	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created}
+	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created, stored: newResponseStore(maxStoredResponses)}
 	if s.model == "" {
 		s.model = "sim-model"
 	}
@@ -92,7 +95,15 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("GET /v1/responses/{id}", s.handleGetResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", s.handleDeleteResponse)
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.handleCancelResponse)
+	mux.HandleFunc("GET /v1/responses/{id}/input_items", s.handleInputItems)
+	mux.HandleFunc("POST /v1/messages", s.handleMessages)
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 	mux.HandleFunc("POST /generate", s.handleGenerate)
 	mux.HandleFunc("POST /generate_stream", s.handleGenerateStream)
 	mux.HandleFunc("GET /info", s.handleInfo)
@@ -410,7 +421,13 @@ func newSSE(w http.ResponseWriter, prefix string) *sseWriter {
 
 // event writes one "data:" event holding v, or the raw text when v is a
 // string.
-func (e *sseWriter) event(v any) error {
+func (e *sseWriter) event(v any) error { return e.send("", v) }
+
+// named writes an event holding v under an "event:" line naming it, as the
+// Responses API and Anthropic's Messages API stream.
+func (e *sseWriter) named(name string, v any) error { return e.send(name, v) }
+
+func (e *sseWriter) send(name string, v any) error {
 	var data []byte
 	if s, ok := v.(string); ok {
 		data = []byte(s)
@@ -427,7 +444,10 @@ func (e *sseWriter) event(v any) error {
 		h.Set("Cache-Control", "no-cache")
 		e.w.WriteHeader(http.StatusOK)
 	}
-	buf := make([]byte, 0, len(e.prefix)+len(data)+2)
+	buf := make([]byte, 0, len(name)+len(e.prefix)+len(data)+10)
+	if name != "" {
+		buf = append(append(append(buf, "event: "...), name...), '\n')
+	}
 	buf = append(append(append(buf, e.prefix...), data...), '\n', '\n')
 	if _, err := e.w.Write(buf); err != nil {
 		return err

@@ -3,6 +3,7 @@ package sim
 import (
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // --- /tokenize --------------------------------------------------------------
@@ -80,3 +81,32 @@ func (sp *sampling) named(st step) step {
 }
 
 func tokenIDName(id int) string { return "token_id:" + strconv.Itoa(id) }
+
+// --- /detokenize ------------------------------------------------------------
+
+type detokenizeRequest struct {
+	Model  string `json:"model"`
+	Tokens []int  `json:"tokens"`
+}
+
+// handleDetokenize answers vLLM's POST /detokenize: the text of the token
+// ids, each read as a completions prompt reads it (the bytes of
+// /tokenize's ids, the words of the vocabulary), so that detokenizing what
+// /tokenize returned gives back the text.
+func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
+	var req detokenizeRequest
+	if _, ok := decodeOpenAI(s, w, r, &req, func() string { return req.Model }); !ok {
+		return
+	}
+	if req.Tokens == nil {
+		s.failOpenAI(w, badRequest("tokens: field required"))
+		return
+	}
+	p, e := idsPrompt(req.Tokens)
+	if e != nil {
+		e.msg = strings.Replace(e.msg, "prompt:", "tokens:", 1)
+		s.failOpenAI(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"prompt": p.text})
+}
