@@ -25,7 +25,8 @@ import (
 
 // fuzzOps are the operations whose bodies Parse reads (the
 // gateway passes other routes' bodies through unread).
-var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate}
+var fuzzOps = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate,
+	exchange.OpResponses, exchange.OpMessages}
 
 // FuzzParseRequest: Parse accepts exactly the JSON objects whose
 // fields have the types the route needs, reads them as encoding/json does,
@@ -52,6 +53,11 @@ func FuzzParseRequest(f *testing.F) {
 		{0, ` {"messages":[] } ` + "\n"},
 		{2, `{"input":["a","b"],"model":"e"}`},
 		{3, `{"inputs":"x","parameters":{"max_new_tokens":2}}`},
+		{4, `{"model":"m1","input":"hi","instructions":"be brief","previous_response_id":"resp_1","max_output_tokens":8,"stream":true}`},
+		{4, `{"input":[{"role":"user","content":"hi"}],"conversation":{"id":"conv_1"},"previous_response_id":null}`},
+		{4, `{"input":"x","conversation":"conv_2","previous_response_id":"a","previous_response_id":5}`},
+		{5, `{"model":"m1","system":"s","messages":[{"role":"user","content":"hi"}],"max_tokens":16,"stream":true}`},
+		{5, `{"system":[{"type":"text","text":"s"}],"messages":[]}`},
 	} {
 		f.Add([]byte(s.body), s.op, uint8(i))
 	}
@@ -88,6 +94,8 @@ func FuzzParseRequest(f *testing.F) {
 			exchange.OpCompletion: {rf.Prompt, `"[`},
 			exchange.OpEmbeddings: {rf.Input, `"[`},
 			exchange.OpGenerate:   {rf.Inputs, `"`},
+			exchange.OpResponses:  {rf.Input, `"[`},
+			exchange.OpMessages:   {rf.Messages, "["},
 		}
 		if n, ok := need[op]; ok && !strings.ContainsRune(n.kinds, rune(n.k)) {
 			t.Fatalf("Parse(%s) accepted %q without its required field", op, body)
