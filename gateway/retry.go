@@ -37,9 +37,9 @@ type attemptState struct {
 	next     *upstream.Backend // set when the attempt failed and goes on there
 	// pinned: only this backend can answer (it holds the response a
 	// follow-up names), so a failed attempt is not retried elsewhere.
-	pinned bool
-	ctl      *attemptCtl       // cancels the current attempt (cancel.go)
-	settled  bool              // the observer has the request (settle)
+	pinned  bool
+	ctl     *attemptCtl // cancels the current attempt (cancel.go)
+	settled bool        // the observer has the request (settle)
 
 	// Each of the first inlineAttempts attempts' body reader, context
 	// and control, kept here rather than allocated per attempt.

@@ -345,7 +345,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 // allocation per request.
 type call struct {
 	req     *exchange.Request
-	spec    *routeSpec // the Responses and Messages routes; nil for others
+	spec    *routeSpec        // the Responses and Messages routes; nil for others
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
 	pending batch // what the observer gets next (observer.go)
