@@ -410,3 +410,104 @@ func TestResponseOwners(t *testing.T) {
 		}
 	})
 }
+
+// fakeStream serves one SSE body of events ("type" → data) for every
+// request; broken: the stream is cut after them.
+func fakeStream(t *testing.T, events [][2]string, broken bool) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range events {
+			io.WriteString(w, "event: "+e[0]+"\ndata: "+e[1]+"\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(time.Millisecond)
+		}
+		if broken {
+			panic(http.ErrAbortHandler)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestAPICountedUsage: streams without usage (cut short, or a backend that
+// sends none) are counted from their content deltas, with their gaps; a
+// broken stream ends with the API's own error event.
+func TestAPICountedUsage(t *testing.T) {
+	respEvents := [][2]string{
+		{"response.created", `{"type":"response.created","response":{"id":"resp_fake1","model":"m1","status":"in_progress"}}`},
+		{"response.output_text.delta", `{"type":"response.output_text.delta","delta":"Hel"}`},
+		{"response.output_text.delta", `{"type":"response.output_text.delta","delta":""}`},
+		{"response.output_text.delta", `{"type":"response.output_text.delta","delta":"lo"}`},
+		{"response.output_text.delta", `{"delta":"\u0021","type":"response.output_text.delta"}`},
+	}
+	msgEvents := [][2]string{
+		{"message_start", `{"type":"message_start","message":{"id":"msg_1","model":"m1","usage":{"input_tokens":9,"output_tokens":1}}}`},
+		{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+		{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`},
+		{"content_block_delta", `{"index":0,"delta":{"text":" there","type":"text_delta"},"type":"content_block_delta"}`},
+	}
+	for _, c := range []struct {
+		name, path, body string
+		events           [][2]string
+		broken           bool
+		prompt, tokens   int
+		errEvent         string
+	}{
+		{"responses", "/v1/responses", `{"model":"m1","input":"x","stream":true}`, respEvents, false, 0, 3, ""},
+		{"responses broken", "/v1/responses", `{"model":"m1","input":"x","stream":true}`, respEvents, true, 0, 3,
+			"event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_stream_broken\",\"message\":"},
+		{"messages", "/v1/messages", `{"model":"m1","messages":[],"max_tokens":5,"stream":true}`, msgEvents, false, 9, 2, ""},
+		{"messages broken", "/v1/messages", `{"model":"m1","messages":[],"max_tokens":5,"stream":true}`, msgEvents, true, 9, 2,
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gw := startGateway(t, []config.Backend{backend("a", fakeStream(t, c.events, c.broken), "m1")}, nil)
+			_, h, b := do(t, http.MethodPost, gw.URL+c.path, c.body)
+			var want strings.Builder
+			for _, e := range c.events {
+				want.WriteString("event: " + e[0] + "\ndata: " + e[1] + "\n\n")
+			}
+			if !strings.HasPrefix(string(b), want.String()) {
+				t.Errorf("body %q, want the backend's events first", b)
+			}
+			if rest := string(b[min(len(b), want.Len()):]); c.errEvent == "" && rest != "" || c.errEvent != "" && !strings.HasPrefix(rest, c.errEvent) {
+				t.Errorf("after the events: %q, want %q…", rest, c.errEvent)
+			}
+			line := accessFor(t, gw, h.Get("X-Request-Id"))
+			wantUsage(t, line, c.prompt, c.tokens, "counted")
+			if line["ttft_ms"] == float64(0) || line["itl_p50_ms"] == nil {
+				t.Errorf("access log %v", line)
+			}
+		})
+	}
+}
+
+func TestScanAPIEvent(t *testing.T) {
+	for _, c := range []struct {
+		doc     string
+		typ     string
+		content bool
+	}{
+		{`{"type":"response.output_text.delta","delta":"a"}`, "response.output_text.delta", true},
+		{`{"type":"response.output_text.delta","delta":""}`, "response.output_text.delta", false},
+		{`{"delta":{"type":"text_delta","text":"x"},"type":"content_block_delta"}`, "content_block_delta", true},
+		{`{"type":"content_block_delta","delta":{"type":"input_json_delta","partial_json":""}}`, "content_block_delta", false},
+		{`{"type":"ping"}`, "", false},
+	} {
+		typ, content, ok := scanAPIEvent([]byte(c.doc))
+		if !ok || typ != c.typ || content != c.content {
+			t.Errorf("scanAPIEvent(%s) = %q %v %v", c.doc, typ, content, ok)
+		}
+	}
+	if _, _, ok := scanAPIEvent([]byte(`{"type":"a\u0062"}`)); ok {
+		t.Error("an escaped type must go to encoding/json")
+	}
+	if got := rootID([]byte(`{"id":"resp_1","output":[{"id":"x"`)); got != "resp_1" {
+		t.Errorf("rootID of a cut body = %q", got)
+	}
+	if got := rootID([]byte(`{"object":"response","usage":{"id":"no"},"id":"resp_2"}`)); got != "resp_2" {
+		t.Errorf("rootID = %q", got)
+	}
+}
