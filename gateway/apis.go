@@ -27,6 +27,9 @@ type routeSpec struct {
 	parse exchange.Operation
 	shape apierror.Shape
 	owner ownerFrom
+	// owners is the server's: kept here so that a call reaches it
+	// without a field of its own.
+	owners *owners
 }
 
 // ownerFrom says where a route finds the response whose backend must
@@ -74,7 +77,7 @@ func (s *Server) ownerBackend(ctx context.Context, x *call, f *request.Fields, i
 		return nil, apierror.New(http.StatusServiceUnavailable, "server_error", "response_owner_lookup_failed",
 			fmt.Sprintf("the backend holding '%s' could not be looked up", what), exchange.ClassNoBackend)
 	case !ok && key == conversationKey(what):
-		x.conversation = what
+		x.newConversation = true
 		return nil, nil
 	case !ok:
 		return nil, apierror.New(http.StatusNotFound, "invalid_request_error", "response_not_found",
@@ -108,15 +111,15 @@ func (x *call) ownerFromCapture() {
 		return
 	}
 	if len(doc) >= maxIDScan || x.resp.truncated {
-		x.owners = nil // give up
+		x.findOwner = false // give up
 	}
 }
 
 // recordOwner records the call's backend as the owner of response id and
 // stops looking for one.
 func (x *call) recordOwner(id string) {
-	x.owners.record(responseKey(id), x.backend.Name)
-	x.owners = nil
+	x.spec.owners.record(responseKey(id), x.backend.Name)
+	x.findOwner = false
 }
 
 // rootID returns the root "id" string of a JSON object, possibly cut
@@ -302,7 +305,7 @@ func (x *call) apiUsage(typ string, payload []byte) {
 	case "response.created":
 		if r := e.Response; r != nil && r.ID != "" {
 			x.span.respID, x.span.respModel = r.ID, r.Model
-			if x.owners != nil {
+			if x.findOwner {
 				x.recordOwner(r.ID)
 			}
 		}

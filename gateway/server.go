@@ -371,12 +371,12 @@ type call struct {
 	// usageInjected: the gateway asked for the stream's usage
 	// (usage.inject); rewrite and modifyResponse strip it again.
 	usageInjected bool
-	// owners, while set, is where the id of the response being made goes
-	// once the tap finds it (a Responses answer: apis.go).
-	owners *owners
-	// conversation names the conversation that no backend held yet: the
-	// backend that answers it becomes its owner.
-	conversation string
+	// findOwner: the tap looks for the id of the response being made,
+	// to record its owner (a Responses answer: apis.go).
+	findOwner bool
+	// newConversation: no backend held fields.Conversation yet; the one
+	// that answers becomes its owner.
+	newConversation bool
 }
 
 // shadowState is what a shadow comparison (package shadow) needs of the
@@ -452,6 +452,7 @@ func (s *Server) proxyRoute(method, route string, op exchange.Operation, kinds .
 // with the route's error shape, body checks and owner routing.
 func (s *Server) apiRoute(method, route string, op exchange.Operation, spec routeSpec) gin.HandlerFunc {
 	ss := newServerSpan(method, route)
+	spec.owners = s.owners
 	sp := &spec
 	return func(c *gin.Context) {
 		s.serveProxy(c.Writer, c.Request, route, ss, op, nil, sp, c.Param("id"))
@@ -791,9 +792,9 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	h.Del("X-Vigil-Trace-Id")
 	h.Del("X-Request-Id")
 	if x.req.Operation == exchange.OpResponses && resp.StatusCode == http.StatusOK {
-		x.owners = s.owners // the tap records the new response's owner
-		if x.conversation != "" {
-			s.owners.record(conversationKey(x.conversation), x.backend.Name)
+		x.findOwner = true // the tap records the new response's owner
+		if x.newConversation {
+			s.owners.record(conversationKey(x.fields.Conversation), x.backend.Name)
 		}
 	}
 	tp := x.newTap(resp.Body, isSSE, s.captureBytes())

@@ -232,7 +232,7 @@ func (t *tap) capture(b []byte) {
 		x.resp.truncated = true
 	}
 	x.resp.captured = append(x.resp.captured, b...)
-	if x.owners != nil {
+	if x.findOwner {
 		x.ownerFromCapture()
 	}
 }

@@ -60,18 +60,20 @@ type Fields struct {
 	// members: type-checked here, so that a bad request is the gateway's
 	// 400 in the API's shape; the ids route follow-ups to the backend
 	// that holds the response (vLLM keeps it in that instance's memory).
-	Instructions    Kind
-	System          Kind
-	MaxOutputTokens Num
+	// (The Kinds sit together: a request's call holds Fields, and its
+	// size class is the gateway's memory per request.)
+	Instructions     Kind
+	System           Kind
+	PreviousKind     Kind // of PreviousResponseID
+	ConversationKind Kind // of Conversation
+	MaxOutputTokens  Num
 	// PreviousResponseID is the string value of previous_response_id
-	// ("" when absent, null or not a string); PreviousKind its Kind.
+	// ("" when absent, null or not a string).
 	PreviousResponseID string
-	PreviousKind       Kind
 	// Conversation is the conversation's id, given as a string or as an
-	// object's "id" ("" when absent or null); ConversationKind its Kind.
-	Conversation     string
-	ConversationKind Kind
-	Parameters       struct {
+	// object's "id" ("" when absent or null).
+	Conversation string
+	Parameters   struct {
 		MaxNewTokens Num
 		Temperature  Num
 		TopP         Num
