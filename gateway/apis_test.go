@@ -511,3 +511,81 @@ func TestScanAPIEvent(t *testing.T) {
 		t.Errorf("rootID = %q", got)
 	}
 }
+
+// TestAPISpans: the inference spans of both APIs carry the GenAI
+// attributes: operation "chat" (the semantic conventions' name for both),
+// the provider, the request's token cap, the response's id and usage.
+func TestAPISpans(t *testing.T) {
+	_, url := startSim(t, "m1", nil)
+	for _, c := range []struct{ path, body, idPrefix string }{
+		{"/v1/responses", `{"model":"m1","input":"hi","max_output_tokens":5}`, "resp_"},
+		{"/v1/responses", `{"model":"m1","input":"hi","max_output_tokens":5,"stream":true}`, "resp_"},
+		{"/v1/messages", `{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "msg_"},
+		{"/v1/messages", `{"model":"m1","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, "msg_"},
+	} {
+		gw, rcv, p := tracedGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
+		if st, _, b := post(t, gw.URL+c.path, c.body); st != 200 {
+			t.Fatalf("%s: %d %s", c.path, st, b)
+		}
+		p.Shutdown(context.Background())
+		inf := byName(rcv.WaitFor(t, 3, 5*time.Second))["chat m1"]
+		want := map[string]any{
+			"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "m1",
+			"gen_ai.response.model": "m1", "gen_ai.usage.output_tokens": int64(5), "gen_ai.request.max_tokens": int64(5),
+		}
+		for k, v := range want {
+			if inf.Attributes[k] != v {
+				t.Errorf("%s %s: inference %s = %#v, want %#v", c.path, c.body, k, inf.Attributes[k], v)
+			}
+		}
+		if id, _ := inf.Attributes["gen_ai.response.id"].(string); !strings.HasPrefix(id, c.idPrefix) {
+			t.Errorf("%s: gen_ai.response.id %q", c.path, id)
+		}
+		if in, _ := inf.Attributes["gen_ai.usage.input_tokens"].(int64); in <= 0 {
+			t.Errorf("%s: gen_ai.usage.input_tokens %v", c.path, inf.Attributes["gen_ai.usage.input_tokens"])
+		}
+	}
+}
+
+// TestAPINoBackend: the gateway's 503 on the Messages API is Anthropic's
+// overloaded_error, on the Responses API OpenAI's shape.
+func TestAPINoBackend(t *testing.T) {
+	_, url := startSim(t, "m1", nil)
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
+	gw.Pool().Backends()[0].SetHealthy(false)
+	st, _, b := do(t, http.MethodPost, gw.URL+"/v1/messages", `{"model":"m1","max_tokens":4,"messages":[]}`)
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(b), `"type":"error","error":{"type":"overloaded_error"`) {
+		t.Errorf("messages: %d %s", st, b)
+	}
+	st, _, b = do(t, http.MethodPost, gw.URL+"/v1/responses", `{"model":"m1","input":"x"}`)
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(b), `"code":"no_healthy_backend"`) {
+		t.Errorf("responses: %d %s", st, b)
+	}
+}
+
+func TestOwnersLRU(t *testing.T) {
+	o := newOwners(config.Responses{OwnerTTL: time.Hour, MaxOwners: 2, LookupTimeout: time.Second}, nil, nil)
+	o.record("a", "x")
+	o.record("b", "y")
+	if _, ok, _ := o.lookup(context.Background(), "a"); !ok { // a is now the most recent
+		t.Fatal("a missing")
+	}
+	o.record("c", "z") // evicts b
+	if _, ok, _ := o.lookup(context.Background(), "b"); ok {
+		t.Error("b outlived the bound")
+	}
+	if be, ok, _ := o.lookup(context.Background(), "c"); !ok || be != "z" {
+		t.Errorf("c = %q %v", be, ok)
+	}
+	o.put("d", "w", time.Now().Add(-time.Second))
+	if _, ok, _ := o.lookup(context.Background(), "d"); ok {
+		t.Error("an expired owner was found")
+	}
+	// The shared store answers for what this process did not record.
+	store := state.NewMemory()
+	store.Set(context.Background(), responseKey("r1"), []byte("b2"), time.Hour)
+	o2 := newOwners(config.DefaultResponses(), store, nil)
+	if be, ok, err := o2.lookup(context.Background(), responseKey("r1")); !ok || err != nil || be != "b2" {
+		t.Errorf("from the store: %q %v %v", be, ok, err)
+	}
+}
