@@ -589,3 +589,45 @@ func TestOwnersLRU(t *testing.T) {
 		t.Errorf("from the store: %q %v %v", be, ok, err)
 	}
 }
+
+// TestAPIBrokenStreamSDKs: the error event ending a broken stream is what
+// each SDK understands: openai-go hands the Responses error event to the
+// caller, anthropic-sdk-go raises it.
+func TestAPIBrokenStreamSDKs(t *testing.T) {
+	ctx := context.Background()
+	t.Run("responses", func(t *testing.T) {
+		url := fakeStream(t, [][2]string{
+			{"response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"resp_b","model":"m1","status":"in_progress"}}`},
+			{"response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":1,"delta":"Hel"}`},
+		}, true)
+		gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
+		client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+		stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m1",
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
+		defer stream.Close()
+		var got *responses.ResponseErrorEvent
+		for stream.Next() {
+			if ev, ok := stream.Current().AsAny().(responses.ResponseErrorEvent); ok {
+				got = &ev
+			}
+		}
+		if got == nil || got.Code != "upstream_stream_broken" || !strings.Contains(got.Message, `backend a`) {
+			t.Errorf("error event %+v, err %v", got, stream.Err())
+		}
+	})
+	t.Run("messages", func(t *testing.T) {
+		url := fakeStream(t, [][2]string{
+			{"message_start", `{"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"m1","content":[],"usage":{"input_tokens":3,"output_tokens":0}}}`},
+		}, true)
+		gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
+		client := anthropic.NewClient(anthropicoption.WithBaseURL(gw.URL), anthropicoption.WithAPIKey("unused"), anthropicoption.WithMaxRetries(0))
+		stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "m1", MaxTokens: 4,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}})
+		defer stream.Close()
+		for stream.Next() {
+		}
+		if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "api_error") {
+			t.Errorf("stream error %v, want the api_error event raised", err)
+		}
+	})
+}
