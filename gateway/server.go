@@ -726,9 +726,10 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	// The backend's spans continue under the inference span.
 	s.prop.Inject(pr.Out.Context(), headerCarrier(out))
 	out["X-Request-Id"] = x.header(hdrID)
-	if x.req.Injected || x.usageInjected {
+	if x.req.Injected || x.usageInjected || x.req.Operation == exchange.OpResponses {
 		// The strippers read plain bodies only: ask for one, or what was
-		// injected would reach the client compressed.
+		// injected would reach the client compressed. A Responses body
+		// must be plain too: its id names the backend that holds it.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 	// ReverseProxy wraps the outbound body in a reader of its own, which
