@@ -67,6 +67,7 @@ type Config struct {
 	Health     Health     `yaml:"health"`
 	Retries    Retries    `yaml:"retries"`
 	Cache      Cache      `yaml:"cache"`
+	Responses  Responses  `yaml:"responses"`
 	Usage      Usage      `yaml:"usage"`
 	// Passthrough governs the paths the gateway passes to a backend
 	// without reading them as an API it knows.
@@ -578,6 +579,22 @@ type Retries struct {
 	// Attempts is the most tries a request gets, the first included, each
 	// on a different backend; 1 disables retries. In [1, 10].
 	Attempts int `yaml:"attempts"`
+}
+
+// Responses configures the Responses API's stateful routes.
+type Responses struct {
+	// OwnerTTL is how long the gateway remembers which backend made a
+	// response (or holds a conversation), in process and in the shared
+	// store: follow-ups (GET, DELETE, cancel, input_items,
+	// previous_response_id) must reach that backend, since vLLM keeps a
+	// response in the memory of the instance that made it.
+	OwnerTTL time.Duration `yaml:"owner_ttl"`
+	// MaxOwners bounds the in-process map of owners (least recently used
+	// go first); the shared store holds the rest.
+	MaxOwners int `yaml:"max_owners"`
+	// LookupTimeout bounds the wait on the shared store for the owner of
+	// a response this replica did not see made.
+	LookupTimeout time.Duration `yaml:"lookup_timeout"`
 }
 
 // Cache configures the response cache for deterministic requests

@@ -28,6 +28,7 @@ func Default() Config {
 		Retries:     DefaultRetries(),
 		Cache:       DefaultCache(),
 		Usage:       DefaultUsage(),
+		Responses:   DefaultResponses(),
 		Passthrough: DefaultPassthrough(),
 		Log:         DefaultLog(),
 	}
@@ -161,6 +162,14 @@ func DefaultRetries() Retries {
 // DefaultCache returns the default cache section: off.
 func DefaultCache() Cache {
 	return Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second}
+}
+
+// DefaultResponses returns the default responses section. vLLM keeps a
+// stored response until the instance restarts, so no TTL matches it
+// exactly: a day covers a working session's follow-ups while bounding the
+// shared store's keys, and 100000 owners cost a few MiB in process.
+func DefaultResponses() Responses {
+	return Responses{OwnerTTL: 24 * time.Hour, MaxOwners: 100000, LookupTimeout: 200 * time.Millisecond}
 }
 
 // DefaultUsage returns the default usage section.

@@ -41,6 +41,7 @@ func TestDefault(t *testing.T) {
 		Tracing:   config.Tracing{SampleRatio: 1.0, CaptureContent: false, MaxContentBytes: 4096, Exporter: "otlp"},
 		Retrieval: config.Retrieval{Timeout: 2 * time.Second, TopK: 4, Inject: "system", OnError: "skip"},
 		Cache:     config.Cache{TTL: 5 * time.Minute, Jitter: 0.1, MaxEntries: 10000, MaxBodyBytes: 1 << 20, LockTTL: 10 * time.Second},
+		Responses: config.Responses{OwnerTTL: 24 * time.Hour, MaxOwners: 100000, LookupTimeout: 200 * time.Millisecond},
 		Analyzers: wantAnalyzers(),
 		Alerts: config.Alerts{Period: 5 * time.Minute, Percentile: 0.95, Factor: 1.1, History: 7 * 24 * time.Hour, MinHistory: 12, Consecutive: 3, Silence: 30 * time.Minute, Severity: "warning",
 			ColdStart: config.ColdStart{ErrorRate: 0.05, LatencyFactor: 3},
@@ -139,6 +140,7 @@ log: {level: debug, access: false}
 				Retrieval:   config.Default().Retrieval,
 				Cache:       config.Default().Cache,
 				Usage:       config.Default().Usage,
+				Responses:   config.Default().Responses,
 				Passthrough: config.Default().Passthrough,
 				Analyzers: func() config.Analyzers {
 					a := config.Default().Analyzers

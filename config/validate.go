@@ -43,6 +43,7 @@ func (c *Config) Validate() error {
 	l.nest("health", c.Health.Validate())
 	l.nest("retries", c.Retries.Validate())
 	l.nest("cache", c.Cache.Validate())
+	l.nest("responses", c.Responses.Validate())
 	l.nest("usage", c.Usage.Validate())
 	l.nest("passthrough", c.Passthrough.Validate())
 	l.nest("log", c.Log.Validate())
@@ -652,6 +653,17 @@ func checkToken(s string) error {
 }
 
 // Validate checks c.
+// Validate checks the responses section.
+func (c *Responses) Validate() error {
+	var l errList
+	l.add("owner_ttl", checkPositiveDuration(c.OwnerTTL))
+	if c.MaxOwners < 1 {
+		l.add("max_owners", fmt.Errorf("must be >= 1, got %d", c.MaxOwners))
+	}
+	l.add("lookup_timeout", checkPositiveDuration(c.LookupTimeout))
+	return l.err()
+}
+
 func (c *Cache) Validate() error {
 	var l errList
 	l.add("ttl", checkPositiveDuration(c.TTL))

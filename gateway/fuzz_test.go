@@ -70,7 +70,10 @@ func runTap(t *testing.T, src io.Reader, sse, tgi bool, capMax, keep int, r *ran
 	t.Helper()
 	x := &call{req: &exchange.Request{Start: time.Now(), Operation: exchange.OpChat, Stream: sse}, backend: &upstream.Backend{Name: "b"}, span: spanState{recording: true}}
 	tp := x.newTap(io.NopCloser(src), sse, capMax)
-	tp.tgi, tp.count, tp.spanned, tp.keepStream = tgi, sse, true, keep
+	if tgi {
+		tp.shape = shapeTGI
+	}
+	tp.count, tp.spanned, tp.keepStream = sse, true, keep
 	var out []byte
 	buf := make([]byte, 64)
 	for range 1 << 20 {

@@ -38,8 +38,11 @@ type attemptState struct {
 	tried    []*upstream.Backend // backends that failed this request, over triedBuf
 	triedBuf [maxAttempts]*upstream.Backend
 	next     *upstream.Backend // set when the attempt failed and goes on there
-	ctl      *attemptCtl       // cancels the current attempt (cancel.go)
-	settled  bool              // the observer has the request (settle)
+	// pinned: only this backend can answer (it holds the response a
+	// follow-up names), so a failed attempt is not retried elsewhere.
+	pinned  bool
+	ctl     *attemptCtl // cancels the current attempt (cancel.go)
+	settled bool        // the observer has the request (settle)
 
 	// Each of the first inlineAttempts attempts' body reader, context
 	// and control, kept here rather than allocated per attempt.
@@ -66,7 +69,7 @@ const (
 // so it sets x.retry.next, ends the attempt's span and counts the retry.
 func (s *Server) retry(x *call, reason string, status int) bool {
 	x.retry.tried = append(x.retry.tried, x.backend)
-	if x.retry.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
+	if x.retry.pinned || x.retry.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
 		return false
 	}
 	next, err := s.balancer.Pick(x.req.Model, x.retry.kinds, x.retry.tried...)

@@ -120,6 +120,7 @@ type Server struct {
 	cache     *cache.Cache    // nil when cache.enabled is false
 
 	shadow *shadow.Shadower // nil when no backend is shadow-compared
+	owners *owners          // which backend holds each stored response (apis.go)
 
 	admin    *admin.API
 	feedback FeedbackSink
@@ -210,6 +211,7 @@ func New(opts Options) (*Server, error) {
 	if cfg.Retrieval.URL != "" {
 		s.retrieval = retrieval.New(cfg.Retrieval, &http.Client{Transport: transport})
 	}
+	s.owners = newOwners(cfg.Responses, opts.SharedStore, s.log)
 	s.attemptLists = newAttemptLists(pool)
 	s.checker = &upstream.Checker{
 		Pool: pool, Client: s.client, Path: cfg.Health.Path,
@@ -282,6 +284,15 @@ func (s *Server) routes() *gin.Engine {
 	e.POST("/v1/chat/completions", s.proxyRoute(http.MethodPost, "/v1/chat/completions", exchange.OpChat))
 	e.POST("/v1/completions", s.proxyRoute(http.MethodPost, "/v1/completions", exchange.OpCompletion))
 	e.POST("/v1/embeddings", s.proxyRoute(http.MethodPost, "/v1/embeddings", exchange.OpEmbeddings))
+	e.POST("/v1/responses", s.apiRoute(http.MethodPost, "/v1/responses", exchange.OpResponses, routeSpec{owner: ownerFromBody}))
+	e.GET("/v1/responses/:id", s.apiRoute(http.MethodGet, "/v1/responses/:id", exchange.OpOther, routeSpec{owner: ownerFromParam}))
+	e.DELETE("/v1/responses/:id", s.apiRoute(http.MethodDelete, "/v1/responses/:id", exchange.OpOther, routeSpec{owner: ownerFromParam}))
+	e.POST("/v1/responses/:id/cancel", s.apiRoute(http.MethodPost, "/v1/responses/:id/cancel", exchange.OpOther, routeSpec{owner: ownerFromParam}))
+	e.GET("/v1/responses/:id/input_items", s.apiRoute(http.MethodGet, "/v1/responses/:id/input_items", exchange.OpOther, routeSpec{owner: ownerFromParam}))
+	e.POST("/v1/messages", s.apiRoute(http.MethodPost, "/v1/messages", exchange.OpMessages, routeSpec{shape: apierror.ShapeAnthropic}))
+	// count_tokens is checked as a Messages body, proxied, not analyzed.
+	e.POST("/v1/messages/count_tokens", s.apiRoute(http.MethodPost, "/v1/messages/count_tokens", exchange.OpOther,
+		routeSpec{shape: apierror.ShapeAnthropic, parse: exchange.OpMessages}))
 	e.GET("/v1/models", s.listModels)
 	e.POST("/v1/feedback", s.postFeedback)
 	e.POST("/generate", s.proxyRoute(http.MethodPost, "/generate", exchange.OpGenerate, upstream.KindTGI))
@@ -314,7 +325,8 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 			}
 			log.Error("panic serving request", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
 			if !c.Writer.Written() {
-				apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", "internal error", exchange.ClassUpstream5xx))
+				apierror.WriteShape(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", "internal error", exchange.ClassUpstream5xx),
+					shapeOf(c.Request.URL.Path))
 			}
 			c.Abort()
 		}()
@@ -329,6 +341,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 // allocation per request.
 type call struct {
 	req     *exchange.Request
+	spec    *routeSpec        // the Responses and Messages routes; nil for others
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
 	pending batch // what the observer gets next (observer.go)
@@ -359,6 +372,12 @@ type call struct {
 	stream *streamBody
 	// path is the request's path, for the access log.
 	path string
+	// findOwner: the tap looks for the id of the response being made,
+	// to record its owner (a Responses answer: apis.go).
+	findOwner bool
+	// newConversation: no backend held fields.Conversation yet; the one
+	// that answers becomes its owner.
+	newConversation bool
 }
 
 // shadowState is what a shadow comparison (package shadow) needs of the
@@ -426,14 +445,25 @@ func (s *Server) proxyRoute(method, route string, op exchange.Operation, kinds .
 		ss = newServerSpan(method, route)
 	}
 	return func(c *gin.Context) {
-		s.serveProxy(c.Writer, c.Request, route, ss, op, kinds)
+		s.serveProxy(c.Writer, c.Request, route, ss, op, kinds, nil, "")
 	}
 }
 
-func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, ss *serverSpan, op exchange.Operation, kinds []string) {
+// apiRoute serves a route of the Responses or Messages API: proxyRoute
+// with the route's error shape, body checks and owner routing.
+func (s *Server) apiRoute(method, route string, op exchange.Operation, spec routeSpec) gin.HandlerFunc {
+	ss := newServerSpan(method, route)
+	spec.owners = s.owners
+	sp := &spec
+	return func(c *gin.Context) {
+		s.serveProxy(c.Writer, c.Request, route, ss, op, nil, sp, c.Param("id"))
+	}
+}
+
+func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string, ss *serverSpan, op exchange.Operation, kinds []string, spec *routeSpec, id string) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	x := &call{disp: s.disp, client: clientDeadlines{dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}}
+	x := &call{disp: s.disp, spec: spec, client: clientDeadlines{dl: deadlinesOf(w, r), writeTimeout: s.cfg.Limits.WriteTimeout}}
 	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
 	x.path = r.URL.Path
 	req := x.req
@@ -454,7 +484,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	if server.IsRecording() {
 		_, pre = s.tracer.Start(ctx, "preprocess")
 	}
-	f, body, aerr := s.preprocess(w, r, x, kinds)
+	f, body, aerr := s.preprocess(ctx, w, r, x, kinds, id)
 	if pre != nil {
 		pre.End()
 	}
@@ -614,7 +644,7 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Req
 
 // preprocess reads the body, checks the fields the route needs and picks
 // the backend. f is nil for passed-through routes.
-func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kinds []string) (*request.Fields, []byte, *apierror.Error) {
+func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, kinds []string, id string) (*request.Fields, []byte, *apierror.Error) {
 	req := x.req
 	var body []byte
 	var aerr *apierror.Error
@@ -645,8 +675,12 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 	}
 	req.Body = body
 	var f *request.Fields
-	if r.Method == http.MethodPost && req.Operation != exchange.OpOther {
-		fields, aerr := request.Parse(req.Operation, body)
+	parseAs := req.Operation
+	if x.spec != nil && x.spec.parse != "" {
+		parseAs = x.spec.parse
+	}
+	if r.Method == http.MethodPost && parseAs != exchange.OpOther {
+		fields, aerr := request.Parse(parseAs, body)
 		if aerr != nil {
 			return nil, nil, aerr
 		}
@@ -659,6 +693,16 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 	if req.Route == "/generate_stream" {
 		req.Stream = true
 	}
+	if x.spec != nil && x.spec.owner != ownerNone {
+		b, aerr := s.ownerBackend(ctx, x, f, id)
+		if aerr != nil {
+			return nil, nil, aerr
+		}
+		if b != nil {
+			x.backend, req.Backend, x.retry.pinned = b, b.Name, true
+			return f, body, nil
+		}
+	}
 	b, err := s.balancer.Pick(req.Model, kinds)
 	if err != nil {
 		return nil, nil, pickError(err, req.Model, kinds)
@@ -670,6 +714,15 @@ func (s *Server) preprocess(w http.ResponseWriter, r *http.Request, x *call, kin
 // fail answers with a gateway-made error.
 func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
 	x.resp.apiErr = e
+	x.writeError(w, e)
+}
+
+// writeError writes e in the shape of the call's route.
+func (x *call) writeError(w http.ResponseWriter, e *apierror.Error) {
+	if x.spec != nil {
+		apierror.WriteShape(w, e, x.spec.shape)
+		return
+	}
 	apierror.Write(w, e)
 }
 
@@ -704,9 +757,10 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	// The backend's spans continue under the inference span.
 	s.prop.Inject(pr.Out.Context(), headerCarrier(out))
 	out["X-Request-Id"] = x.header(hdrID)
-	if x.req.Injected || x.usageInjected {
+	if x.req.Injected || x.usageInjected || x.req.Operation == exchange.OpResponses {
 		// The strippers read plain bodies only: ask for one, or what was
-		// injected would reach the client compressed.
+		// injected would reach the client compressed. A Responses body
+		// must be plain too: its id names the backend that holds it.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 	// ReverseProxy wraps the outbound body in a reader of its own, which
@@ -769,9 +823,23 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	// X-Request-Id) would make a second value.
 	h.Del("X-Vigil-Trace-Id")
 	h.Del("X-Request-Id")
+	if x.req.Operation == exchange.OpResponses && resp.StatusCode == http.StatusOK {
+		x.findOwner = true // the tap records the new response's owner
+		if x.newConversation {
+			s.owners.record(conversationKey(x.fields.Conversation), x.backend.Name)
+		}
+	}
 	tp := x.newTap(resp.Body, isSSE, s.captureBytes())
+	tp.api = x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages
 	if isSSE {
-		tp.tgi = x.req.Operation == exchange.OpGenerate
+		switch {
+		case x.req.Operation == exchange.OpGenerate:
+			tp.shape = shapeTGI
+		case x.req.Operation == exchange.OpResponses:
+			tp.shape = shapeResponses
+		case x.spec != nil && x.spec.shape == apierror.ShapeAnthropic:
+			tp.shape = shapeAnthropic
+		}
 		tp.count = x.req.Operation.Generates()
 	}
 	tp.spanned = x.span.recording
@@ -828,7 +896,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		x.settle()
 		x.resp.apiErr = apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable",
 			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx)
-		apierror.Write(w, x.resp.apiErr)
+		x.writeError(w, x.resp.apiErr)
 		return
 	}
 	if x.stream != nil {
@@ -863,7 +931,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Status == apierror.StatusClientClosed {
 		return // nobody to answer
 	}
-	apierror.Write(w, e)
+	x.writeError(w, e)
 }
 
 // finish ends a request: it derives the outcome, writes the access log and
@@ -914,7 +982,11 @@ func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorCl
 		return x.resp.apiErr.Status, x.resp.apiErr.Class
 	}
 	if !x.req.Stream || x.resp.events == 0 {
-		x.usageFromCapture()
+		if x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages {
+			x.apiUsageFromCapture()
+		} else {
+			x.usageFromCapture()
+		}
 	}
 	if aborted || x.resp.readErr != nil {
 		if ctx.Err() != nil {

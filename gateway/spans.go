@@ -151,7 +151,7 @@ func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields)
 	attrs := append(x.span.attrs[:0], ss.attrs...)
 	if f != nil {
 		p := &f.Parameters
-		if v, ok := firstNum(f.MaxTokens, f.MaxCompletionTokens, p.MaxNewTokens); ok {
+		if v, ok := firstNum(f.MaxTokens, f.MaxCompletionTokens, f.MaxOutputTokens, p.MaxNewTokens); ok {
 			attrs = append(attrs, attribute.Int(tracing.AttrGenAIRequestMaxTokens, int(v)))
 		}
 		if v, ok := firstNum(f.Temperature, p.Temperature); ok {
@@ -189,12 +189,12 @@ type seriesSpan struct {
 }
 
 func newSeriesSpan(op exchange.Operation, model string, b *upstream.Backend) *seriesSpan {
-	name := string(op)
+	name := genAIOperation(op)
 	if model != "" {
 		name += " " + model
 	}
 	attrs := []attribute.KeyValue{
-		attribute.String(tracing.AttrGenAIOperationName, string(op)),
+		attribute.String(tracing.AttrGenAIOperationName, genAIOperation(op)),
 		attribute.String(tracing.AttrGenAIProviderName, b.Kind),
 		attribute.String(tracing.AttrServerAddress, b.URL.Hostname()),
 		attribute.String("vigil.backend", b.Name),
@@ -206,6 +206,17 @@ func newSeriesSpan(op exchange.Operation, model string, b *upstream.Backend) *se
 		attrs = append(attrs, attribute.String(tracing.AttrGenAIRequestModel, model))
 	}
 	return &seriesSpan{name: name, attrs: slices.Clip(attrs)}
+}
+
+// genAIOperation is op's gen_ai.operation.name. The semantic conventions
+// name chat-like generation "chat" whatever the API (OpenAI's Responses,
+// Anthropic's Messages); Vigil's own labels keep the operations apart.
+func genAIOperation(op exchange.Operation) string {
+	switch op {
+	case exchange.OpResponses, exchange.OpMessages:
+		return string(exchange.OpChat)
+	}
+	return string(op)
 }
 
 // endAttempt ends the inference span of an attempt that failed and is

@@ -58,7 +58,8 @@ type tap struct {
 	body       io.ReadCloser
 	x          *call
 	sse        bool
-	tgi        bool // error events in TGI's shape
+	shape      eventShape // of the error event that ends a broken stream
+	api        bool       // a Responses or Messages body (apis.go)
 	split      sse.Splitter
 	captureMax int
 	keepStream int           // bytes of SSE payloads to keep for content capture; 0: none
@@ -71,6 +72,17 @@ type tap struct {
 	broken  bool   // the stream broke: pending, then EOF
 	pending []byte // the rest of the error event
 }
+
+// eventShape is the shape of the error event that ends a broken stream:
+// the one the route's clients parse.
+type eventShape uint8
+
+const (
+	shapeOpenAI    eventShape = iota // data: {"error": {...}}
+	shapeTGI                         // data:{"error": "...", "error_type": "..."}
+	shapeResponses                   // event: error + data: {"type": "error", "code", "message", "param"}
+	shapeAnthropic                   // event: error + data: {"type": "error", "error": {"type", "message"}}
+)
 
 // newTap wraps body in the call's tap (a second response in one call gets
 // a tap of its own).
@@ -177,12 +189,26 @@ func (t *tap) errorEvent() []byte {
 		text, code = "the stream from backend "+t.x.backend.Name+" sent nothing for "+c.idleFor.String(), "upstream_stream_idle"
 	}
 	msg, _ := json.Marshal(text)
-	if t.tgi {
+	switch t.shape {
+	case shapeTGI:
 		// TGI's own error events: {"error": "...", "error_type": "..."}.
 		b = append(b, `data:{"error":`...)
 		b = append(b, msg...)
 		b = append(b, `,"error_type":"upstream_error"}`...)
-	} else {
+	case shapeResponses:
+		// The Responses API's error event, which its SDKs raise.
+		b = append(b, "event: error\n"+`data: {"type":"error","code":"`+code+`","message":`...)
+		b = append(b, msg...)
+		b = append(b, `,"param":null}`...)
+	case shapeAnthropic:
+		typ := "api_error"
+		if code == "upstream_stream_idle" {
+			typ = "timeout_error"
+		}
+		b = append(b, "event: error\n"+`data: {"type":"error","error":{"type":"`+typ+`","message":`...)
+		b = append(b, msg...)
+		b = append(b, `}}`...)
+	default:
 		b = append(b, `data: {"error":{"message":`...)
 		b = append(b, msg...)
 		b = append(b, `,"type":"upstream_error","code":"`+code+`"}}`...)
@@ -206,6 +232,9 @@ func (t *tap) capture(b []byte) {
 		x.resp.truncated = true
 	}
 	x.resp.captured = append(x.resp.captured, b...)
+	if x.findOwner {
+		x.ownerFromCapture()
+	}
 }
 
 var doneMarker = []byte("[DONE]")
@@ -218,6 +247,11 @@ func (t *tap) data(payload []byte) {
 	x := t.x
 	x.resp.events++
 	if bytes.Equal(payload, doneMarker) {
+		return
+	}
+	if t.api {
+		t.apiEvent(payload)
+		t.keep(payload)
 		return
 	}
 	if x.resp.events == 1 && t.spanned {
@@ -236,6 +270,12 @@ func (t *tap) data(payload []byte) {
 	if hasObject(payload, `"usage"`) || hasObject(payload, `"details"`) {
 		x.usage(payload)
 	}
+	t.keep(payload)
+}
+
+// keep hands an event's payload to the observer, and to content capture.
+func (t *tap) keep(payload []byte) {
+	x := t.x
 	if t.keepStream > 0 && len(x.span.streamed) < t.keepStream {
 		x.span.streamed = append(x.span.streamed, payload[:min(len(payload), t.keepStream-len(x.span.streamed))]...)
 	}

@@ -1,5 +1,6 @@
 // Package apierror holds the errors the gateway makes itself and writes to
-// clients as an OpenAI error body, and the mapping of a failed round trip to
+// clients as an OpenAI error body (an Anthropic one on the Messages API's
+// routes), and the mapping of a failed round trip to
 // the status a client gets.
 package apierror
 
@@ -50,6 +51,76 @@ func Write(w http.ResponseWriter, e *Error) {
 	var v body
 	v.Error.Message, v.Error.Type, v.Error.Code = e.Message, e.Type, e.Code
 	b, _ := json.Marshal(v)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(e.Status)
+	w.Write(b)
+}
+
+// Shape is the error body a route's clients understand.
+type Shape uint8
+
+// The error shapes.
+const (
+	// ShapeOpenAI: {"error": {"message", "type", "code"}}.
+	ShapeOpenAI Shape = iota
+	// ShapeAnthropic: {"type": "error", "error": {"type", "message"}}, the
+	// Messages API's, whose SDK reads the error's type from it.
+	ShapeAnthropic
+)
+
+// anthropicBody is Anthropic's error shape.
+type anthropicBody struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// AnthropicType is the Anthropic error type of a status: Anthropic names
+// its errors by status, not by cause.
+func AnthropicType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusConflict, http.StatusUnprocessableEntity:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return "timeout_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	}
+	if status >= 400 && status < 500 {
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
+
+// AnthropicJSON is e as Anthropic's error body.
+func AnthropicJSON(e *Error) []byte {
+	var v anthropicBody
+	v.Type, v.Error.Type, v.Error.Message = "error", AnthropicType(e.Status), e.Message
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// WriteShape writes e with e's status in the given shape.
+func WriteShape(w http.ResponseWriter, e *Error, shape Shape) {
+	if shape != ShapeAnthropic {
+		Write(w, e)
+		return
+	}
+	b := AnthropicJSON(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))

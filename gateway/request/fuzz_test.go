@@ -63,6 +63,8 @@ func FuzzParseRequest(f *testing.F) {
 			exchange.OpCompletion: {rf.Prompt, `"[`},
 			exchange.OpEmbeddings: {rf.Input, `"[`},
 			exchange.OpGenerate:   {rf.Inputs, `"`},
+			exchange.OpResponses:  {rf.Input, `"[`},
+			exchange.OpMessages:   {rf.Messages, "["},
 		}
 		if n, ok := need[op]; ok && !strings.ContainsRune(n.kinds, rune(n.k)) {
 			t.Fatalf("Parse(%s) accepted %q without its required field", op, body)

@@ -56,7 +56,24 @@ type Fields struct {
 	Temperature         Num
 	TopP                Num
 	Seed                Kind // present: deterministic, cacheable
-	Parameters          struct {
+	// The Responses API's (OpenAI) and the Messages API's (Anthropic)
+	// members: type-checked here, so that a bad request is the gateway's
+	// 400 in the API's shape; the ids route follow-ups to the backend
+	// that holds the response (vLLM keeps it in that instance's memory).
+	// (The Kinds sit together: a request's call holds Fields, and its
+	// size class is the gateway's memory per request.)
+	Instructions     Kind
+	System           Kind
+	PreviousKind     Kind // of PreviousResponseID
+	ConversationKind Kind // of Conversation
+	MaxOutputTokens  Num
+	// PreviousResponseID is the string value of previous_response_id
+	// ("" when absent, null or not a string).
+	PreviousResponseID string
+	// Conversation is the conversation's id, given as a string or as an
+	// object's "id" ("" when absent or null).
+	Conversation string
+	Parameters   struct {
 		MaxNewTokens Num
 		Temperature  Num
 		TopP         Num
@@ -99,6 +116,11 @@ type requestJSON struct {
 	Temperature         *float64        `json:"temperature"`
 	TopP                *float64        `json:"top_p"`
 	Seed                Kind            `json:"seed"`
+	Instructions        Kind            `json:"instructions"`
+	System              Kind            `json:"system"`
+	MaxOutputTokens     *float64        `json:"max_output_tokens"`
+	PreviousResponseID  json.RawMessage `json:"previous_response_id"`
+	Conversation        json.RawMessage `json:"conversation"`
 	Parameters          struct {
 		MaxNewTokens *float64 `json:"max_new_tokens"`
 		Temperature  *float64 `json:"temperature"`
@@ -118,6 +140,27 @@ func (j *requestJSON) fields() Fields {
 		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
 		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
 		Temperature: num(j.Temperature), TopP: num(j.TopP), Seed: j.Seed,
+		Instructions: j.Instructions, System: j.System, MaxOutputTokens: num(j.MaxOutputTokens),
+	}
+	if len(j.PreviousResponseID) > 0 {
+		f.PreviousKind = Kind(j.PreviousResponseID[0])
+		if f.PreviousKind == '"' {
+			_ = json.Unmarshal(j.PreviousResponseID, &f.PreviousResponseID)
+		}
+	}
+	if len(j.Conversation) > 0 {
+		f.ConversationKind = Kind(j.Conversation[0])
+		switch f.ConversationKind {
+		case '"':
+			_ = json.Unmarshal(j.Conversation, &f.Conversation)
+		case '{':
+			var c struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(j.Conversation, &c) == nil {
+				f.Conversation = c.ID
+			}
+		}
 	}
 	p := &j.Parameters
 	f.Parameters.MaxNewTokens, f.Parameters.Temperature, f.Parameters.TopP = num(p.MaxNewTokens), num(p.Temperature), num(p.TopP)
@@ -126,7 +169,8 @@ func (j *requestJSON) fields() Fields {
 
 // requestKeys are requestJSON's keys, for jsonscan.Field.
 var requestKeys = []string{"model", "stream", "messages", "prompt", "input", "inputs", "logprobs", "top_logprobs",
-	"stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "parameters"}
+	"stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "parameters",
+	"instructions", "system", "max_output_tokens", "previous_response_id", "conversation"}
 
 var parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 
@@ -192,6 +236,35 @@ func scanRequest(body []byte, f *Fields) bool {
 			f.TopLogprobs = skipKind(&s)
 		case "seed":
 			f.Seed = skipKind(&s)
+		case "instructions":
+			f.Instructions = skipKind(&s)
+		case "system":
+			f.System = skipKind(&s)
+		case "max_output_tokens":
+			scanFloat(&s, &f.MaxOutputTokens)
+		case "previous_response_id":
+			// The last member wins, as for the backend; a non-string
+			// leaves no id (requestJSON), and Parse refuses it.
+			f.PreviousResponseID = ""
+			if f.PreviousKind = Kind(s.Peek()); f.PreviousKind == '"' {
+				if raw, ok := s.VerbatimStr(); ok {
+					f.PreviousResponseID = string(raw)
+				}
+			} else {
+				s.Skip()
+			}
+		case "conversation":
+			f.Conversation = ""
+			switch f.ConversationKind = Kind(s.Peek()); f.ConversationKind {
+			case '"':
+				if raw, ok := s.VerbatimStr(); ok {
+					f.Conversation = string(raw)
+				}
+			case '{':
+				return false // {"id": ...}: rare, encoding/json reads it
+			default:
+				s.Skip()
+			}
 		case "stream_options":
 			v, _ := s.Value()
 			f.StreamOptions = v[:len(v):len(v)] // the body's bytes: appending must copy
@@ -356,8 +429,39 @@ func Parse(op exchange.Operation, body []byte) (Fields, *apierror.Error) {
 		return f, need(f.Input, "input", "\"[")
 	case exchange.OpGenerate:
 		return f, need(f.Inputs, "inputs", "\"")
+	case exchange.OpResponses:
+		if e := need(f.Input, "input", "\"["); e != nil {
+			return f, e
+		}
+		if e := optional(f.Instructions, "instructions", "\""); e != nil {
+			return f, e
+		}
+		if e := optional(f.PreviousKind, "previous_response_id", "\""); e != nil {
+			return f, e
+		}
+		if e := optional(f.ConversationKind, "conversation", "\"{"); e != nil {
+			return f, e
+		}
+		if f.ConversationKind.Present() && f.Conversation == "" {
+			return f, apierror.BadRequest("'conversation' must be a conversation id or an object with a string 'id'")
+		}
+		return f, nil
+	case exchange.OpMessages:
+		if e := need(f.Messages, "messages", "["); e != nil {
+			return f, e
+		}
+		return f, optional(f.System, "system", "\"[")
 	}
 	return f, nil
+}
+
+// optional is the 400 for a member present (not null) with a type other
+// than kinds, nil otherwise.
+func optional(k Kind, name, kinds string) *apierror.Error {
+	if !k.Present() || strings.IndexByte(kinds, byte(k)) >= 0 {
+		return nil
+	}
+	return apierror.BadRequest(fmt.Sprintf("'%s' has the wrong type", name))
 }
 
 // foldedKeys reports whether a root key of body, a JSON object, matches

@@ -101,3 +101,51 @@ func FuzzScanRequest(f *testing.F) {
 		checkScanRequest(t, body)
 	})
 }
+
+// TestParseAPIs: the Responses and Messages members are read on the fast
+// path as encoding/json reads them, and checked by type.
+func TestParseAPIs(t *testing.T) {
+	for _, c := range []struct {
+		op           exchange.Operation
+		body         string
+		fast, ok     bool
+		prev, conv   string
+		maxOut       float64
+		wantMaxOutOK bool
+	}{
+		{exchange.OpResponses, `{"model":"m","input":"hi","instructions":"x","previous_response_id":"resp_1","max_output_tokens":8}`, true, true, "resp_1", "", 8, true},
+		{exchange.OpResponses, `{"input":[],"conversation":"conv_1"}`, true, true, "", "conv_1", 0, false},
+		{exchange.OpResponses, `{"input":[],"conversation":{"id":"conv_2"}}`, false, true, "", "conv_2", 0, false},
+		{exchange.OpResponses, `{"input":"x","previous_response_id":"a","previous_response_id":null}`, true, true, "", "", 0, false},
+		{exchange.OpResponses, `{"input":"x","previous_response_id":5}`, true, false, "", "", 0, false},
+		{exchange.OpResponses, `{"input":"x","conversation":{"id":5}}`, false, false, "", "", 0, false},
+		{exchange.OpResponses, `{"input":"x","instructions":[]}`, true, false, "", "", 0, false},
+		{exchange.OpResponses, `{"instructions":"x"}`, true, false, "", "", 0, false},
+		{exchange.OpResponses, `{"input":"x","max_output_tokens":"8"}`, false, false, "", "", 0, false},
+		{exchange.OpMessages, `{"model":"m","system":"s","messages":[],"max_tokens":4}`, true, true, "", "", 0, false},
+		{exchange.OpMessages, `{"system":[{"type":"text","text":"s"}],"messages":[]}`, true, true, "", "", 0, false},
+		{exchange.OpMessages, `{"system":{},"messages":[]}`, true, false, "", "", 0, false},
+		{exchange.OpMessages, `{"messages":"hi"}`, true, false, "", "", 0, false},
+	} {
+		checkScanRequest(t, []byte(c.body))
+		var sf Fields
+		if fast := scanRequest([]byte(c.body), &sf); fast != c.fast {
+			t.Errorf("%s: fast path %v, want %v", c.body, fast, c.fast)
+		}
+		f, aerr := Parse(c.op, []byte(c.body))
+		if (aerr == nil) != c.ok {
+			t.Errorf("Parse(%s, %s): %v, want ok %v", c.op, c.body, aerr, c.ok)
+			continue
+		}
+		if !c.ok {
+			if aerr.Status != 400 {
+				t.Errorf("%s: status %d", c.body, aerr.Status)
+			}
+			continue
+		}
+		v, ok := f.MaxOutputTokens.Get()
+		if f.PreviousResponseID != c.prev || f.Conversation != c.conv || v != c.maxOut || ok != c.wantMaxOutOK {
+			t.Errorf("Parse(%s) = prev %q conv %q max_output_tokens %v %v", c.body, f.PreviousResponseID, f.Conversation, v, ok)
+		}
+	}
+}

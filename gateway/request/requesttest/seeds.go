@@ -15,7 +15,8 @@ import (
 
 // ops are the operations whose bodies request.Parse reads (the gateway
 // passes other routes' bodies through unread).
-var ops = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate}
+var ops = []exchange.Operation{exchange.OpChat, exchange.OpCompletion, exchange.OpEmbeddings, exchange.OpGenerate,
+	exchange.OpResponses, exchange.OpMessages}
 
 // Op returns the operation that a fuzz input's selector picks.
 func Op(sel uint8) exchange.Operation {
@@ -44,6 +45,11 @@ func AddSeeds(f *testing.F) {
 		{0, ` {"messages":[] } ` + "\n"},
 		{2, `{"input":["a","b"],"model":"e"}`},
 		{3, `{"inputs":"x","parameters":{"max_new_tokens":2}}`},
+		{4, `{"model":"m1","input":"hi","instructions":"be brief","previous_response_id":"resp_1","max_output_tokens":8,"stream":true}`},
+		{4, `{"input":[{"role":"user","content":"hi"}],"conversation":{"id":"conv_1"},"previous_response_id":null}`},
+		{4, `{"input":"x","conversation":"conv_2","previous_response_id":"a","previous_response_id":5}`},
+		{5, `{"model":"m1","system":"s","messages":[{"role":"user","content":"hi"}],"max_tokens":16,"stream":true}`},
+		{5, `{"system":[{"type":"text","text":"s"}],"messages":[]}`},
 	} {
 		f.Add([]byte(s.body), s.op, uint8(i))
 	}
