@@ -74,7 +74,9 @@ func (o *owners) record(key, backend string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := o.store.Set(ctx, key, []byte(backend), o.ttl); err != nil {
-			o.log.Warn("response owner not shared", "key", key, "err", err)
+			// Debug: during a Redis outage every response would log;
+			// the store logs its own failures, rate-limited.
+			o.log.Debug("response owner not shared", "key", key, "err", err)
 		}
 	}()
 }
