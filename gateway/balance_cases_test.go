@@ -17,7 +17,7 @@ import (
 	"github.com/vigil-gw/vigil/sim"
 )
 
-// The balancing cases of issue 16 with real simulators behind the gateway
+// The balancing cases (docs/balancing.md) with real simulators behind the gateway
 // and clients streaming through it over HTTP: (a) a slow backend is
 // avoided, (c) equal backends split evenly, (d) a slow backend that
 // recovers gets its share back, (e) a node whose GPU is busy gets less than

@@ -30,7 +30,7 @@ func BenchmarkExtractLong(b *testing.B) {
 // sides (reservoir = min_requests = n): every KS, PSI and chi-square test,
 // and the joint Mahalanobis test with its FastMCD fit (refitted every time,
 // as when the rolling reference moves). n = 1024 is the default
-// configuration; n = 10000 the 10k-sample windows of issue #3.
+// configuration; n = 10000 the 10k-sample windows the drift targets are stated for.
 func BenchmarkEvaluate(b *testing.B) {
 	for _, n := range []int{1024, 10000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {

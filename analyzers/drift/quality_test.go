@@ -111,7 +111,7 @@ func run(t *testing.T, m *Monitor, g *promptGen, start time.Time, n int, rate fl
 	return now, alarms, evals
 }
 
-// TestDetectionQuality measures what issue #3 asks: 10,000 stationary
+// TestDetectionQuality measures the input-drift targets: 10,000 stationary
 // requests raise no drift; a +0.5σ shift in prompt length, and separately a
 // change of language mix, are flagged within 500 requests of the change.
 // Prompts arrive at 5/s of simulated time with the default configuration.
