@@ -246,13 +246,15 @@ sim-a-int8 is shadow-compared against sim-a for precision divergence.
   alerts      %[1]s/admin/alerts   (deliveries: %[1]s/admin/notifications)
   backends    %[1]s/admin/backends   (sim-a %[2]s, sim-b %[3]s, sim-a-int8 %[6]s)
 
-Point any OpenAI client at it; only the base URL changes:
+Point any OpenAI or Anthropic client at it; only the base URL changes:
   export OPENAI_BASE_URL=%[1]s/v1 OPENAI_API_KEY=unused
+  export ANTHROPIC_BASE_URL=%[1]s ANTHROPIC_API_KEY=unused
   curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"%[4]s","messages":[{"role":"user","content":"Hello"}]}'
+  curl -s %[1]s/v1/responses -H 'Content-Type: application/json' -d '{"model":"%[4]s","input":"Hello"}'
 
-Sending %.1[5]f requests/s of demo traffic. Ctrl-C stops.
-`, d.base, d.cfg.Backends[0].URL, d.cfg.Backends[1].URL, demoModel, d.rps, d.cfg.Backends[2].URL)
+Sending %.1[5]f requests/s of demo traffic (%[7]s). Ctrl-C stops.
+`, d.base, d.cfg.Backends[0].URL, d.cfg.Backends[1].URL, demoModel, d.rps, d.cfg.Backends[2].URL, mixNote)
 }
 
 // run serves the simulators, the alert receiver, the gateway and the
@@ -316,11 +318,12 @@ var normalMix = &promptMix{prompts: []string{
 	"Explain KV-cache in one paragraph.",
 }}
 
-// traffic sends the demo's chat requests at a steady rate, alternating
-// streaming and non-streaming, with logprobs on every other pair, and
-// counts how they ended and which backend answered them
-// (X-Vigil-Backend). Its mix can change while it runs; Tally and setMix
-// are safe for concurrent use with run.
+// traffic sends the demo's requests at a steady rate through the three
+// analyzed APIs (apiSlots), alternating streaming and non-streaming, with
+// logprobs on every Responses request and on every other pair of chat
+// requests, and counts how they ended, which backend answered them
+// (X-Vigil-Backend) and through which API. Its mix can change while it
+// runs; Tally and setMix are safe for concurrent use with run.
 type traffic struct {
 	base   string
 	rps    float64
@@ -331,12 +334,44 @@ type traffic struct {
 	tally trafficTally
 }
 
+// api is an inference API the demo traffic speaks.
+type api int
+
+// The demo traffic's APIs.
+const (
+	apiChat      api = iota // OpenAI chat completions
+	apiResponses            // OpenAI Responses
+	apiMessages             // Anthropic Messages
+	numAPIs
+)
+
+// apiPaths and apiNames are each API's route and its name in words.
+var (
+	apiPaths = [numAPIs]string{"/v1/chat/completions", "/v1/responses", "/v1/messages"}
+	apiNames = [numAPIs]string{"chat completions", "Responses", "Messages"}
+)
+
+// apiSlots spreads the APIs over every 20 consecutive requests: 12 chat
+// (60 %), 5 Responses (25 %), 3 Messages (15 %). Each API has even and odd
+// slots, so that each streams some of its requests (the even ones), and
+// the whole traffic still streams half.
+var apiSlots = [20]api{
+	apiChat, apiResponses, apiChat, apiMessages, apiChat,
+	apiChat, apiResponses, apiChat, apiMessages, apiChat,
+	apiResponses, apiChat, apiChat, apiMessages, apiChat,
+	apiResponses, apiChat, apiChat, apiResponses, apiChat,
+}
+
+// mixNote says the traffic's share of each API, for the intro.
+const mixNote = "60% chat completions, 25% Responses, 15% Messages"
+
 // trafficTally counts the demo's requests: sent, answered 200, failed
-// (another status or no answer), and the 200s by the backend that
-// answered them. The zero value is empty.
+// (another status or no answer), the 200s by the backend that answered
+// them and by the API they were sent through. The zero value is empty.
 type trafficTally struct {
 	Sent, OK, Failed int64
 	ByBackend        map[string]int64
+	ByAPI            [numAPIs]int64
 }
 
 // newTraffic returns traffic to the gateway at base, rps requests a second
@@ -365,6 +400,9 @@ func (t *traffic) Tally() trafficTally {
 // sub returns the counts of a since b (a later tally of the same traffic).
 func (a trafficTally) sub(b trafficTally) trafficTally {
 	c := trafficTally{Sent: a.Sent - b.Sent, OK: a.OK - b.OK, Failed: a.Failed - b.Failed, ByBackend: map[string]int64{}}
+	for i := range c.ByAPI {
+		c.ByAPI[i] = a.ByAPI[i] - b.ByAPI[i]
+	}
 	for k, v := range a.ByBackend {
 		c.ByBackend[k] = v - b.ByBackend[k]
 	}
@@ -395,32 +433,61 @@ func (t *traffic) run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		body := t.body(i)
-		wg.Go(func() { t.send(ctx, body) })
+		a, body := t.body(i)
+		wg.Go(func() { t.send(ctx, a, body) })
 	}
 }
 
-// body is the i-th request of the current mix: streaming every other
-// request, logprobs on every other pair, 16 to 47 output tokens.
-func (t *traffic) body(i int) []byte {
+// body is the i-th request of the current mix and the API it is for
+// (apiSlots): streaming every other request, 16 to 47 output tokens; chat
+// asks for logprobs on every other pair (the gateway injects them into a
+// share of the rest), Responses always (the gateway injects none there),
+// Messages never (the API has none). The prompt turns one further every
+// 20 requests, so that every API asks every prompt of the mix.
+func (t *traffic) body(i int) (api, []byte) {
 	m := t.mix.Load()
+	a := apiSlots[i%len(apiSlots)]
+	user, _ := json.Marshal(m.prompts[(i+i/len(apiSlots))%len(m.prompts)])
+	msgs := `{"role":"user","content":` + string(user) + `}`
+	var sys []byte
+	if m.system != "" {
+		sys, _ = json.Marshal(m.system)
+	}
+	maxTokens, stream := 16+i%32, i%2 == 0
+	switch a {
+	case apiResponses:
+		// The system prompt is the instructions; the messages are input
+		// items. Nothing follows up on a response, so none is stored.
+		instr := ""
+		if sys != nil {
+			instr = `"instructions":` + string(sys) + `,`
+		}
+		return a, fmt.Appendf(nil, `{"model":%q,%s"input":[%s],"max_output_tokens":%d,"stream":%t,"store":false,`+
+			`"include":["message.output_text.logprobs"],"top_logprobs":3}`, demoModel, instr, msgs, maxTokens, stream)
+	case apiMessages:
+		system := ""
+		if sys != nil {
+			system = `"system":` + string(sys) + `,`
+		}
+		return a, fmt.Appendf(nil, `{"model":%q,"max_tokens":%d,%s"messages":[%s],"stream":%t}`,
+			demoModel, maxTokens, system, msgs, stream)
+	}
 	lp := ""
 	if i%4 < 2 {
 		lp = `,"logprobs":true,"top_logprobs":3`
 	}
-	user, _ := json.Marshal(m.prompts[i%len(m.prompts)])
-	msgs := `{"role":"user","content":` + string(user) + `}`
-	if m.system != "" {
-		sys, _ := json.Marshal(m.system)
+	if sys != nil {
 		msgs = `{"role":"system","content":` + string(sys) + `},` + msgs
 	}
-	return fmt.Appendf(nil, `{"model":%q,"messages":[%s],"max_tokens":%d,"stream":%t%s}`,
-		demoModel, msgs, 16+i%32, i%2 == 0, lp)
+	return a, fmt.Appendf(nil, `{"model":%q,"messages":[%s],"max_tokens":%d,"stream":%t%s}`,
+		demoModel, msgs, maxTokens, stream, lp)
 }
 
-// send posts one request and counts its outcome.
-func (t *traffic) send(ctx context.Context, body []byte) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+"/v1/chat/completions", bytes.NewReader(body))
+// send posts one request through API a and counts its outcome. Every API
+// answers with the same statuses and X-Vigil-Backend; only the error
+// bodies differ (Anthropic's shape on Messages), and they are not read.
+func (t *traffic) send(ctx context.Context, a api, body []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+apiPaths[a], bytes.NewReader(body))
 	if err != nil {
 		return
 	}
@@ -441,6 +508,7 @@ func (t *traffic) send(ctx context.Context, body []byte) {
 		return
 	}
 	t.tally.OK++
+	t.tally.ByAPI[a]++
 	if t.tally.ByBackend == nil {
 		t.tally.ByBackend = map[string]int64{}
 	}

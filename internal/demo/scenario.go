@@ -378,7 +378,7 @@ func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*s
 	res := &storyResult{n: n, start: s.t0}
 	s.last = d.read(ctx)
 	if n == 1 {
-		fmt.Fprintf(out, "\nScenario %q, compressed timings: %s; %.1f req/s.\n", ScenarioIncident, sc.timings, d.rps)
+		fmt.Fprintf(out, "\nScenario %q, compressed timings: %s; %.1f req/s (%s).\n", ScenarioIncident, sc.timings, d.rps, mixNote)
 		fmt.Fprintf(out, "Alerts go to the built-in receiver %s", d.recv.URL())
 		if u := d.cfg.Alerts.AlertmanagerURL; u != "" {
 			fmt.Fprintf(out, " and to Alertmanager %s", u)
