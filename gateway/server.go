@@ -850,14 +850,18 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	// Injected logprobs leave after the tap, so the analyzers see them and
 	// the client does not. Error answers pass unchanged, as they always do.
 	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
+		strip := rewrite.NewStripper
+		if x.req.Operation == exchange.OpResponses {
+			strip = rewrite.NewResponsesStripper
+		}
 		switch {
 		case isSSE:
-			resp.Body = rewrite.NewStripper(resp.Body, true)
+			resp.Body = strip(resp.Body, true)
 		case strings.HasPrefix(ct, "application/json"):
 			// The body gets shorter, so it goes chunked: the client sees
 			// the same body bytes as without injection, but no
 			// Content-Length header.
-			resp.Body = rewrite.NewStripper(resp.Body, false)
+			resp.Body = strip(resp.Body, false)
 			h.Del("Content-Length")
 			resp.ContentLength = -1
 		}
