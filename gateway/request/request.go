@@ -62,8 +62,8 @@ type Fields struct {
 	// that holds the response (vLLM keeps it in that instance's memory).
 	// (The Kinds sit together: a request's call holds Fields, and its
 	// size class is the gateway's memory per request.)
-	Instructions     Kind
-	System           Kind
+	Instructions Kind
+	System       Kind
 	// Include and Background decide whether logprobs may be injected
 	// into a Responses request (package rewrite).
 	Include          Kind

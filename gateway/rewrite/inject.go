@@ -37,7 +37,6 @@ type Injector struct {
 // the logprobs of the output text.
 const responsesInclude = "message.output_text.logprobs"
 
-
 // NewInjector returns the Injector that config c describes: it samples
 // c.SampleRatio of the eligible requests and asks for c.TopLogprobs.
 func NewInjector(c config.Inject) Injector {
