@@ -249,27 +249,31 @@ type logprobsFilter struct {
 	uhex  int // hex digits of a \u escape still to read
 	ucode rune
 
-	dropping  bool // skipping a value being replaced
-	scalar    bool // the skipped value is a number or literal
-	dropDepth int  // depth at which the skipped value ends
-	repl      string
-	rpos      int // bytes of repl written
+	dropping  bool   // skipping a value being replaced
+	scalar    bool   // the skipped value is a number or literal
+	dropDepth int    // depth at which the skipped value ends
+	repl      string // the replacement being written
+	rleft     int    // bytes of repl still to write
 }
 
 const nullValue = "null"
 
+// dropStop marks the bytes that end a run of skipped bytes while dropping
+// a container.
+var dropStop = [256]bool{'"': true, '{': true, '[': true, '}': true, ']': true}
+
 // flushNull writes what is left of a pending replacement into out.
 func (f *logprobsFilter) flushNull(out []byte) int {
-	w := copy(out, f.repl[f.rpos:])
-	f.rpos += w
-	if f.rpos == len(f.repl) {
-		f.repl, f.rpos = "", 0
+	if f.rleft == 0 {
+		return 0
 	}
+	w := copy(out, f.repl[len(f.repl)-f.rleft:])
+	f.rleft -= w
 	return w
 }
 
 // pending reports whether part of a replacement is still to be written.
-func (f *logprobsFilter) pending() bool { return f.rpos < len(f.repl) }
+func (f *logprobsFilter) pending() bool { return f.rleft > 0 }
 
 // current returns the path node of the innermost open container.
 func (f *logprobsFilter) current() *pathNode {
@@ -353,6 +357,12 @@ func (f *logprobsFilter) filter(out, in []byte) (n, w int) {
 			case '}', ']':
 				f.depth--
 				f.dropping = f.depth > f.dropDepth
+			default:
+				// Numbers, commas, colons, literals: skip up to the
+				// next byte that matters in one go.
+				for n < len(in) && !dropStop[in[n]] {
+					n++
+				}
 			}
 			continue
 		}
@@ -386,7 +396,7 @@ func (f *logprobsFilter) filter(out, in []byte) (n, w int) {
 				}
 			}
 			if val != nil && val.repl != "" {
-				f.dropping, f.dropDepth, f.repl, f.rpos = true, f.depth, val.repl, 0
+				f.dropping, f.dropDepth, f.repl, f.rleft = true, f.depth, val.repl, len(val.repl)
 				f.depth++
 				continue
 			}
@@ -409,7 +419,7 @@ func (f *logprobsFilter) filter(out, in []byte) (n, w int) {
 		default:
 			if val != nil && val.repl != "" && val.scalar {
 				// A number or literal: dropped up to its end.
-				f.dropping, f.scalar, f.repl, f.rpos = true, true, val.repl, 0
+				f.dropping, f.scalar, f.repl, f.rleft = true, true, val.repl, len(val.repl)
 				continue
 			}
 		}
