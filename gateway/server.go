@@ -850,9 +850,11 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	// Injected logprobs leave after the tap, so the analyzers see them and
 	// the client does not. Error answers pass unchanged, as they always do.
 	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
-		strip := rewrite.NewStripper
-		if x.req.Operation == exchange.OpResponses {
-			strip = rewrite.NewResponsesStripper
+		strip := func(body io.ReadCloser, sse bool) io.ReadCloser {
+			if x.req.Operation == exchange.OpResponses {
+				return rewrite.NewResponsesStripper(body, sse, &x.fields)
+			}
+			return rewrite.NewStripper(body, sse)
 		}
 		switch {
 		case isSSE:

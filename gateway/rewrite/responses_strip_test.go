@@ -14,17 +14,23 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
-// stripResponsesFeeds strips in as NewResponsesStripper does, fed whole,
-// one byte at a time and in random chunks, and requires the three outputs
-// to agree.
+// stripResponsesFeeds strips in as NewResponsesStripper does for a request
+// with "top_logprobs": null, fed whole, one byte at a time and in random
+// chunks, and requires the three outputs to agree.
 func stripResponsesFeeds(t testing.TB, in []byte, sse bool, seed uint64) []byte {
+	return stripResponsesFields(t, in, sse, seed, &request.Fields{TopLogprobs: 'n'})
+}
+
+// stripResponsesFields is stripResponsesFeeds for a request with fields f.
+func stripResponsesFields(t testing.TB, in []byte, sse bool, seed uint64, f *request.Fields) []byte {
 	r := rand.New(rand.NewPCG(seed, 5))
 	return readEveryWay(t, in, r, func(src io.Reader) []byte {
-		return testutil.ReadInPieces(t, NewResponsesStripper(io.NopCloser(src), sse), r)
+		return testutil.ReadInPieces(t, NewResponsesStripper(io.NopCloser(src), sse, f), r)
 	})
 }
 
@@ -50,15 +56,19 @@ func TestStripResponsesSim(t *testing.T) {
 		`{"model":"m1","input":"x","include":null,"top_logprobs":null,"max_output_tokens":20}`,
 	} {
 		sse := strings.Contains(body, `"stream":true`)
+		f, aerr := request.Parse(exchange.OpResponses, []byte(body))
+		if aerr != nil || !Eligible(exchange.OpResponses, &f) {
+			t.Fatalf("%s: not eligible (%v)", body, aerr)
+		}
 		plain := answer([]byte(body))
 		injected := answer(in.Rewrite(exchange.OpResponses, []byte(body)))
 		if bytes.Equal(plain, injected) || !bytes.Contains(injected, []byte(`"logprob":`)) {
 			t.Fatalf("%s: injection changed nothing: %s", body, injected)
 		}
-		if got := stripResponsesFeeds(t, plain, sse, uint64(i)); !bytes.Equal(got, plain) {
+		if got := stripResponsesFields(t, plain, sse, uint64(i), &f); !bytes.Equal(got, plain) {
 			t.Errorf("%s: an answer without logprobs changed (-in +out):\n%s", body, cmp.Diff(string(plain), string(got)))
 		}
-		if got := stripResponsesFeeds(t, injected, sse, uint64(i)); !bytes.Equal(got, plain) {
+		if got := stripResponsesFields(t, injected, sse, uint64(i), &f); !bytes.Equal(got, plain) {
 			t.Errorf("%s: stripped answer differs (-want +got):\n%s", body, cmp.Diff(string(plain), string(got)))
 		}
 	}
@@ -94,6 +104,10 @@ func TestStripResponsesJSON(t *testing.T) {
 				t.Errorf("SSE: got %q", got)
 			}
 		})
+	}
+	// A request without top_logprobs has vLLM's default echoed.
+	if got := stripResponsesFields(t, []byte(`{"top_logprobs":5}`), false, 5, &request.Fields{}); string(got) != `{"top_logprobs":0}` {
+		t.Errorf("echo without top_logprobs: got %s", got)
 	}
 	// The chat stripper leaves Responses paths alone, and the other way round.
 	chat := `{"choices":[{"logprobs":{}}]}`

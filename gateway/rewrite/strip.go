@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
@@ -52,12 +53,16 @@ func NewStripper(src io.ReadCloser, sse bool) io.ReadCloser {
 	return &stripper{src: src, sse: sse, f: logprobsFilter{paths: chatPaths}}
 }
 
-// NewResponsesStripper is NewStripper for a Responses API body: the
-// logprobs of its text delta and done events, of its output_text content
-// parts, and the echoed top_logprobs go back to what the backend sends
-// when the request does not include them (responsesPaths).
-func NewResponsesStripper(src io.ReadCloser, sse bool) io.ReadCloser {
-	return &stripper{src: src, sse: sse, f: logprobsFilter{paths: responsesPaths}}
+// NewResponsesStripper is NewStripper for a Responses API body whose
+// request had fields f: the logprobs of its text delta and done events, of
+// its output_text content parts, and the echoed top_logprobs go back to
+// what the backend sends for the client's request (responsesPaths).
+func NewResponsesStripper(src io.ReadCloser, sse bool, f *request.Fields) io.ReadCloser {
+	paths := responsesPaths[0]
+	if f.TopLogprobs == 'n' {
+		paths = responsesPaths[1]
+	}
+	return &stripper{src: src, sse: sse, f: logprobsFilter{paths: paths}}
 }
 
 // Read returns filtered bytes as soon as any are ready: it reads src again
@@ -198,28 +203,33 @@ var chatPaths = &pathNode{keys: []string{"choices"}, next: []*pathNode{
 	{elem: &pathNode{keys: []string{"logprobs"}, next: []*pathNode{{repl: nullValue}}}},
 }}
 
-// responsesPaths are the Responses API's logprobs, each replaced by what
-// the backend sends when they were not included (vLLM, as the simulator
-// models it): "logprobs":[] on the text delta and done events (root), null
-// in output_text content parts (part, item.content[*],
-// response.output[*].content[*] in events, output[*].content[*] in a plain
-// body), and null for the echoed request's top_logprobs (response in
-// events, root in a plain body).
-var responsesPaths = func() *pathNode {
+// newResponsesPaths returns the paths of the Responses API's logprobs,
+// each replaced by what the backend sends when they were not included
+// (vLLM, and the simulator after it): "logprobs":[] on the text delta and
+// done events (root), null in output_text content parts (part,
+// item.content[*], response.output[*].content[*] in events,
+// output[*].content[*] in a plain body), and top for the echoed request's
+// top_logprobs (response in events, root in a plain body).
+func newResponsesPaths(top string) *pathNode {
 	part := &pathNode{keys: []string{"logprobs"}, next: []*pathNode{{repl: nullValue}}}
 	content := &pathNode{elem: part}
 	item := &pathNode{keys: []string{"content"}, next: []*pathNode{content}}
 	output := &pathNode{elem: item}
-	top := &pathNode{repl: nullValue, scalar: true}
+	echo := &pathNode{repl: top, scalar: true}
 	return &pathNode{
 		keys: []string{"logprobs", "part", "item", "response", "output", "top_logprobs"},
 		next: []*pathNode{
 			{repl: "[]"}, part, item,
-			{keys: []string{"output", "top_logprobs"}, next: []*pathNode{output, top}},
-			output, top,
+			{keys: []string{"output", "top_logprobs"}, next: []*pathNode{output, echo}},
+			output, echo,
 		},
 	}
-}()
+}
+
+// responsesPaths are newResponsesPaths for a request without
+// top_logprobs, which vLLM echoes as its default 0, and for one with
+// "top_logprobs": null, echoed as null.
+var responsesPaths = [2]*pathNode{newResponsesPaths("0"), newResponsesPaths(nullValue)}
 
 // maxPathDepth bounds the containers a logprobsFilter follows: deeper
 // than any path it replaces.
