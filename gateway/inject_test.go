@@ -122,7 +122,7 @@ func (e *exchanges) lastDone(t *testing.T, n int) (*exchange.Request, []string, 
 const injectChat = `{"model":"m1","messages":[{"role":"user","content":"Hello there"}],"max_tokens":12`
 
 const (
-	injectResponses   = `{"model":"m1","input":"Hello there","max_output_tokens":12`
+	injectResponses   = `{"model":"m1","input":"Hello there","max_output_tokens":12,"store":false`
 	injectedResponses = `,"include":["message.output_text.logprobs"],"top_logprobs":5`
 )
 
@@ -143,8 +143,8 @@ var injectCases = []struct {
 	{"completions stream usage", "/v1/completions", `{"model":"m1","prompt":"Once upon a time","max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`, `,"logprobs":5`},
 	{"responses", "/v1/responses", injectResponses + `}`, injectedResponses},
 	{"responses stream", "/v1/responses", injectResponses + `,"stream":true}`, injectedResponses},
-	{"responses include null, not stored", "/v1/responses", injectResponses + `,"include":null,"store":false}`, injectedResponses},
-	{"responses instructions, stream, spaces", "/v1/responses", `{"model":"m1","instructions":"Be brief.","input":[{"role":"user","content":"Hi"}],"stream":true }` + "\n", injectedResponses},
+	{"responses include null", "/v1/responses", injectResponses + `,"include":null,"top_logprobs":null}`, injectedResponses},
+	{"responses instructions, stream, spaces", "/v1/responses", `{"model":"m1","instructions":"Be brief.","input":[{"role":"user","content":"Hi"}],"store" : false,"stream":true }` + "\n", injectedResponses},
 	// The client asked: untouched.
 	{"chat asks", "/v1/chat/completions", injectChat + `,"logprobs":true,"top_logprobs":2}`, ""},
 	{"chat asks, stream", "/v1/chat/completions", injectChat + `,"stream":true,"logprobs":true}`, ""},
@@ -154,6 +154,7 @@ var injectCases = []struct {
 	{"responses asks", "/v1/responses", injectResponses + `,"include":["message.output_text.logprobs"],"top_logprobs":2}`, ""},
 	{"responses asks, stream", "/v1/responses", injectResponses + `,"stream":true,"top_logprobs":3}`, ""},
 	{"responses other include", "/v1/responses", injectResponses + `,"include":[]}`, ""},
+	{"responses stored", "/v1/responses", `{"model":"m1","input":"Hello there","max_output_tokens":12,"stream":true}`, ""},
 	// Never injected.
 	{"embeddings", "/v1/embeddings", `{"model":"m1","input":["a b c","d e"]}`, ""},
 	{"tgi generate", "/generate", `{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":8,"details":true}}`, ""},

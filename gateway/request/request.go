@@ -64,10 +64,11 @@ type Fields struct {
 	// size class is the gateway's memory per request.)
 	Instructions Kind
 	System       Kind
-	// Include and Background decide whether logprobs may be injected
-	// into a Responses request (package rewrite).
+	// Include, Background and Store decide whether logprobs may be
+	// injected into a Responses request (package rewrite).
 	Include          Kind
 	Background       Kind
+	Store            Kind
 	PreviousKind     Kind // of PreviousResponseID
 	ConversationKind Kind // of Conversation
 	MaxOutputTokens  Num
@@ -124,6 +125,7 @@ type requestJSON struct {
 	System              Kind            `json:"system"`
 	Include             Kind            `json:"include"`
 	Background          Kind            `json:"background"`
+	Store               Kind            `json:"store"`
 	MaxOutputTokens     *float64        `json:"max_output_tokens"`
 	PreviousResponseID  json.RawMessage `json:"previous_response_id"`
 	Conversation        json.RawMessage `json:"conversation"`
@@ -146,7 +148,7 @@ func (j *requestJSON) fields() Fields {
 		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
 		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
 		Temperature: num(j.Temperature), TopP: num(j.TopP), Seed: j.Seed,
-		Instructions: j.Instructions, System: j.System, Include: j.Include, Background: j.Background, MaxOutputTokens: num(j.MaxOutputTokens),
+		Instructions: j.Instructions, System: j.System, Include: j.Include, Background: j.Background, Store: j.Store, MaxOutputTokens: num(j.MaxOutputTokens),
 	}
 	if len(j.PreviousResponseID) > 0 {
 		f.PreviousKind = Kind(j.PreviousResponseID[0])
@@ -176,7 +178,7 @@ func (j *requestJSON) fields() Fields {
 // requestKeys are requestJSON's keys, for jsonscan.Field.
 var requestKeys = []string{"model", "stream", "messages", "prompt", "input", "inputs", "logprobs", "top_logprobs",
 	"stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "parameters",
-	"instructions", "system", "max_output_tokens", "previous_response_id", "conversation", "include", "background"}
+	"instructions", "system", "max_output_tokens", "previous_response_id", "conversation", "include", "background", "store"}
 
 var parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 
@@ -250,6 +252,8 @@ func scanRequest(body []byte, f *Fields) bool {
 			f.Include = skipKind(&s)
 		case "background":
 			f.Background = skipKind(&s)
+		case "store":
+			f.Store = skipKind(&s)
 		case "max_output_tokens":
 			scanFloat(&s, &f.MaxOutputTokens)
 		case "previous_response_id":

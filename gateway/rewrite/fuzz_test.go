@@ -104,7 +104,7 @@ func checkInjection(t *testing.T, op exchange.Operation, body []byte, rf *reques
 	client := backendMembers(t, body)
 	if op == exchange.OpChat && (!isOneOf(client["logprobs"], "null", "false") || !isOneOf(client["top_logprobs"], "null")) ||
 		op == exchange.OpCompletion && !isOneOf(client["logprobs"], "null") ||
-		op == exchange.OpResponses && (!isOneOf(client["include"], "null") || !isOneOf(client["top_logprobs"], "null") || string(client["background"]) == "true") {
+		op == exchange.OpResponses && (!isOneOf(client["include"], "null") || !isOneOf(client["top_logprobs"], "null") || string(client["background"]) == "true" || string(client["store"]) != "false") {
 		t.Fatalf("%s %q is eligible for injection, but the backend reads logprobs %s, top_logprobs %s in it",
 			op, body, client["logprobs"], client["top_logprobs"])
 	}

@@ -54,13 +54,16 @@ func NewInjector(c config.Inject) Injector {
 // logprobs: chat without "top_logprobs" and with "logprobs" absent, null or
 // false; legacy completions with "logprobs" absent or null (0 asks for the
 // chosen token's logprob, so it is the client asking); Responses with
-// "include" and "top_logprobs" absent or null and not in the background.
+// "include" and "top_logprobs" absent or null and "store": false.
 //
 // A Responses request with an "include" of its own is skipped, whatever it
 // holds: appending a second "include" would replace the client's (the
 // later key wins), and splicing a value into the client's array is more
-// rewriting than the gain is worth. A background request's answer is
-// fetched later (GET /v1/responses/{id}), past the stripper.
+// rewriting than the gain is worth. A stored response (the default, and
+// what background requests and previous_response_id need) keeps the
+// injected logprobs in the backend, where a later GET /v1/responses/{id}
+// reads them past the stripper: only a request that opts out of storage
+// gets them.
 func (in Injector) Sample(op exchange.Operation, f *request.Fields) bool {
 	return in.ratio > 0 && Eligible(op, f) && rand.Float64() < in.ratio
 }
@@ -82,7 +85,7 @@ func Eligible(op exchange.Operation, f *request.Fields) bool {
 			return false
 		}
 	case exchange.OpResponses:
-		if f.Include.Present() || f.TopLogprobs.Present() || f.Background == 't' {
+		if f.Include.Present() || f.TopLogprobs.Present() || f.Background == 't' || f.Store != 'f' {
 			return false
 		}
 	default:

@@ -50,10 +50,10 @@ func TestStripResponsesSim(t *testing.T) {
 		return rec.Body.Bytes()
 	}
 	for i, body := range []string{
-		`{"model":"m1","input":"Hello there","max_output_tokens":9}`,
-		`{"model":"m1","input":"Hello there","max_output_tokens":9,"stream":true}`,
+		`{"model":"m1","input":"Hello there","max_output_tokens":9,"store":false}`,
+		`{"model":"m1","input":"Hello there","max_output_tokens":9,"stream":true,"store":false}`,
 		`{"model":"m1","instructions":"Be \"brief\".","input":[{"role":"user","content":"Hi"}],"max_output_tokens":1,"stream":true,"store":false}`,
-		`{"model":"m1","input":"x","include":null,"top_logprobs":null,"max_output_tokens":20}`,
+		`{"model":"m1","input":"x","include":null,"top_logprobs":null,"max_output_tokens":20,"store":false}`,
 	} {
 		sse := strings.Contains(body, `"stream":true`)
 		f, aerr := request.Parse(exchange.OpResponses, []byte(body))
