@@ -121,6 +121,11 @@ func (e *exchanges) lastDone(t *testing.T, n int) (*exchange.Request, []string, 
 
 const injectChat = `{"model":"m1","messages":[{"role":"user","content":"Hello there"}],"max_tokens":12`
 
+const (
+	injectResponses   = `{"model":"m1","input":"Hello there","max_output_tokens":12,"store":false`
+	injectedResponses = `,"include":["message.output_text.logprobs"],"top_logprobs":5`
+)
+
 // injectCases are requests with, for those that get logprobs injected at
 // sample_ratio 1, the members the backend must see appended.
 var injectCases = []struct {
@@ -136,12 +141,20 @@ var injectCases = []struct {
 	{"completions two prompts", "/v1/completions", `{"model":"m1","prompt":["Once upon","a time"],"max_tokens":10,"logprobs":null}`, `,"logprobs":5`},
 	{"completions stream", "/v1/completions", `{"model":"m1","prompt":"Once upon a time","max_tokens":10,"stream":true}`, `,"logprobs":5`},
 	{"completions stream usage", "/v1/completions", `{"model":"m1","prompt":"Once upon a time","max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`, `,"logprobs":5`},
+	{"responses", "/v1/responses", injectResponses + `}`, injectedResponses},
+	{"responses stream", "/v1/responses", injectResponses + `,"stream":true}`, injectedResponses},
+	{"responses include null", "/v1/responses", injectResponses + `,"include":null,"top_logprobs":null}`, injectedResponses},
+	{"responses instructions, stream, spaces", "/v1/responses", `{"model":"m1","instructions":"Be brief.","input":[{"role":"user","content":"Hi"}],"store" : false,"stream":true }` + "\n", injectedResponses},
 	// The client asked: untouched.
 	{"chat asks", "/v1/chat/completions", injectChat + `,"logprobs":true,"top_logprobs":2}`, ""},
 	{"chat asks, stream", "/v1/chat/completions", injectChat + `,"stream":true,"logprobs":true}`, ""},
 	{"chat top_logprobs only", "/v1/chat/completions", injectChat + `,"top_logprobs":0}`, ""},
 	{"completions asks 0", "/v1/completions", `{"model":"m1","prompt":"Once upon a time","max_tokens":10,"logprobs":0}`, ""},
 	{"completions asks, stream", "/v1/completions", `{"model":"m1","prompt":"Once upon a time","max_tokens":10,"logprobs":2,"stream":true}`, ""},
+	{"responses asks", "/v1/responses", injectResponses + `,"include":["message.output_text.logprobs"],"top_logprobs":2}`, ""},
+	{"responses asks, stream", "/v1/responses", injectResponses + `,"stream":true,"top_logprobs":3}`, ""},
+	{"responses other include", "/v1/responses", injectResponses + `,"include":[]}`, ""},
+	{"responses stored", "/v1/responses", `{"model":"m1","input":"Hello there","max_output_tokens":12,"stream":true}`, ""},
 	// Never injected.
 	{"embeddings", "/v1/embeddings", `{"model":"m1","input":["a b c","d e"]}`, ""},
 	{"tgi generate", "/generate", `{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":8,"details":true}}`, ""},
@@ -152,7 +165,7 @@ var injectCases = []struct {
 // client did not ask for usage: body with stream_options appended
 // (usage.inject, on by default).
 func withUsageAsked(path, body string) string {
-	if !strings.HasPrefix(path, "/v1/") || !strings.Contains(body, `"stream":true`) || strings.Contains(body, "stream_options") {
+	if !strings.HasPrefix(path, "/v1/") || path == "/v1/responses" || !strings.Contains(body, `"stream":true`) || strings.Contains(body, "stream_options") {
 		return body
 	}
 	end := strings.LastIndexByte(body, '}')
@@ -206,7 +219,11 @@ func TestInjectByteIdentical(t *testing.T) {
 				t.Errorf("observer's request: Injected %v, Body %s", req.Injected, req.Body)
 			}
 			seen := string(resp.Body) + strings.Join(events, "\n")
-			if tt.appended != "" && !strings.Contains(seen, `"top_logprobs"`) {
+			lp := `"top_logprobs"`
+			if tt.path == "/v1/responses" {
+				lp = `"logprob":` // a Responses body names top_logprobs anyway
+			}
+			if tt.appended != "" && !strings.Contains(seen, lp) {
 				t.Errorf("the analyzers saw no logprobs: %s", seen)
 			}
 			stream := strings.Contains(tt.body, `"stream":true`)

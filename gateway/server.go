@@ -850,14 +850,20 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	// Injected logprobs leave after the tap, so the analyzers see them and
 	// the client does not. Error answers pass unchanged, as they always do.
 	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
+		strip := func(body io.ReadCloser, sse bool) io.ReadCloser {
+			if x.req.Operation == exchange.OpResponses {
+				return rewrite.NewResponsesStripper(body, sse, &x.fields)
+			}
+			return rewrite.NewStripper(body, sse)
+		}
 		switch {
 		case isSSE:
-			resp.Body = rewrite.NewStripper(resp.Body, true)
+			resp.Body = strip(resp.Body, true)
 		case strings.HasPrefix(ct, "application/json"):
 			// The body gets shorter, so it goes chunked: the client sees
 			// the same body bytes as without injection, but no
 			// Content-Length header.
-			resp.Body = rewrite.NewStripper(resp.Body, false)
+			resp.Body = strip(resp.Body, false)
 			h.Del("Content-Length")
 			resp.ContentLength = -1
 		}

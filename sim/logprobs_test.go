@@ -33,6 +33,8 @@ func TestHashRequestIgnoresLogprobs(t *testing.T) {
 		{`{"prompt":"x"}`, `{"logprobs":null, "prompt":"x"}`},
 		{`{"a":"logprobs"}`, `{"a":"logprobs", "top_logprobs": {"k": "}"}}`},
 		{`{"b":"x\"y","c":1}`, `{"b":"x\"y","logprobs":true,"c":1}`},
+		{`{"input":"x"}`, `{"input":"x","include":["message.output_text.logprobs"],"top_logprobs":5}`},
+		{`{"input":"x","include":null}`, `{"input":"x","include":null,"include":["message.output_text.logprobs"],"top_logprobs":5}`},
 	}
 	for _, tt := range same {
 		if sum(tt.a) != sum(tt.b) {

@@ -86,7 +86,8 @@ func requestRNG(seed int64, body []byte) *rand.Rand {
 }
 
 // hashRequest writes body to h without the top-level members "logprobs",
-// "top_logprobs" and "stream_options". A real engine's tokens do not
+// "top_logprobs", "stream_options" and "include" (the Responses API's way
+// of asking for logprobs). A real engine's tokens do not
 // depend on whether logprobs or usage are returned; Vigil's logprob and
 // usage injection rely on the simulator behaving alike:
 // a request and the same request with those members appended get the same
@@ -101,7 +102,7 @@ func requestRNG(seed int64, body []byte) *rand.Rand {
 // compared as raw bytes (an escaped key is another key here). Bodies that
 // are not a JSON object, or that do not parse, are hashed whole.
 func hashRequest(h hash.Hash64, body []byte) {
-	if !bytes.Contains(body, []byte("logprobs")) && !bytes.Contains(body, []byte("stream_options")) {
+	if !bytes.Contains(body, []byte("logprobs")) && !bytes.Contains(body, []byte("stream_options")) && !bytes.Contains(body, []byte("include")) {
 		h.Write(body) // the usual case, and the hash of every body from before logprob injection
 		return
 	}
@@ -133,7 +134,7 @@ func hashRequest(h hash.Hash64, body []byte) {
 		}
 		next := skipSpace(body, valEnd)
 		key := body[keyStart+1 : keyEnd-1]
-		if string(key) == "logprobs" || string(key) == "top_logprobs" || string(key) == "stream_options" {
+		if string(key) == "logprobs" || string(key) == "top_logprobs" || string(key) == "stream_options" || string(key) == "include" {
 			switch {
 			case comma >= 0:
 				drop(comma, valEnd)

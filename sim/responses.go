@@ -308,6 +308,16 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		// include as well: the simulator is lenient.
 		logprobs = logprobs || topK > 0
 	}
+	// vLLM echoes top_logprobs: the client's value, null when it sent
+	// null, its default 0 when it sent none. (Logprob injection relies on
+	// this: it strips the injected value back to what was echoed.)
+	echoTop := req.TopLogprobs
+	var sent struct {
+		TopLogprobs json.RawMessage `json:"top_logprobs"`
+	}
+	if json.Unmarshal(body, &sent) == nil && sent.TopLogprobs == nil {
+		echoTop = new(int)
+	}
 	rng := requestRNG(s.seed, body)
 	respID, msgID := "resp_"+hexID(rng), "msg_"+hexID(rng)
 	in, e := parseInput(req.Input, rng)
@@ -350,7 +360,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		Object: "response", Output: []responseMessage{}, ParallelToolCalls: true,
 		Temperature: 1, ToolChoice: "auto", Tools: []any{}, TopP: 1,
 		MaxOutputTokens: req.MaxOutputTokens, PreviousResponseID: req.PreviousResponseID,
-		ServiceTier: "auto", Status: "in_progress", TopLogprobs: req.TopLogprobs,
+		ServiceTier: "auto", Status: "in_progress", TopLogprobs: echoTop,
 		Truncation: "disabled", User: req.User,
 	}
 	if req.Temperature != nil {

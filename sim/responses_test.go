@@ -401,3 +401,19 @@ func TestNewAPIsStall(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesEchoTopLogprobs: the response echoes top_logprobs as vLLM
+// does: the client's value, null for null, the default 0 when absent.
+func TestResponsesEchoTopLogprobs(t *testing.T) {
+	_, ts := newTestServer(t, fastKnobs())
+	for _, tt := range []struct{ member, want string }{
+		{"", `"top_logprobs":0,`},
+		{`,"top_logprobs":null`, `"top_logprobs":null,`},
+		{`,"top_logprobs":2`, `"top_logprobs":2,`},
+	} {
+		code, _, b := testutil.Post(t, ts.URL+"/v1/responses", `{"model":"sim-model","input":"hi","max_output_tokens":2`+tt.member+`}`)
+		if code != 200 || !bytes.Contains(b, []byte(tt.want)) {
+			t.Errorf("%q: %d %s, want %s", tt.member, code, b, tt.want)
+		}
+	}
+}

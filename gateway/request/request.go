@@ -62,8 +62,13 @@ type Fields struct {
 	// that holds the response (vLLM keeps it in that instance's memory).
 	// (The Kinds sit together: a request's call holds Fields, and its
 	// size class is the gateway's memory per request.)
-	Instructions     Kind
-	System           Kind
+	Instructions Kind
+	System       Kind
+	// Include, Background and Store decide whether logprobs may be
+	// injected into a Responses request (package rewrite).
+	Include          Kind
+	Background       Kind
+	Store            Kind
 	PreviousKind     Kind // of PreviousResponseID
 	ConversationKind Kind // of Conversation
 	MaxOutputTokens  Num
@@ -118,6 +123,9 @@ type requestJSON struct {
 	Seed                Kind            `json:"seed"`
 	Instructions        Kind            `json:"instructions"`
 	System              Kind            `json:"system"`
+	Include             Kind            `json:"include"`
+	Background          Kind            `json:"background"`
+	Store               Kind            `json:"store"`
 	MaxOutputTokens     *float64        `json:"max_output_tokens"`
 	PreviousResponseID  json.RawMessage `json:"previous_response_id"`
 	Conversation        json.RawMessage `json:"conversation"`
@@ -140,7 +148,7 @@ func (j *requestJSON) fields() Fields {
 		Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs, StreamOptions: j.StreamOptions,
 		MaxTokens: num(j.MaxTokens), MaxCompletionTokens: num(j.MaxCompletionTokens),
 		Temperature: num(j.Temperature), TopP: num(j.TopP), Seed: j.Seed,
-		Instructions: j.Instructions, System: j.System, MaxOutputTokens: num(j.MaxOutputTokens),
+		Instructions: j.Instructions, System: j.System, Include: j.Include, Background: j.Background, Store: j.Store, MaxOutputTokens: num(j.MaxOutputTokens),
 	}
 	if len(j.PreviousResponseID) > 0 {
 		f.PreviousKind = Kind(j.PreviousResponseID[0])
@@ -170,7 +178,7 @@ func (j *requestJSON) fields() Fields {
 // requestKeys are requestJSON's keys, for jsonscan.Field.
 var requestKeys = []string{"model", "stream", "messages", "prompt", "input", "inputs", "logprobs", "top_logprobs",
 	"stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "parameters",
-	"instructions", "system", "max_output_tokens", "previous_response_id", "conversation"}
+	"instructions", "system", "max_output_tokens", "previous_response_id", "conversation", "include", "background", "store"}
 
 var parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 
@@ -240,6 +248,12 @@ func scanRequest(body []byte, f *Fields) bool {
 			f.Instructions = skipKind(&s)
 		case "system":
 			f.System = skipKind(&s)
+		case "include":
+			f.Include = skipKind(&s)
+		case "background":
+			f.Background = skipKind(&s)
+		case "store":
+			f.Store = skipKind(&s)
 		case "max_output_tokens":
 			scanFloat(&s, &f.MaxOutputTokens)
 		case "previous_response_id":

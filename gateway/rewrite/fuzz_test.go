@@ -103,14 +103,18 @@ func checkInjection(t *testing.T, op exchange.Operation, body []byte, rf *reques
 	// or that client loses the logprobs it asked for.
 	client := backendMembers(t, body)
 	if op == exchange.OpChat && (!isOneOf(client["logprobs"], "null", "false") || !isOneOf(client["top_logprobs"], "null")) ||
-		op == exchange.OpCompletion && !isOneOf(client["logprobs"], "null") {
+		op == exchange.OpCompletion && !isOneOf(client["logprobs"], "null") ||
+		op == exchange.OpResponses && (!isOneOf(client["include"], "null") || !isOneOf(client["top_logprobs"], "null") || string(client["background"]) == "true" || string(client["store"]) != "false") {
 		t.Fatalf("%s %q is eligible for injection, but the backend reads logprobs %s, top_logprobs %s in it",
 			op, body, client["logprobs"], client["top_logprobs"])
 	}
 	in := NewInjector(config.Inject{SampleRatio: 1, TopLogprobs: k})
 	add := in.completion
-	if op == exchange.OpChat {
+	switch op {
+	case exchange.OpChat:
 		add = in.chat
+	case exchange.OpResponses:
+		add = in.responses
 	}
 	out := in.Rewrite(op, body)
 	checkInserted(t, body, out, add)
@@ -121,13 +125,14 @@ func checkInjection(t *testing.T, op exchange.Operation, body []byte, rf *reques
 	if Eligible(op, &rf2) {
 		t.Fatalf("%q with logprobs injected (%q) is eligible again", body, out)
 	}
-	rf2.Logprobs, rf2.TopLogprobs = rf.Logprobs, rf.TopLogprobs
+	rf2.Logprobs, rf2.TopLogprobs, rf2.Include = rf.Logprobs, rf.TopLogprobs, rf.Include
 	if !reflect.DeepEqual(*rf, rf2) {
 		t.Fatalf("injecting logprobs into %q changed other fields:\n%+v\n%+v", body, *rf, rf2)
 	}
 	upstream := backendMembers(t, out)
 	if op == exchange.OpChat && (string(upstream["logprobs"]) != "true" || string(upstream["top_logprobs"]) != strconv.Itoa(k)) ||
-		op == exchange.OpCompletion && string(upstream["logprobs"]) != strconv.Itoa(k) {
+		op == exchange.OpCompletion && string(upstream["logprobs"]) != strconv.Itoa(k) ||
+		op == exchange.OpResponses && (string(upstream["include"]) != `["`+responsesInclude+`"]` || string(upstream["top_logprobs"]) != strconv.Itoa(k)) {
 		t.Fatalf("%q with logprobs injected (%q): the backend reads logprobs %s, top_logprobs %s", body, out, upstream["logprobs"], upstream["top_logprobs"])
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Logprob injection (analyzers.confidence.inject): for a sampled
-// share of the chat and completions requests whose clients did not ask for
+// share of the chat, completions and Responses requests whose clients did not ask for
 // logprobs, the gateway asks the backend for them, lets the tap hand them
 // to the analyzers, and strips them (strip.go) from what the client gets,
 // so the client receives the bytes it would have received without
@@ -27,10 +27,15 @@ import (
 // injects nothing. It is safe for concurrent use.
 type Injector struct {
 	ratio float64
-	// chat and completion are the members appended to chat and legacy
-	// completions bodies, each starting with its comma.
-	chat, completion string
+	// chat, completion and responses are the members appended to chat,
+	// legacy completions and Responses bodies, each starting with its
+	// comma.
+	chat, completion, responses string
 }
+
+// responsesInclude is the include value that asks a Responses backend for
+// the logprobs of the output text.
+const responsesInclude = "message.output_text.logprobs"
 
 // NewInjector returns the Injector that config c describes: it samples
 // c.SampleRatio of the eligible requests and asks for c.TopLogprobs.
@@ -40,6 +45,7 @@ func NewInjector(c config.Inject) Injector {
 		ratio:      c.SampleRatio,
 		chat:       `,"logprobs":true,"top_logprobs":` + k,
 		completion: `,"logprobs":` + k,
+		responses:  `,"include":["` + responsesInclude + `"],"top_logprobs":` + k,
 	}
 }
 
@@ -47,7 +53,17 @@ func NewInjector(c config.Inject) Injector {
 // logprobs injected. A request is eligible when its client did not ask for
 // logprobs: chat without "top_logprobs" and with "logprobs" absent, null or
 // false; legacy completions with "logprobs" absent or null (0 asks for the
-// chosen token's logprob, so it is the client asking).
+// chosen token's logprob, so it is the client asking); Responses with
+// "include" and "top_logprobs" absent or null and "store": false.
+//
+// A Responses request with an "include" of its own is skipped, whatever it
+// holds: appending a second "include" would replace the client's (the
+// later key wins), and splicing a value into the client's array is more
+// rewriting than the gain is worth. A stored response (the default, and
+// what background requests and previous_response_id need) keeps the
+// injected logprobs in the backend, where a later GET /v1/responses/{id}
+// reads them past the stripper: only a request that opts out of storage
+// gets them.
 func (in Injector) Sample(op exchange.Operation, f *request.Fields) bool {
 	return in.ratio > 0 && Eligible(op, f) && rand.Float64() < in.ratio
 }
@@ -68,6 +84,10 @@ func Eligible(op exchange.Operation, f *request.Fields) bool {
 		if f.Logprobs.Present() {
 			return false
 		}
+	case exchange.OpResponses:
+		if f.Include.Present() || f.TopLogprobs.Present() || f.Background == 't' || f.Store != 'f' {
+			return false
+		}
 	default:
 		return false
 	}
@@ -80,8 +100,11 @@ func Eligible(op exchange.Operation, f *request.Fields) bool {
 // json module (vLLM) and in Go's encoding/json alike.
 func (in Injector) Rewrite(op exchange.Operation, body []byte) []byte {
 	add := in.completion
-	if op == exchange.OpChat {
+	switch op {
+	case exchange.OpChat:
 		add = in.chat
+	case exchange.OpResponses:
+		add = in.responses
 	}
 	return AppendMembers(body, add)
 }

@@ -21,6 +21,7 @@ func TestInjectRewrite(t *testing.T) {
 		{exchange.OpChat, "{ \n }", "{ \n \"logprobs\":true,\"top_logprobs\":3}"},
 		{exchange.OpCompletion, `{"prompt":"}"}`, `{"prompt":"}","logprobs":3}`},
 		{exchange.OpCompletion, `{}`, `{"logprobs":3}`},
+		{exchange.OpResponses, `{"input":"}"}`, `{"input":"}","include":["message.output_text.logprobs"],"top_logprobs":3}`},
 	}
 	for _, tt := range tests {
 		if got := string(in.Rewrite(tt.op, []byte(tt.body))); got != tt.want {
@@ -48,6 +49,16 @@ func TestInjectEligible(t *testing.T) {
 		{exchange.OpCompletion, `{"logprobs":null}`, true},
 		{exchange.OpCompletion, `{"logprobs":0}`, false},
 		{exchange.OpCompletion, `{"logprobs":5}`, false},
+		{exchange.OpResponses, `{"store":false}`, true},
+		{exchange.OpResponses, `{"include":null,"top_logprobs":null,"background":false,"store":false}`, true},
+		{exchange.OpResponses, `{}`, false},
+		{exchange.OpResponses, `{"store":true}`, false},
+		{exchange.OpResponses, `{"store":null}`, false},
+		{exchange.OpResponses, `{"include":["message.output_text.logprobs"],"store":false}`, false},
+		{exchange.OpResponses, `{"include":["reasoning.encrypted_content"],"store":false}`, false},
+		{exchange.OpResponses, `{"include":[],"store":false}`, false},
+		{exchange.OpResponses, `{"top_logprobs":0,"store":false}`, false},
+		{exchange.OpResponses, `{"background":true,"store":false}`, false},
 		{exchange.OpEmbeddings, `{}`, false},
 		{exchange.OpGenerate, `{}`, false},
 		{exchange.OpOther, `{}`, false},

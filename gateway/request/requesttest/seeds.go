@@ -48,6 +48,10 @@ func AddSeeds(f *testing.F) {
 		{4, `{"model":"m1","input":"hi","instructions":"be brief","previous_response_id":"resp_1","max_output_tokens":8,"stream":true}`},
 		{4, `{"input":[{"role":"user","content":"hi"}],"conversation":{"id":"conv_1"},"previous_response_id":null}`},
 		{4, `{"input":"x","conversation":"conv_2","previous_response_id":"a","previous_response_id":5}`},
+		{4, `{"model":"m1","input":"hi","include":null,"top_logprobs":null,"background":false,"stream":true,"store":false}`},
+		{4, `{"input":"hi","store":false,"store":null}`},
+		{4, `{"input":"hi","include":["message.output_text.logprobs"],"background":null}`},
+		{4, `{"input":"hi","background":true,"Include":[]}`},
 		{5, `{"model":"m1","system":"s","messages":[{"role":"user","content":"hi"}],"max_tokens":16,"stream":true}`},
 		{5, `{"system":[{"type":"text","text":"s"}],"messages":[]}`},
 	} {
