@@ -46,23 +46,6 @@ func doJSON(t *testing.T, method, url, body string) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, b
 }
 
-// accessFor returns the access log line of the request with id, waiting
-// for it.
-func accessFor(t *testing.T, gw *testGateway, id string) map[string]any {
-	t.Helper()
-	var line map[string]any
-	waitFor(t, "the access log line of "+id, func() bool {
-		for _, l := range gw.access.lines(t) {
-			if l["request_id"] == id {
-				line = l
-				return true
-			}
-		}
-		return false
-	})
-	return line
-}
-
 func wantUsage(t *testing.T, line map[string]any, prompt, completion int, source string) {
 	t.Helper()
 	if line["prompt_tokens"] != float64(prompt) || line["completion_tokens"] != float64(completion) || line["usage_source"] != source {
@@ -89,7 +72,7 @@ func TestResponsesAPI(t *testing.T) {
 	if resp.OutputText() == "" || resp.Usage.OutputTokens != 6 || !strings.HasPrefix(resp.ID, "resp_") {
 		t.Fatalf("response %s", resp.RawJSON())
 	}
-	wantUsage(t, accessFor(t, gw, hr.Header.Get("X-Request-Id")), int(resp.Usage.InputTokens), 6, "reported")
+	wantUsage(t, accessLine(t, gw, hr.Header.Get("X-Request-Id")), int(resp.Usage.InputTokens), 6, "reported")
 
 	t.Run("same as direct", func(t *testing.T) {
 		body := `{"model":"m1","input":"Hello there","max_output_tokens":4}`
@@ -121,7 +104,7 @@ func TestResponsesAPI(t *testing.T) {
 			t.Errorf("streamed %q, completed %s; plain %q", text.String(), done.RawJSON(), resp.OutputText())
 		}
 		stream.Close()
-		line := accessFor(t, gw, hr.Header.Get("X-Request-Id"))
+		line := accessLine(t, gw, hr.Header.Get("X-Request-Id"))
 		wantUsage(t, line, int(done.Usage.InputTokens), 6, "reported")
 		if line["stream"] != true || line["itl_p50_ms"] == nil {
 			t.Errorf("access log %v", line)
@@ -204,7 +187,7 @@ func TestMessagesAPI(t *testing.T) {
 	if len(msg.Content) != 1 || msg.Content[0].Text == "" || msg.Usage.OutputTokens != 6 {
 		t.Fatalf("message %s", msg.RawJSON())
 	}
-	wantUsage(t, accessFor(t, gw, hr.Header.Get("X-Request-Id")), int(msg.Usage.InputTokens), 6, "reported")
+	wantUsage(t, accessLine(t, gw, hr.Header.Get("X-Request-Id")), int(msg.Usage.InputTokens), 6, "reported")
 
 	t.Run("same as direct", func(t *testing.T) {
 		for _, body := range []string{
@@ -236,7 +219,7 @@ func TestMessagesAPI(t *testing.T) {
 			t.Errorf("accumulated %s; plain %s", acc.RawJSON(), msg.RawJSON())
 		}
 		stream.Close()
-		wantUsage(t, accessFor(t, gw, hr.Header.Get("X-Request-Id")), int(msg.Usage.InputTokens), 6, "reported")
+		wantUsage(t, accessLine(t, gw, hr.Header.Get("X-Request-Id")), int(msg.Usage.InputTokens), 6, "reported")
 	})
 
 	t.Run("count tokens", func(t *testing.T) {
@@ -462,7 +445,7 @@ func TestAPICountedUsage(t *testing.T) {
 			if rest := string(b[min(len(b), want.Len()):]); c.errEvent == "" && rest != "" || c.errEvent != "" && !strings.HasPrefix(rest, c.errEvent) {
 				t.Errorf("after the events: %q, want %q…", rest, c.errEvent)
 			}
-			line := accessFor(t, gw, h.Get("X-Request-Id"))
+			line := accessLine(t, gw, h.Get("X-Request-Id"))
 			wantUsage(t, line, c.prompt, c.tokens, "counted")
 			if line["ttft_ms"] == float64(0) || line["itl_p50_ms"] == nil {
 				t.Errorf("access log %v", line)

@@ -87,7 +87,8 @@ func do(t *testing.T, method, url, contentType string, body io.Reader) (*http.Re
 	return resp, b
 }
 
-// accessLine returns the access log line of the request with id.
+// accessLine returns the access log line of the request with id, waiting
+// for it.
 func accessLine(t *testing.T, gw *testGateway, id string) map[string]any {
 	t.Helper()
 	var line map[string]any

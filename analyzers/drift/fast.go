@@ -45,17 +45,49 @@ func known(s *jsonscan.Scanner, keys []string, seen *uint32) (int, bool) {
 	return i, true
 }
 
+// field is what a known key of a request object holds.
+type field uint8
+
+const (
+	fieldModel field = iota
+	fieldMaxTokens
+	fieldMaxCompletionTokens
+	fieldTemperature
+	fieldTopP
+	fieldParameters // TGI's parameters object
+	fieldMessages   // chat's messages
+	fieldText       // chat's prompt, input, inputs
+	fieldSystem     // Responses instructions, Messages system
+	fieldInput      // Responses input, Messages messages (see scanInput)
+)
+
+// requestKeys is the keys that scanFast knows in a request object of one
+// API (for known) and, at the same index, what each holds.
+type requestKeys struct {
+	names  []string
+	fields []field
+}
+
 var (
-	requestKeys = []string{"model", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-		"parameters", "messages", "prompt", "input", "inputs"}
+	chatKeys = requestKeys{
+		names: []string{"model", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+			"parameters", "messages", "prompt", "input", "inputs"},
+		fields: []field{fieldModel, fieldMaxTokens, fieldMaxCompletionTokens, fieldTemperature, fieldTopP,
+			fieldParameters, fieldMessages, fieldText, fieldText, fieldText},
+	}
+	// The Responses and Messages requests name the same fields.
+	otherFields   = []field{fieldModel, fieldSystem, fieldInput, fieldMaxTokens, fieldTemperature, fieldTopP}
+	responsesKeys = requestKeys{
+		names:  []string{"model", "instructions", "input", "max_output_tokens", "temperature", "top_p"},
+		fields: otherFields,
+	}
+	messagesKeys = requestKeys{
+		names:  []string{"model", "system", "messages", "max_tokens", "temperature", "top_p"},
+		fields: otherFields,
+	}
 	parameterKeys = []string{"max_new_tokens", "temperature", "top_p"}
 	messageKeys   = []string{"role", "content"}
 	partKeys      = []string{"text"}
-	// The keys of the Responses and Messages requests, in the order of
-	// the cases of scanFast's switch: model, the system text, the
-	// messages, the token limit, temperature, top_p.
-	responsesKeys = []string{"model", "instructions", "input", "max_output_tokens", "temperature", "top_p"}
-	messagesKeys  = []string{"model", "system", "messages", "max_tokens", "temperature", "top_p"}
 )
 
 // scanFast fills r from body; false when the encoding/json path must
@@ -67,76 +99,52 @@ func (r *request) scanFast(body []byte) bool {
 		return false
 	}
 	s.Enter('{')
-	if r.api != Chat {
-		return r.scanOther(s)
-	}
-	var seen uint32
-	for n := 0; s.Member(&n); {
-		k, ok := known(s, requestKeys, &seen)
-		if !ok {
-			return false
-		}
-		switch k {
-		case -1:
-			ok = s.Skip()
-		case 0:
-			ok = r.scanModel(s)
-		case 1:
-			ok = number(s, &r.MaxTokens)
-		case 2:
-			ok = number(s, &r.MaxCompletionTokens)
-		case 3:
-			ok = number(s, &r.Temperature)
-		case 4:
-			ok = number(s, &r.TopP)
-		case 5:
-			ok = r.scanParameters(s)
-		case 6:
-			ok = r.scanMessages(s)
-		default: // prompt, input, inputs
-			ok = textFast(s, &r.text)
-		}
-		if !ok {
-			return false
-		}
-	}
-	return s.End()
-}
-
-// scanOther is scanFast's walk of a Responses or Messages request, after
-// its opening brace.
-func (r *request) scanOther(s *jsonscan.Scanner) bool {
-	keys := responsesKeys
-	if r.api == Messages {
-		keys = messagesKeys
+	keys := &responsesKeys
+	switch r.api {
+	case Chat:
+		keys = &chatKeys
+	case Messages:
+		keys = &messagesKeys
 	}
 	var seen uint32
 	system := false
 	for n := 0; s.Member(&n); {
-		k, ok := known(s, keys, &seen)
+		k, ok := known(s, keys.names, &seen)
 		if !ok {
 			return false
 		}
-		switch k {
-		case -1:
-			ok = s.Skip()
-		case 0:
+		if k < 0 {
+			if !s.Skip() {
+				return false
+			}
+			continue
+		}
+		switch keys.fields[k] {
+		case fieldModel:
 			ok = r.scanModel(s)
-		case 1:
+		case fieldMaxTokens:
+			ok = number(s, &r.MaxTokens)
+		case fieldMaxCompletionTokens:
+			ok = number(s, &r.MaxCompletionTokens)
+		case fieldTemperature:
+			ok = number(s, &r.Temperature)
+		case fieldTopP:
+			ok = number(s, &r.TopP)
+		case fieldParameters:
+			ok = r.scanParameters(s)
+		case fieldMessages:
+			ok = r.scanMessages(s)
+		case fieldText:
+			ok = textFast(s, &r.text)
+		case fieldSystem:
 			if s.Peek() == 'n' {
 				ok = s.Literal("null")
 			} else {
 				system = true
 				ok = textFast(s, &r.text)
 			}
-		case 2:
+		case fieldInput:
 			ok = r.scanInput(s)
-		case 3:
-			ok = number(s, &r.MaxTokens)
-		case 4:
-			ok = number(s, &r.Temperature)
-		case 5:
-			ok = number(s, &r.TopP)
 		}
 		if !ok {
 			return false

@@ -159,6 +159,31 @@ func TestSimulatorLive(t *testing.T) {
 	}
 }
 
+// checkCuts cuts the body of f at every step-th length from start and
+// checks each cut as TestTruncatedBody says.
+func checkCuts(t *testing.T, f fixture, start, step int) {
+	t.Helper()
+	raw := loadFixture(t, f)
+	full := summarize(t, f, raw, Options{})
+	var a Accumulator
+	prev := 0
+	for n := start; n < len(raw); n += step {
+		a.Reset(f.format, Options{})
+		err := a.AddBody(raw[:n])
+		s := a.Summary()
+		if n > 0 && (!errors.Is(err, io.ErrUnexpectedEOF) || !errors.Is(err, ErrSyntax) || !s.Truncated || s.ParseErrors != 1) {
+			t.Fatalf("cut at %d of %d: err %v, summary %+v; want a truncation", n, len(raw), err, s)
+		}
+		if s.Tokens < prev || s.Tokens > full.Tokens {
+			t.Fatalf("cut at %d: %d tokens after %d, full body %d", n, s.Tokens, prev, full.Tokens)
+		}
+		prev = s.Tokens
+	}
+	if prev < full.Tokens-1 {
+		t.Errorf("cut at the last byte counts %d tokens of %d", prev, full.Tokens)
+	}
+}
+
 // TestTruncatedBody cuts each non-streaming fixture at every length: every
 // strict prefix of a JSON object is incomplete, never malformed, so the
 // error must wrap io.ErrUnexpectedEOF; tokens read before the cut count,
@@ -169,8 +194,6 @@ func TestTruncatedBody(t *testing.T) {
 			continue
 		}
 		t.Run(f.name, func(t *testing.T) {
-			raw := loadFixture(t, f)
-			full := summarize(t, f, raw, Options{})
 			// Every cut costs a pass over the prefix: under the race
 			// detector (or -short) try every 17th length, which still lands
 			// in every kind of token of these bodies.
@@ -178,23 +201,7 @@ func TestTruncatedBody(t *testing.T) {
 			if raceEnabled || testing.Short() {
 				step = 17
 			}
-			var a Accumulator
-			prev := 0
-			for n := 0; n < len(raw); n += step {
-				a.Reset(f.format, Options{})
-				err := a.AddBody(raw[:n])
-				s := a.Summary()
-				if n > 0 && (!errors.Is(err, io.ErrUnexpectedEOF) || !errors.Is(err, ErrSyntax) || !s.Truncated || s.ParseErrors != 1) {
-					t.Fatalf("cut at %d of %d: err %v, summary %+v; want a truncation", n, len(raw), err, s)
-				}
-				if s.Tokens < prev || s.Tokens > full.Tokens {
-					t.Fatalf("cut at %d: %d tokens after %d, full body %d", n, s.Tokens, prev, full.Tokens)
-				}
-				prev = s.Tokens
-			}
-			if prev < full.Tokens-1 {
-				t.Errorf("cut at the last byte counts %d tokens of %d", prev, full.Tokens)
-			}
+			checkCuts(t, f, 0, step)
 		})
 	}
 }

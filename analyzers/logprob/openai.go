@@ -13,25 +13,20 @@ import "bytes"
 // recognised (no server does that).
 
 func (a *Accumulator) openAI(s *scanner) bool {
-	if !s.Enter('{') {
-		if s.OK() {
-			s.Fail("expected a JSON object")
-		}
+	if !s.object() {
 		return false
 	}
 	n := 0
 	for s.Member(&n) {
 		var ok bool
 		switch string(s.Key()) {
-		case "id":
-			ok = setString(s, &a.s.ID)
-		case "model":
-			ok = a.setModel(s)
 		case "choices":
 			ok = a.choices(s)
-		case "usage":
-			ok = a.usage(s)
+		case "id", "model", "usage":
+			ok = a.member(s, &chatDialect)
 		default:
+			// Skipped here, not in member: the call would cost each of a
+			// chunk's other keys.
 			ok = s.Skip()
 		}
 		if !ok {
@@ -39,6 +34,29 @@ func (a *Accumulator) openAI(s *scanner) bool {
 		}
 	}
 	return s.OK()
+}
+
+// member reads a member that the response objects of the OpenAI APIs
+// share: id, model and usage, and for the Responses API status and
+// incomplete_details. Any other is skipped.
+func (a *Accumulator) member(s *scanner, d *dialect) bool {
+	switch string(s.Key()) {
+	case "id":
+		return setString(s, &a.s.ID)
+	case "model":
+		return a.setModel(s)
+	case "usage":
+		return a.usage(s, d)
+	case "status":
+		if d.status {
+			return a.status(s)
+		}
+	case "incomplete_details":
+		if d.status {
+			return a.incomplete(s)
+		}
+	}
+	return s.Skip()
 }
 
 func (a *Accumulator) setModel(s *scanner) bool {
@@ -97,18 +115,30 @@ func (a *Accumulator) choice(s *scanner) bool {
 	return s.OK()
 }
 
-func (a *Accumulator) usage(s *scanner) bool {
+// dialect is how the response objects of an OpenAI API name their
+// members: the two counts of usage, and whether they have a status.
+type dialect struct {
+	out, prompt string
+	status      bool
+}
+
+var (
+	chatDialect      = dialect{out: "completion_tokens", prompt: "prompt_tokens"}
+	responsesDialect = dialect{out: "output_tokens", prompt: "input_tokens", status: true}
+)
+
+// usage reads usage: {<d.out>, <d.prompt>}.
+func (a *Accumulator) usage(s *scanner, d *dialect) bool {
 	if !s.Enter('{') {
 		return s.OK()
 	}
 	n := 0
 	for s.Member(&n) {
-		var ok bool
-		var have bool
-		switch string(s.Key()) {
-		case "completion_tokens":
+		var ok, have bool
+		switch key := s.Key(); {
+		case string(key) == d.out:
 			ok = setCount(s, &a.s.OutputTokens, &a.haveOut)
-		case "prompt_tokens":
+		case string(key) == d.prompt:
 			ok = setCount(s, &a.s.PromptTokens, &have)
 		default:
 			ok = s.Skip()

@@ -26,10 +26,7 @@ const (
 
 // responses reads a Responses body or stream event.
 func (a *Accumulator) responses(s *scanner) bool {
-	if !s.Enter('{') {
-		if s.OK() {
-			s.Fail("expected a JSON object")
-		}
+	if !s.object() {
 		return false
 	}
 	kind := respUnknown
@@ -51,8 +48,7 @@ func (a *Accumulator) responses(s *scanner) bool {
 		case "logprobs":
 			switch {
 			case kind == respDelta:
-				a.s.Choices = max(a.s.Choices, 1)
-				ok = a.chatEntries(s)
+				ok = a.textLogprobs(s)
 			case kind == respUnknown && !haveLps:
 				// The type may follow (no server writes it so).
 				lps, haveLps = s.span(), true
@@ -61,22 +57,16 @@ func (a *Accumulator) responses(s *scanner) bool {
 				ok = s.Skip()
 			}
 		case "response":
-			ok = a.response(s, false)
-		case "id":
-			ok = setString(s, &a.s.ID)
-		case "model":
-			ok = a.setModel(s)
-		case "status":
-			ok = a.status(s)
-		case "incomplete_details":
-			ok = a.incomplete(s)
+			ok = a.response(s)
 		case "output":
 			// Only a plain body has output at the top: events nest it in
 			// their response.
 			ok = a.output(s)
-		case "usage":
-			ok = a.responsesUsage(s)
+		case "id", "model", "usage", "status", "incomplete_details":
+			ok = a.member(s, &responsesDialect)
 		default:
+			// Skipped here, not in member: the call would cost each of a
+			// delta event's other keys.
 			ok = s.Skip()
 		}
 		if !ok {
@@ -87,42 +77,20 @@ func (a *Accumulator) responses(s *scanner) bool {
 		return false
 	}
 	if haveLps && kind == respDelta {
-		a.s.Choices = max(a.s.Choices, 1)
-		a.chatEntries(&lps)
+		a.textLogprobs(&lps)
 	}
 	return true
 }
 
-// response reads the response object of a response.* stream event (tokens
-// false: its output repeats the deltas' tokens) or a plain body.
-func (a *Accumulator) response(s *scanner, tokens bool) bool {
+// response reads the response object of a response.* stream event; its
+// output is skipped, as it repeats the deltas' tokens.
+func (a *Accumulator) response(s *scanner) bool {
 	if !s.Enter('{') {
 		return s.OK()
 	}
 	n := 0
 	for s.Member(&n) {
-		var ok bool
-		switch string(s.Key()) {
-		case "id":
-			ok = setString(s, &a.s.ID)
-		case "model":
-			ok = a.setModel(s)
-		case "status":
-			ok = a.status(s)
-		case "incomplete_details":
-			ok = a.incomplete(s)
-		case "output":
-			if tokens {
-				ok = a.output(s)
-			} else {
-				ok = s.Skip()
-			}
-		case "usage":
-			ok = a.responsesUsage(s)
-		default:
-			ok = s.Skip()
-		}
-		if !ok {
+		if !a.member(s, &responsesDialect) {
 			return false
 		}
 	}
@@ -168,8 +136,13 @@ func (a *Accumulator) incomplete(s *scanner) bool {
 	return s.OK()
 }
 
-// output reads output: [item], each item's content parts' logprobs.
-func (a *Accumulator) output(s *scanner) bool {
+// output reads output: [item], each item's content parts' logprobs (only
+// output_text parts have them).
+func (a *Accumulator) output(s *scanner) bool { return a.each(s, "content") }
+
+// each reads the member key of each object of an array: of an output item
+// its content, an array whose parts' "logprobs" each reads in turn.
+func (a *Accumulator) each(s *scanner, key string) bool {
 	if !s.Enter('[') {
 		return s.OK()
 	}
@@ -183,11 +156,14 @@ func (a *Accumulator) output(s *scanner) bool {
 		}
 		m := 0
 		for s.Member(&m) {
-			ok := true
-			if string(s.Key()) == "content" {
-				ok = a.contentParts(s)
-			} else {
+			var ok bool
+			switch {
+			case string(s.Key()) != key:
 				ok = s.Skip()
+			case key == "content":
+				ok = a.each(s, "logprobs")
+			default:
+				ok = a.textLogprobs(s)
 			}
 			if !ok {
 				return false
@@ -200,59 +176,9 @@ func (a *Accumulator) output(s *scanner) bool {
 	return s.OK()
 }
 
-// contentParts reads an output item's content: the logprobs of each part
-// (only output_text parts have them).
-func (a *Accumulator) contentParts(s *scanner) bool {
-	if !s.Enter('[') {
-		return s.OK()
-	}
-	n := 0
-	for s.Element(&n) {
-		if !s.Enter('{') {
-			if !s.OK() {
-				return false
-			}
-			continue
-		}
-		m := 0
-		for s.Member(&m) {
-			ok := true
-			if string(s.Key()) == "logprobs" {
-				a.s.Choices = max(a.s.Choices, 1)
-				ok = a.chatEntries(s)
-			} else {
-				ok = s.Skip()
-			}
-			if !ok {
-				return false
-			}
-		}
-		if !s.OK() {
-			return false
-		}
-	}
-	return s.OK()
-}
-
-// responsesUsage reads usage: {input_tokens, output_tokens}.
-func (a *Accumulator) responsesUsage(s *scanner) bool {
-	if !s.Enter('{') {
-		return s.OK()
-	}
-	n := 0
-	for s.Member(&n) {
-		var ok, have bool
-		switch string(s.Key()) {
-		case "output_tokens":
-			ok = setCount(s, &a.s.OutputTokens, &a.haveOut)
-		case "input_tokens":
-			ok = setCount(s, &a.s.PromptTokens, &have)
-		default:
-			ok = s.Skip()
-		}
-		if !ok {
-			return false
-		}
-	}
-	return s.OK()
+// textLogprobs reads the logprobs of an output text: chat entries, of the
+// one choice a response has.
+func (a *Accumulator) textLogprobs(s *scanner) bool {
+	a.s.Choices = max(a.s.Choices, 1)
+	return a.chatEntries(s)
 }

@@ -1,8 +1,6 @@
 package logprob
 
 import (
-	"errors"
-	"io"
 	"strings"
 	"testing"
 
@@ -48,32 +46,13 @@ func TestResponsesMatchChat(t *testing.T) {
 
 // TestResponsesTruncatedBody is TestTruncatedBody for the Responses body.
 func TestResponsesTruncatedBody(t *testing.T) {
-	f := responsesFixtures[1].fixture
-	raw := loadFixture(t, f)
-	full := summarize(t, f, raw, Options{})
 	// Every 5th length (17th under the race detector) lands in every kind
 	// of token; the chat test covers every length of the shared walkers.
 	step := 5
 	if raceEnabled || testing.Short() {
 		step = 17
 	}
-	var a Accumulator
-	prev := 0
-	for n := 1; n < len(raw); n += step {
-		a.Reset(f.format, Options{})
-		err := a.AddBody(raw[:n])
-		s := a.Summary()
-		if !errors.Is(err, io.ErrUnexpectedEOF) || !errors.Is(err, ErrSyntax) || !s.Truncated || s.ParseErrors != 1 {
-			t.Fatalf("cut at %d of %d: err %v, summary %+v; want a truncation", n, len(raw), err, s)
-		}
-		if s.Tokens < prev || s.Tokens > full.Tokens {
-			t.Fatalf("cut at %d: %d tokens after %d, full body %d", n, s.Tokens, prev, full.Tokens)
-		}
-		prev = s.Tokens
-	}
-	if prev < full.Tokens-1 {
-		t.Errorf("cut at the last byte counts %d tokens of %d", prev, full.Tokens)
-	}
+	checkCuts(t, responsesFixtures[1].fixture, 1, step)
 }
 
 func TestResponsesEdgeCases(t *testing.T) {

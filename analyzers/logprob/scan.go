@@ -104,6 +104,18 @@ func (s *scanner) integer() (n int, valid, ok bool) {
 	return int(v), true, true
 }
 
+// object enters the payload's top-level object; false, and the scan
+// failed, when the payload is not one.
+func (s *scanner) object() bool {
+	if s.Enter('{') {
+		return true
+	}
+	if s.OK() {
+		s.Fail("expected a JSON object")
+	}
+	return false
+}
+
 // span skips one value and returns a scanner over it alone, to be walked
 // later: a sub-slice, nothing is copied. On an error it returns an empty
 // scanner (and s fails).

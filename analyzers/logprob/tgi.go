@@ -38,10 +38,7 @@ func (a *Accumulator) tgi(s *scanner) bool {
 // tgiObject reads a /generate body or a /generate_stream event: both
 // shapes share the walker, their keys do not clash.
 func (a *Accumulator) tgiObject(s *scanner) bool {
-	if !s.Enter('{') {
-		if s.OK() {
-			s.Fail("expected a JSON object")
-		}
+	if !s.object() {
 		return false
 	}
 	a.s.Choices = max(a.s.Choices, 1)
