@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/analyzers/calibrate"
+	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/share"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
@@ -58,5 +60,27 @@ func TestAlertConfigFromConfig(t *testing.T) {
 		ColdStartErrorRate: 0.5, ColdStartLatencyFactor: 2}
 	if diff := cmp.Diff(want, alertConfig(a)); diff != "" {
 		t.Errorf("alertConfig mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestComponentFallbacksAreConfigs: the pure packages below the pipeline
+// keep a fallback for a zero option (their own tests build them bare), and
+// the pipeline always passes config's values; a fallback that drifted from
+// config would still change what a bare component does, so each must be
+// config's default.
+func TestComponentFallbacksAreConfigs(t *testing.T) {
+	c := config.Default().Analyzers
+	for _, tt := range []struct {
+		name            string
+		fallback, value float64
+	}{
+		{"calibrate.DefaultMaxPending vs analyzers.calibration.max_pending", calibrate.DefaultMaxPending, float64(c.Calibration.MaxPending)},
+		{"calibrate.DefaultMaxLabels vs analyzers.calibration.max_labels", calibrate.DefaultMaxLabels, float64(c.Calibration.MaxLabels)},
+		{"calibrate.DefaultBins vs analyzers.calibration.bins", calibrate.DefaultBins, float64(c.Calibration.Bins)},
+		{"logprob.DefaultLowProb vs analyzers.confidence.low_prob", logprob.DefaultLowProb, c.Confidence.LowProb},
+	} {
+		if tt.fallback != tt.value {
+			t.Errorf("%s: %v, config has %v", tt.name, tt.fallback, tt.value)
+		}
 	}
 }
