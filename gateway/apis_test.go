@@ -391,6 +391,9 @@ func fakeStream(t *testing.T, events [][2]string, broken bool) string {
 		for _, e := range events {
 			io.WriteString(w, "event: "+e[0]+"\ndata: "+e[1]+"\n\n")
 			w.(http.Flusher).Flush()
+			// A backend's pace, so that each event has a gap of its own
+			// to measure; a busy machine only widens the gaps, which the
+			// tests read as present, never as a length.
 			time.Sleep(time.Millisecond)
 		}
 		if broken {

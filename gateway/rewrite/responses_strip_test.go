@@ -210,21 +210,7 @@ func FuzzStripResponses(f *testing.F) {
 				t.Fatalf("input %q: output %q differs from the reference (-want +got):\n%s", in, out, diff)
 			}
 		}
-		var want []byte
-		rest := in
-		for len(rest) > 0 {
-			line := rest[:lineEnd(rest)]
-			if payload, ok := bytes.CutPrefix(line, []byte(dataField)); ok {
-				want = append(append(want, dataField...), stripResponsesFeeds(t, payload, false, seed)...)
-			} else {
-				want = append(want, line...)
-			}
-			rest = rest[len(line):]
-			if len(rest) > 0 {
-				want = append(want, rest[0])
-				rest = rest[1:]
-			}
-		}
+		want := perDataLine(in, func(payload []byte) []byte { return stripResponsesFeeds(t, payload, false, seed) })
 		if got := stripResponsesFeeds(t, in, true, seed); !bytes.Equal(got, want) {
 			t.Fatalf("SSE input %q:\n got %q\nwant %q", in, got, want)
 		}

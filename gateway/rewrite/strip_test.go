@@ -270,21 +270,7 @@ func FuzzStrip(f *testing.F) {
 			}
 		}
 
-		var want []byte
-		rest := in
-		for len(rest) > 0 {
-			line := rest[:lineEnd(rest)]
-			if payload, ok := bytes.CutPrefix(line, []byte(dataField)); ok {
-				want = append(append(want, dataField...), stripFeeds(t, payload, false, seed)...)
-			} else {
-				want = append(want, line...)
-			}
-			rest = rest[len(line):]
-			if len(rest) > 0 {
-				want = append(want, rest[0])
-				rest = rest[1:]
-			}
-		}
+		want := perDataLine(in, func(payload []byte) []byte { return stripFeeds(t, payload, false, seed) })
 		if got := stripFeeds(t, in, true, seed); !bytes.Equal(got, want) {
 			t.Fatalf("SSE input %q:\n got %q\nwant %q", in, got, want)
 		}
@@ -327,4 +313,24 @@ func BenchmarkStripSSEChunk(b *testing.B) {
 			}
 		})
 	}
+}
+
+// perDataLine is what a stripper should make of the SSE text in: each
+// data line's payload as strip makes it alone, every other byte as it is.
+func perDataLine(in []byte, strip func(payload []byte) []byte) []byte {
+	var out []byte
+	for rest := in; len(rest) > 0; {
+		line := rest[:lineEnd(rest)]
+		if payload, ok := bytes.CutPrefix(line, []byte(dataField)); ok {
+			out = append(append(out, dataField...), strip(payload)...)
+		} else {
+			out = append(out, line...)
+		}
+		rest = rest[len(line):]
+		if len(rest) > 0 {
+			out = append(out, rest[0])
+			rest = rest[1:]
+		}
+	}
+	return out
 }
