@@ -38,11 +38,11 @@ type attemptState struct {
 	tried    []*upstream.Backend // backends that failed this request, over triedBuf
 	triedBuf [maxAttempts]*upstream.Backend
 	next     *upstream.Backend // set when the attempt failed and goes on there
+	ctl      *attemptCtl       // cancels the current attempt (cancel.go)
 	// pinned: only this backend can answer (it holds the response a
 	// follow-up names), so a failed attempt is not retried elsewhere.
 	pinned  bool
-	ctl     *attemptCtl // cancels the current attempt (cancel.go)
-	settled bool        // the observer has the request (settle)
+	settled bool // the observer has the request (settle)
 
 	// Each of the first inlineAttempts attempts' body reader, context
 	// and control, kept here rather than allocated per attempt.

@@ -367,17 +367,19 @@ type call struct {
 	// usageInjected: the gateway asked for the stream's usage
 	// (usage.inject); rewrite and modifyResponse strip it again.
 	usageInjected bool
-	// stream is the body of a passed-through request that goes to the
-	// backend unread (passthrough.go); nil when the body was read.
-	stream *streamBody
-	// path is the request's path, for the access log.
-	path string
 	// findOwner: the tap looks for the id of the response being made,
 	// to record its owner (a Responses answer: apis.go).
 	findOwner bool
 	// newConversation: no backend held fields.Conversation yet; the one
 	// that answers becomes its owner.
 	newConversation bool
+	// (The bools sit together: padding between them would push call, a
+	// per-request allocation, into the next size class.)
+	// stream is the body of a passed-through request that goes to the
+	// backend unread (passthrough.go); nil when the body was read.
+	stream *streamBody
+	// path is the request's path, for the access log.
+	path string
 }
 
 // shadowState is what a shadow comparison (package shadow) needs of the

@@ -30,12 +30,12 @@ type responseStats struct {
 	promptTokens     int
 	completionTokens int
 	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
+	truncated        bool // captured holds only the first analyzers.max_capture_bytes
 	chunks           chunkCounter
 	// Set by finish: where the token counts came from, the stream's gaps.
 	usageSource exchange.UsageSource
 	gaps        exchange.Gaps
 	captured    []byte
-	truncated   bool
 	readErr     error
 	apiErr      *apierror.Error // the error the gateway answered with
 }
@@ -60,17 +60,16 @@ type tap struct {
 	sse        bool
 	shape      eventShape // of the error event that ends a broken stream
 	api        bool       // a Responses or Messages body (apis.go)
+	count      bool       // count content chunks and time their gaps (chunks.go)
+	spanned    bool       // x.span.recording
+	broken     bool       // the stream broke: pending, then EOF
+	tail       [4]byte    // the last bytes passed through, for the error event's framing
 	split      sse.Splitter
 	captureMax int
 	keepStream int           // bytes of SSE payloads to keep for content capture; 0: none
-	count      bool          // count content chunks and time their gaps (chunks.go)
-	spanned    bool          // x.span.recording
 	at         time.Duration // when the bytes being split arrived, since the request started
-
-	tail    [4]byte // the last bytes passed through, for the error event's framing
-	ntail   int
-	broken  bool   // the stream broke: pending, then EOF
-	pending []byte // the rest of the error event
+	ntail      int           // of tail
+	pending    []byte        // the rest of the error event
 }
 
 // eventShape is the shape of the error event that ends a broken stream:

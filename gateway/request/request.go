@@ -46,6 +46,15 @@ type Fields struct {
 	// (package rewrite); decoding them here spares a second parse.
 	Logprobs    Kind
 	TopLogprobs Kind
+	// Folded: a root key of the body is one of the fields' keys only
+	// without regard to case ("STREAM", "ſtream"). encoding/json reads it
+	// into the field, the backend (Python's json, vLLM) does not, so the
+	// two read different requests: nothing is injected into such a body
+	// (package rewrite), or a client could lose the logprobs or usage it
+	// asked for, or get stream_options refused on a request the backend
+	// does not stream (FuzzParseRequest). Set on the
+	// encoding/json path, which every such body takes.
+	Folded bool
 	// StreamOptions decides whether usage may be injected
 	// (package rewrite). Absent, it is nil; present, it is the member's
 	// value as it is in the body (not a copy).
@@ -83,15 +92,6 @@ type Fields struct {
 		Temperature  Num
 		TopP         Num
 	}
-	// Folded: a root key of the body is one of the fields' keys only
-	// without regard to case ("STREAM", "ſtream"). encoding/json reads it
-	// into the field, the backend (Python's json, vLLM) does not, so the
-	// two read different requests: nothing is injected into such a body
-	// (package rewrite), or a client could lose the logprobs or usage it
-	// asked for, or get stream_options refused on a request the backend
-	// does not stream (FuzzParseRequest). Set on the
-	// encoding/json path, which every such body takes.
-	Folded bool
 }
 
 // Num is an optional JSON number: ok is false when the member is
