@@ -445,7 +445,9 @@ func runCase(ctx context.Context, c config, f *fleet, dir string, cs balanceCase
 	base := "http://" + ports[0]
 
 	r := &balanceRun{Strategy: strategy, PeakWaiting: map[string]int64{}}
-	load := startLoad(ctx, base+chatPath, c.balance.clients)
+	load := startLoad(ctx, c.balance.clients, func(int) func() request {
+		return func() request { return request{url: base + chatPath, body: balanceBody} }
+	})
 	defer load.stop()
 	measured := balanceWarmup + c.balance.duration
 	slowUntil := balanceWarmup + 2*c.balance.duration

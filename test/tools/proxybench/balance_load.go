@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,13 +16,30 @@ import (
 	"time"
 )
 
-// sample is one request of the balance suite's load.
+// sample is one request of the balance and prefix suites' load.
 type sample struct {
 	at      time.Duration // sent, since the load began
 	backend string        // X-Vigil-Backend of the answer
 	ttft    time.Duration // to the first SSE event with content
 	err     string        // why it failed; empty when it streamed content to the end
+	// tenant is the prefix suite's tenant of the request (0 in the
+	// balance suite); prompt and cached are the usage the stream ended
+	// with (prompt_tokens, prompt_tokens_details.cached_tokens), 0 when it
+	// reported none.
+	tenant         int
+	prompt, cached int
 }
+
+// request is what a client sends next: the URL, the JSON body and, for
+// the prefix suite, the tenant it is sent for.
+type request struct {
+	url, body string
+	tenant    int
+}
+
+// requestSource returns client i's requests, one per call; each client
+// calls its own from its goroutine only.
+type requestSource func(client int) func() request
 
 // loadRun is closed-loop streaming load on one gateway: clients each send
 // a request, read the stream to its end and send the next at once, on
@@ -40,9 +58,9 @@ type loadRun struct {
 	sorted  []sample // set by the first stop
 }
 
-// startLoad starts clients sending balanceBody to url until stop or
+// startLoad starts clients sending the requests of next until stop or
 // until ctx is done.
-func startLoad(ctx context.Context, url string, clients int) *loadRun {
+func startLoad(ctx context.Context, clients int, next requestSource) *loadRun {
 	l := &loadRun{
 		began: time.Now(),
 		client: &http.Client{
@@ -51,7 +69,8 @@ func startLoad(ctx context.Context, url string, clients int) *loadRun {
 		},
 		quit: make(chan struct{}),
 	}
-	for range clients {
+	for i := range clients {
+		next := next(i)
 		l.wg.Go(func() {
 			for {
 				select {
@@ -61,9 +80,10 @@ func startLoad(ctx context.Context, url string, clients int) *loadRun {
 					return
 				default:
 				}
-				s := sample{at: time.Since(l.began)}
+				rq := next()
+				s := sample{at: time.Since(l.began), tenant: rq.tenant}
 				var err error
-				s.backend, s.ttft, err = chatStream(ctx, l.client, url)
+				s.backend, s.ttft, s.prompt, s.cached, err = chatStream(ctx, l.client, rq.url, rq.body)
 				if err != nil {
 					s.err = err.Error()
 				}
@@ -110,23 +130,24 @@ func (l *loadRun) stop() []sample {
 // chatStream sends one streamed chat request and reads its answer to the
 // end. ttft is the time to the first SSE event carrying content: the
 // simulator, as vLLM, opens with a chunk holding the role and empty
-// content, which does not count.
-func chatStream(ctx context.Context, client *http.Client, url string) (backend string, ttft time.Duration, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(balanceBody))
+// content, which does not count. prompt and cached are the usage of the
+// stream's usage chunk (stream_options.include_usage), 0 without one.
+func chatStream(ctx context.Context, client *http.Client, url, body string) (backend string, ttft time.Duration, prompt, cached int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, 0, err
 	}
 	defer resp.Body.Close()
 	backend = resp.Header.Get("X-Vigil-Backend")
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, resp.Body)
-		return backend, 0, fmt.Errorf("status %d", resp.StatusCode)
+		return backend, 0, 0, 0, fmt.Errorf("status %d", resp.StatusCode)
 	}
 	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	done := false
@@ -139,22 +160,44 @@ func chatStream(ctx context.Context, client *http.Client, url string) (backend s
 				done = true
 			case ttft == 0 && hasContent(data):
 				ttft = time.Since(start)
+			case bytes.Contains(data, []byte(`"usage":{`)):
+				prompt, cached = streamUsage(data)
 			}
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			return backend, ttft, err
+			return backend, ttft, prompt, cached, err
 		}
 	}
 	switch {
 	case ttft == 0:
-		return backend, 0, errors.New("stream without content")
+		return backend, 0, prompt, cached, errors.New("stream without content")
 	case !done:
-		return backend, ttft, errors.New("stream without [DONE]")
+		return backend, ttft, prompt, cached, errors.New("stream without [DONE]")
 	}
-	return backend, ttft, nil
+	return backend, ttft, prompt, cached, nil
+}
+
+// streamUsage reads prompt_tokens and prompt_tokens_details.cached_tokens
+// from an SSE event's JSON; 0 for what it lacks.
+func streamUsage(data []byte) (prompt, cached int) {
+	var ev struct {
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(data, &ev) != nil || ev.Usage == nil {
+		return 0, 0
+	}
+	if d := ev.Usage.PromptTokensDetails; d != nil {
+		cached = d.CachedTokens
+	}
+	return ev.Usage.PromptTokens, cached
 }
 
 // hasContent reports whether an SSE event's JSON holds a non-empty

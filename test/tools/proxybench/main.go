@@ -13,13 +13,16 @@
 // profiles of vigil-full when it serves /debug/pprof.
 //
 // With -suite balance it compares Vigil's balancing strategies against
-// simulated backends instead (balance.go).
+// simulated backends instead (balance.go); with -suite prefix, against
+// simulated backends with prefix caches, many tenants sending long system
+// prompts (prefix.go).
 //
 // test/bench/run installs what it needs, builds Vigil and runs it; see
 // test/bench/README.md. Flags default to the BENCH_* environment variables.
 //
 //	proxybench -vigil BIN -jaeger BIN [-out DIR] [-rounds N] [-duration D] ...
 //	proxybench -suite balance -vigil BIN [-out DIR] [-balance-duration D] ...
+//	proxybench -suite prefix -vigil BIN [-out DIR] [-prefix-duration D] ...
 //	proxybench -suite soak -vigil BIN -jaeger BIN [-soak-duration D] ...
 //	proxybench mock -listen ADDR [-chunks N] [-gap D]
 //	proxybench goproxy -listen ADDR -backend URL
@@ -55,10 +58,12 @@ type config struct {
 	wrkThreads, wrkConns             int
 	profile                          bool
 	keepWork                         bool
-	// suite is "proxy" (the default) or "balance" (
-	// balance.go), which needs no nginx, wrk, Redis or Jaeger.
+	// suite is "proxy" (the default), "balance" (balance.go) or
+	// "prefix" (prefix.go), which need no nginx, wrk, Redis or Jaeger, or
+	// "soak" (soak.go).
 	suite   string
 	balance balanceSettings
+	prefix  prefixSettings
 	soak    soakSettings
 }
 
@@ -107,6 +112,8 @@ func main() {
 	switch c.suite {
 	case suiteBalance:
 		runSuite = runBalance
+	case suitePrefix:
+		runSuite = runPrefix
 	case suiteSoak:
 		runSuite = runSoak
 	}
@@ -161,12 +168,16 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.wrkConns, "wrk-connections", envInt("BENCH_WRK_CONNECTIONS", 64), "wrk connections ($BENCH_WRK_CONNECTIONS)")
 	fs.BoolVar(&c.profile, "profile", env("BENCH_PROFILE", "1") != "0", "take CPU and heap profiles of vigil-full after the rounds ($BENCH_PROFILE=0: no)")
 	fs.BoolVar(&c.keepWork, "keep", env("BENCH_KEEP", "0") == "1", "keep the work directory (configs, logs, access log) ($BENCH_KEEP=1)")
-	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx), balance (balancing strategies against simulated backends) or soak (vigil-full's memory over a long run) ($BENCH_SUITE)")
+	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx), balance (balancing strategies against simulated backends), prefix (the strategies against simulated prefix caches) or soak (vigil-full's memory over a long run) ($BENCH_SUITE)")
 	fs.DurationVar(&c.soak.duration, "soak-duration", envDur("BENCH_SOAK_DURATION", 4*time.Minute), "soak suite: length of the load after the warm-up ($BENCH_SOAK_DURATION)")
 	fs.DurationVar(&c.soak.warmup, "soak-warmup", envDur("BENCH_SOAK_WARMUP", 10*time.Second), "soak suite: warm-up before the first sample ($BENCH_SOAK_WARMUP)")
 	fs.DurationVar(&c.balance.duration, "balance-duration", envDur("BENCH_BALANCE_DURATION", 10*time.Second), "balance suite: measured part of each run; case d's slow phase lasts twice as long ($BENCH_BALANCE_DURATION)")
 	fs.IntVar(&c.balance.clients, "balance-clients", envInt("BENCH_BALANCE_CLIENTS", 16), "balance suite: concurrent closed-loop clients ($BENCH_BALANCE_CLIENTS)")
 	fs.StringVar(&c.balance.cases, "balance-cases", env("BENCH_BALANCE_CASES", "a,b,c,d,e"), "balance suite: cases run, comma-separated ($BENCH_BALANCE_CASES)")
+	fs.DurationVar(&c.prefix.duration, "prefix-duration", envDur("BENCH_PREFIX_DURATION", 15*time.Second), "prefix suite: measured part of each run ($BENCH_PREFIX_DURATION)")
+	fs.IntVar(&c.prefix.clients, "prefix-clients", envInt("BENCH_PREFIX_CLIENTS", 12), "prefix suite: concurrent closed-loop clients, split among the replicas ($BENCH_PREFIX_CLIENTS)")
+	fs.StringVar(&c.prefix.cases, "prefix-cases", env("BENCH_PREFIX_CASES", "uniform,hot,replicas"), "prefix suite: cases run, comma-separated ($BENCH_PREFIX_CASES)")
+	fs.StringVar(&c.prefix.set, "prefix-set", env("BENCH_PREFIX_SET", ""), "prefix suite: balancer.prefix settings of the prefix strategy's gateways, key=value,... (e.g. guard_abs=4,min_chars=256) ($BENCH_PREFIX_SET)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -188,8 +199,11 @@ func parseFlags(args []string) (config, error) {
 		// suite's.
 		c.jaeger, c.nginx, c.wrk, c.redis = "", "", "", ""
 		errs = append(errs, c.balance.validate())
+	case suitePrefix:
+		c.jaeger, c.nginx, c.wrk, c.redis = "", "", "", ""
+		errs = append(errs, c.prefix.validate())
 	default:
-		errs = append(errs, fmt.Errorf("-suite: want proxy, balance or soak, got %q", c.suite))
+		errs = append(errs, fmt.Errorf("-suite: want proxy, balance, prefix or soak, got %q", c.suite))
 	}
 	if c.rounds < 1 {
 		errs = append(errs, errors.New("-rounds must be at least 1"))
