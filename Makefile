@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # keeping Go's default flags; test/run sets the same.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build test fuzz bench bench-proxy bench-balance soak lint demo clean
+.PHONY: build test fuzz bench bench-proxy bench-balance bench-prefix soak lint demo clean
 
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/vigil ./cmd/vigil
@@ -34,6 +34,13 @@ bench-proxy:
 # BENCH_BALANCE_DURATION=3s make bench-balance. See test/bench/README.md.
 bench-balance:
 	./test/bench/run -suite balance
+
+# The balancing strategies in front of simulated prefix caches (many
+# tenants with long system prompts): needs only Go, writes
+# test/bench/out/prefix.*; ~4 min. Quick: test/bench/run -suite prefix
+# -prefix-duration 5s. See test/bench/README.md.
+bench-prefix:
+	./test/bench/run -suite prefix
 
 # vigil-full alone under 4 minutes of mixed load (about a million requests):
 # RSS, heap, goroutines and open files sampled every 10 s, written to
