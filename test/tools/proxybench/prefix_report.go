@@ -346,7 +346,7 @@ func (r *prefixResults) plot(path string) error {
 		p := plot.New()
 		p.Title.Text = title
 		p.Y.Label.Text = ylabel
-		w := vg.Points(60 / float64(len(prefixStrategies)))
+		w := vg.Points(100 / float64(len(prefixStrategies)))
 		for i, strategy := range prefixStrategies {
 			var v plotter.Values
 			for _, id := range cases {
@@ -370,7 +370,7 @@ func (r *prefixResults) plot(path string) error {
 		p.NominalX(cases...)
 		p.Y.Tick.Marker = plainTicks{}
 		p.Y.Min = 0
-		p.Y.Max += p.Y.Max * 0.3 // room for the legend
+		p.Y.Max *= 1.45 // room for the legend
 		p.Add(plotter.NewGrid())
 		return p, nil
 	}
