@@ -12,7 +12,7 @@
 //	                            stream_options.include_usage, vLLM's prompt_logprobs
 //	POST /v1/completions        legacy logprobs: N, prompt_logprobs, streaming
 //	POST /v1/embeddings         deterministic unit vectors, float or base64
-//	GET  /v1/models
+//	GET  /v1/models             the model, then its LoRA adapters
 //	POST /tokenize              vLLM's, prompt or chat messages: one token per byte
 //	POST /detokenize            vLLM's, token ids back to text
 //	POST /v1/responses          the Responses API, streaming (named SSE events,
@@ -66,7 +66,62 @@
 // TGI: POST /generate, POST /generate_stream, GET /info.
 // Operations: GET /health, GET /metrics (vLLM gauge names).
 // Administration: GET /sim/knobs, POST or PATCH /sim/knobs (partial update),
-// GET /sim/stats.
+// GET /sim/stats, POST /sim/cache/reset (empties the prefix cache, as
+// vLLM's /reset_prefix_cache; the counters keep counting).
+//
+// # Prefix caching
+//
+// With Knobs.PrefixCacheBlocks above zero, a Server models vLLM's automatic
+// prefix caching. A prompt, the text whose ⌈characters/4⌉ tokens usage
+// reports (for chat, Responses and Messages the concatenated text below,
+// so a shared start is a shared prefix and a changed early message changes
+// everything after it; a completions prompt of token ids, its ids), is cut
+// into full blocks of Knobs.BlockSize tokens. Each block's hash covers its
+// tokens and its parent block's hash, so it stands for everything before
+// it; a LoRA adapter's chains start from its own root, as vLLM hashes the
+// adapter into every block. The cache is an LRU of block hashes holding at
+// most PrefixCacheBlocks of them. When a request gets its MaxNumSeqs slot
+// (as vLLM's scheduler looks the cache up), its cached tokens are the
+// leading blocks found × BlockSize, at most (prompt tokens - 1)/BlockSize
+// blocks: vLLM always computes the last prompt token, to have logits to
+// sample from, so a prompt of exactly k cached blocks reuses k-1. Then all
+// the prompt's full blocks become the most recently used, the first block
+// last, so that a prompt's late blocks are evicted before its early ones
+// (vLLM frees a request's blocks tail first). A request whose
+// prompt_logprobs (TGI: decoder_input_details) need the whole prompt
+// reads nothing and counts no query but still caches its blocks;
+// embeddings do not use the cache. Only prompts are cached: the
+// simulator's generated tokens do not tokenize as its prompts do.
+//
+// The first token then waits Knobs.TTFT plus Knobs.PrefillPerToken for
+// every uncached prompt token, while the request holds its slot, so a
+// server at MaxNumSeqs queues the others behind long prefills. Usage
+// reports the cached tokens: chat and completions in
+// usage.prompt_tokens_details.cached_tokens (vLLM with
+// --enable-prompt-tokens-details; the simulator sends it whenever caching
+// is on, 0 included, where vLLM leaves out a 0 — the final usage only, not
+// continuous_usage_stats chunks), Responses in
+// usage.input_tokens_details.cached_tokens, Messages as Anthropic defines
+// it and vLLM maps it: cache_read_input_tokens the cached tokens,
+// cache_creation_input_tokens 0 and input_tokens the uncached rest. With
+// caching off, the output is what it was without it. /metrics counts
+// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total in
+// tokens, as vLLM v1 does, and vllm:kv_cache_usage_perc is the larger of
+// the running requests' share of the KV cache and the cached blocks' share
+// of PrefixCacheBlocks: both live in the one KV cache and a running
+// request's prompt blocks are cache blocks, so the larger counts them
+// once. (vLLM counts cached blocks no request holds as free; the simulator
+// shows them so that a balancer sees where prefixes live.) The
+// kv_cache_usage knob still overrides it. Changing PrefixCacheBlocks at run
+// time evicts down to it; changing BlockSize empties the cache.
+//
+// # LoRA adapters
+//
+// [Options.LoRAModules] lists adapters on /v1/models after the base model,
+// as vLLM's --lora-modules does (parent the base model, root a made-up
+// path, no max_model_len). Requests may name the base model or an
+// adapter, and a response names the model it was asked for; any other
+// model is vLLM's 404. An adapter generates what the base model does.
 //
 // # The model
 //

@@ -130,14 +130,16 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	id := "embd-" + hexID(rng)
 	created := s.createdAt()
 
-	rn := s.begin(r.Context(), k, tokens)
+	// Embeddings do not use the prefix cache (vLLM's pooling models
+	// turn it off), but they prefill every token.
+	rn := s.begin(r.Context(), k, admission{plans: []choicePlan{{tokens: tokens}}, noCache: true})
 	if rn == nil {
 		return
 	}
 	defer rn.end()
 	// An embedding is one forward pass: the time to a first token, and it
 	// generates no token to stall before.
-	if !rn.pause(rn.k.TTFT) {
+	if !rn.pause(rn.ttft()) {
 		return
 	}
 	resp := embeddingResponse{ID: id, Object: "list", Created: created, Model: s.model,

@@ -104,7 +104,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, f *openAIForma
 		s.failOpenAI(w, errSimulated)
 		return
 	}
-	head := openAIHead{ID: f.idPrefix + hexID(rng), Object: f.object, Created: s.createdAt(), Model: s.model}
+	head := openAIHead{ID: f.idPrefix + hexID(rng), Object: f.object, Created: s.createdAt(), Model: s.servedName(req.model())}
 	m := newLM(s.seed, k)
 	promptTokens := 0
 	for _, p := range plans {
@@ -119,7 +119,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, f *openAIForma
 	}
 	choices := startChoices(m, plans, sp.n, sp.topK)
 
-	rn := s.begin(r.Context(), k, promptTokens)
+	// vLLM computes a prompt_logprobs request's prompt whole: it reads
+	// nothing from the prefix cache.
+	rn := s.begin(r.Context(), k, admission{plans: plans, model: req.model(), noRead: sp.promptK >= 0})
 	if rn == nil {
 		return
 	}
@@ -151,7 +153,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, f *openAIForma
 		completion += c.done
 		out[i] = f.choice(c, logprobs[i], promptLogprobs[c.plan])
 	}
-	writeJSON(w, http.StatusOK, f.response(head, out, newUsage(promptTokens, completion), promptLogprobs[&plans[0]]))
+	writeJSON(w, http.StatusOK, f.response(head, out, rn.usage(promptTokens, completion), promptLogprobs[&plans[0]]))
 }
 
 // streamGeneration sends vLLM's chunk sequence: per choice the opening
@@ -164,6 +166,8 @@ func (s *Server) streamGeneration(w http.ResponseWriter, rn *run, f *openAIForma
 	send := func(choice any) error {
 		var usage *usageInfo
 		if sp.opts.continuous() {
+			// vLLM's continuous usage has no prompt_tokens_details;
+			// the final usage chunk has them.
 			usage = newUsage(promptTokens, completion)
 		}
 		return sse.event(openAIChunk{openAIHead: head, Choices: []any{choice}, Usage: usage})
@@ -190,7 +194,7 @@ func (s *Server) streamGeneration(w http.ResponseWriter, rn *run, f *openAIForma
 		return
 	}
 	if sp.opts.includeUsage() {
-		if err := sse.event(openAIChunk{openAIHead: head, Choices: []any{}, Usage: newUsage(promptTokens, completion)}); err != nil {
+		if err := sse.event(openAIChunk{openAIHead: head, Choices: []any{}, Usage: rn.usage(promptTokens, completion)}); err != nil {
 			rn.cancel()
 			return
 		}

@@ -18,8 +18,15 @@ import (
 // In JSON the fields are snake_case; durations are Go duration strings such
 // as "50ms", and a bare number is read as milliseconds.
 type Knobs struct {
-	// TTFT is the delay before the first token. Zero means none.
+	// TTFT is the fixed part of the delay before the first token: with
+	// PrefillPerToken it is TTFT + PrefillPerToken × the prompt tokens the
+	// prefix cache did not hold. Zero means none.
 	TTFT time.Duration
+	// PrefillPerToken is the prefill time of one prompt token that is not
+	// in the prefix cache, spent while the request holds its MaxNumSeqs
+	// slot. Zero (the default) means prefill is free and TTFT alone is the
+	// delay, whatever the cache holds.
+	PrefillPerToken time.Duration
 	// ITL is the inter-token latency: the delay before every token after
 	// the first. Zero means none. A non-streaming response of n tokens is
 	// sent when its last token is generated, after TTFT + (n-1)·ITL (plus
@@ -67,6 +74,17 @@ type Knobs struct {
 	// (and vllm:gpu_cache_usage_perc) instead of the measured usage, in
 	// [0, 1]. Zero means the measured usage.
 	KVCacheUsage float64
+	// PrefixCacheBlocks is the capacity, in blocks of BlockSize tokens, of
+	// the simulated automatic prefix cache (vLLM's
+	// --enable-prefix-caching); see the package documentation. Zero (the
+	// default) turns prefix caching off. Lowering it evicts the least
+	// recently used blocks down to the new capacity.
+	PrefixCacheBlocks int
+	// BlockSize is the number of tokens per KV cache block, vLLM's
+	// --block-size: the prefix cache holds and matches whole blocks.
+	// Zero in [Options] or [Server.SetKnobs] means the default, 16.
+	// Changing it empties the cache, whose block hashes no longer match.
+	BlockSize int
 }
 
 // Limits that keep every request's memory and time bounded whatever the input.
@@ -82,18 +100,26 @@ const (
 	// maxPromptLogprobTokens caps the prompt length for prompt_logprobs and
 	// TGI's decoder_input_details, which list every prompt token.
 	maxPromptLogprobTokens = 1 << 15
+	// maxPrefixCacheBlocks bounds the prefix cache's memory (about 100
+	// bytes a block): 2^20 blocks of 16 tokens are 16M tokens.
+	maxPrefixCacheBlocks = 1 << 20
+	// maxBlockSize bounds BlockSize; vLLM's largest is 256.
+	maxBlockSize = 1 << 12
+	// defaultBlockSize is vLLM's default --block-size on GPUs.
+	defaultBlockSize = 16
 )
 
 // DefaultKnobs returns the defaults: no latency, no errors, no context limit,
-// confidence 0.8, no noise, 32 output tokens, 64 concurrent sequences.
+// confidence 0.8, no noise, 32 output tokens, 64 concurrent sequences, no
+// prefix cache (blocks of 16 tokens when one is set).
 func DefaultKnobs() Knobs {
-	return Knobs{Confidence: 0.8, OutputTokens: 32, MaxNumSeqs: 64}
+	return Knobs{Confidence: 0.8, OutputTokens: 32, MaxNumSeqs: 64, BlockSize: defaultBlockSize}
 }
 
 // Validate reports every knob outside its range, each error naming the
 // knob by its JSON name (for example "error_rate: must be in [0, 1], got 2").
 // It is strict: unlike [New] and [Server.SetKnobs], it does not read zero
-// Confidence, OutputTokens or MaxNumSeqs as "the default".
+// Confidence, OutputTokens, MaxNumSeqs or BlockSize as "the default".
 func (k Knobs) Validate() error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
@@ -101,6 +127,9 @@ func (k Knobs) Validate() error {
 	}
 	if k.TTFT < 0 {
 		bad("ttft", "must not be negative, got %s", k.TTFT)
+	}
+	if k.PrefillPerToken < 0 {
+		bad("prefill_per_token", "must not be negative, got %s", k.PrefillPerToken)
 	}
 	if k.ITL < 0 {
 		bad("itl", "must not be negative, got %s", k.ITL)
@@ -135,15 +164,22 @@ func (k Knobs) Validate() error {
 	if !(k.KVCacheUsage >= 0 && k.KVCacheUsage <= 1) {
 		bad("kv_cache_usage", "must be in [0, 1] (0 means measured), got %v", k.KVCacheUsage)
 	}
+	if k.PrefixCacheBlocks < 0 || k.PrefixCacheBlocks > maxPrefixCacheBlocks {
+		bad("prefix_cache_blocks", "must be in [0, %d] (0 means no prefix caching), got %d", maxPrefixCacheBlocks, k.PrefixCacheBlocks)
+	}
+	if k.BlockSize < 1 || k.BlockSize > maxBlockSize {
+		bad("block_size", "must be in [1, %d], got %d", maxBlockSize, k.BlockSize)
+	}
 	return errors.Join(errs...)
 }
 
-// normalized fills zero Confidence, OutputTokens and MaxNumSeqs with their
+// normalized fills zero Confidence, OutputTokens, MaxNumSeqs and BlockSize with their
 // defaults and clamps everything else into range, so that the hot path never
 // sees a value it cannot use, whatever a caller of SetKnobs passed.
 func (k Knobs) normalized() Knobs {
 	d := DefaultKnobs()
 	k.TTFT = max(k.TTFT, 0)
+	k.PrefillPerToken = max(k.PrefillPerToken, 0)
 	k.ITL = max(k.ITL, 0)
 	k.Stall = max(k.Stall, 0)
 	k.StallAfter = max(k.StallAfter, 0)
@@ -163,6 +199,11 @@ func (k Knobs) normalized() Knobs {
 	}
 	k.ExtraWaiting = max(k.ExtraWaiting, 0)
 	k.KVCacheUsage = clampFinite(k.KVCacheUsage, 0, 1, 0)
+	k.PrefixCacheBlocks = min(max(k.PrefixCacheBlocks, 0), maxPrefixCacheBlocks)
+	if k.BlockSize <= 0 {
+		k.BlockSize = d.BlockSize
+	}
+	k.BlockSize = min(k.BlockSize, maxBlockSize)
 	return k
 }
 
@@ -175,52 +216,61 @@ func clampFinite(v, lo, hi, ifNaN float64) float64 {
 
 // knobsJSON is the wire form of Knobs, in field order.
 type knobsJSON struct {
-	TTFT         string  `json:"ttft"`
-	ITL          string  `json:"itl"`
-	Stall        string  `json:"stall"`
-	StallAfter   int     `json:"stall_after"`
-	ErrorRate    float64 `json:"error_rate"`
-	MaxModelLen  int     `json:"max_model_len"`
-	Confidence   float64 `json:"confidence"`
-	Noise        float64 `json:"noise"`
-	OutputTokens int     `json:"output_tokens"`
-	MaxNumSeqs   int     `json:"max_num_seqs"`
-	ExtraWaiting int     `json:"extra_waiting"`
-	KVCacheUsage float64 `json:"kv_cache_usage"`
+	TTFT              string  `json:"ttft"`
+	PrefillPerToken   string  `json:"prefill_per_token"`
+	ITL               string  `json:"itl"`
+	Stall             string  `json:"stall"`
+	StallAfter        int     `json:"stall_after"`
+	ErrorRate         float64 `json:"error_rate"`
+	MaxModelLen       int     `json:"max_model_len"`
+	Confidence        float64 `json:"confidence"`
+	Noise             float64 `json:"noise"`
+	OutputTokens      int     `json:"output_tokens"`
+	MaxNumSeqs        int     `json:"max_num_seqs"`
+	ExtraWaiting      int     `json:"extra_waiting"`
+	KVCacheUsage      float64 `json:"kv_cache_usage"`
+	PrefixCacheBlocks int     `json:"prefix_cache_blocks"`
+	BlockSize         int     `json:"block_size"`
 }
 
 // knobsPatch is what UnmarshalJSON accepts: every field optional.
 type knobsPatch struct {
-	TTFT         json.RawMessage `json:"ttft"`
-	ITL          json.RawMessage `json:"itl"`
-	Stall        json.RawMessage `json:"stall"`
-	StallAfter   *int            `json:"stall_after"`
-	ErrorRate    *float64        `json:"error_rate"`
-	MaxModelLen  *int            `json:"max_model_len"`
-	Confidence   *float64        `json:"confidence"`
-	Noise        *float64        `json:"noise"`
-	OutputTokens *int            `json:"output_tokens"`
-	MaxNumSeqs   *int            `json:"max_num_seqs"`
-	ExtraWaiting *int            `json:"extra_waiting"`
-	KVCacheUsage *float64        `json:"kv_cache_usage"`
+	TTFT              json.RawMessage `json:"ttft"`
+	PrefillPerToken   json.RawMessage `json:"prefill_per_token"`
+	ITL               json.RawMessage `json:"itl"`
+	Stall             json.RawMessage `json:"stall"`
+	StallAfter        *int            `json:"stall_after"`
+	ErrorRate         *float64        `json:"error_rate"`
+	MaxModelLen       *int            `json:"max_model_len"`
+	Confidence        *float64        `json:"confidence"`
+	Noise             *float64        `json:"noise"`
+	OutputTokens      *int            `json:"output_tokens"`
+	MaxNumSeqs        *int            `json:"max_num_seqs"`
+	ExtraWaiting      *int            `json:"extra_waiting"`
+	KVCacheUsage      *float64        `json:"kv_cache_usage"`
+	PrefixCacheBlocks *int            `json:"prefix_cache_blocks"`
+	BlockSize         *int            `json:"block_size"`
 }
 
 // MarshalJSON writes the knobs with snake_case names and durations as Go
 // duration strings.
 func (k Knobs) MarshalJSON() ([]byte, error) {
 	return json.Marshal(knobsJSON{
-		TTFT:         k.TTFT.String(),
-		ITL:          k.ITL.String(),
-		Stall:        k.Stall.String(),
-		StallAfter:   k.StallAfter,
-		ErrorRate:    k.ErrorRate,
-		MaxModelLen:  k.MaxModelLen,
-		Confidence:   k.Confidence,
-		Noise:        k.Noise,
-		OutputTokens: k.OutputTokens,
-		MaxNumSeqs:   k.MaxNumSeqs,
-		ExtraWaiting: k.ExtraWaiting,
-		KVCacheUsage: k.KVCacheUsage,
+		TTFT:              k.TTFT.String(),
+		PrefillPerToken:   k.PrefillPerToken.String(),
+		ITL:               k.ITL.String(),
+		Stall:             k.Stall.String(),
+		StallAfter:        k.StallAfter,
+		ErrorRate:         k.ErrorRate,
+		MaxModelLen:       k.MaxModelLen,
+		Confidence:        k.Confidence,
+		Noise:             k.Noise,
+		OutputTokens:      k.OutputTokens,
+		MaxNumSeqs:        k.MaxNumSeqs,
+		ExtraWaiting:      k.ExtraWaiting,
+		KVCacheUsage:      k.KVCacheUsage,
+		PrefixCacheBlocks: k.PrefixCacheBlocks,
+		BlockSize:         k.BlockSize,
 	})
 }
 
@@ -250,7 +300,11 @@ func (k *Knobs) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	k.TTFT, k.ITL, k.Stall = ttft, itl, stall
+	prefill, err := parseDuration("prefill_per_token", p.PrefillPerToken, k.PrefillPerToken)
+	if err != nil {
+		return err
+	}
+	k.TTFT, k.ITL, k.Stall, k.PrefillPerToken = ttft, itl, stall, prefill
 	if p.StallAfter != nil {
 		k.StallAfter = *p.StallAfter
 	}
@@ -277,6 +331,12 @@ func (k *Knobs) UnmarshalJSON(b []byte) error {
 	}
 	if p.KVCacheUsage != nil {
 		k.KVCacheUsage = *p.KVCacheUsage
+	}
+	if p.PrefixCacheBlocks != nil {
+		k.PrefixCacheBlocks = *p.PrefixCacheBlocks
+	}
+	if p.BlockSize != nil {
+		k.BlockSize = *p.BlockSize
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -41,9 +42,17 @@ type textBlock struct {
 	Text string `json:"text"`
 }
 
+// anthropicUsage is the Message's usage. With prefix caching on, as vLLM
+// reports it since it maps prompt_tokens_details: input_tokens are the
+// prompt tokens the cache did not hold, cache_read_input_tokens those it
+// held, and cache_creation_input_tokens 0 (vLLM has no cache writes to
+// report), so that their sum is the prompt, as Anthropic defines it. With
+// caching off the cache fields are absent.
 type anthropicUsage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	InputTokens              int  `json:"input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens,omitempty"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens,omitempty"`
+	OutputTokens             int  `json:"output_tokens"`
 }
 
 // anthropicError is Anthropic's error body.
@@ -129,7 +138,7 @@ func (s *Server) checkMessages(req *messagesRequest, needMaxTokens bool) *apiErr
 	switch {
 	case req.Model == nil:
 		return badRequest("model: Field required")
-	case *req.Model != s.model:
+	case *req.Model != s.model && !slices.Contains(s.adapters, *req.Model):
 		return &apiError{status: http.StatusNotFound, msg: "model: " + *req.Model}
 	case needMaxTokens && req.MaxTokens == nil:
 		return badRequest("max_tokens: Field required")
@@ -182,15 +191,20 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		s.failAnthropic(w, &apiError{status: http.StatusInternalServerError, msg: errSimulated.msg})
 		return
 	}
-	msg := anthropicMessage{
-		ID: "msg_" + hexID(rng), Type: "message", Role: "assistant", Model: s.model,
-		Content: []textBlock{}, Usage: anthropicUsage{InputTokens: c.plan.tokens},
-	}
-	rn := s.begin(r.Context(), k, c.plan.tokens)
+	rn := s.begin(r.Context(), k, onePrompt(c.plan.prompt, c.plan.tokens, *req.Model))
 	if rn == nil {
 		return
 	}
 	defer rn.end()
+	msg := anthropicMessage{
+		ID: "msg_" + hexID(rng), Type: "message", Role: "assistant", Model: s.servedName(*req.Model),
+		Content: []textBlock{}, Usage: anthropicUsage{InputTokens: c.plan.tokens},
+	}
+	if k.PrefixCacheBlocks > 0 {
+		read, created := rn.cached, 0
+		msg.Usage.InputTokens -= read
+		msg.Usage.CacheReadInputTokens, msg.Usage.CacheCreationInputTokens = &read, &created
+	}
 	if req.Stream {
 		s.streamMessage(w, rn, c, msg)
 		return

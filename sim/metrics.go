@@ -30,6 +30,10 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	kv := min(max(float64(s.kvTokens.Load())/kvCacheTokens, 0), 1)
 	k := s.knobs.Load()
+	// The prefix cache's blocks and the running requests' tokens share the
+	// one KV cache, and a running request's prompt blocks are cache
+	// blocks too: the larger of the two shares counts them once.
+	kv = max(kv, s.cache.usage())
 	if k.KVCacheUsage > 0 {
 		kv = k.KVCacheUsage
 	}
@@ -38,6 +42,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", val(model, s.waiting.Load()+int64(k.ExtraWaiting)))
 	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", fval(model, kv))
 	metric("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage. Older name of vllm:kv_cache_usage_perc.", fval(model, kv))
+	metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", val(model, s.cache.queries.Load()))
+	metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", val(model, s.cache.hits.Load()))
 	metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", val(model, s.promptTokens.Load()))
 	metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", val(model, s.generationTokens.Load()))
 	metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -141,10 +142,19 @@ func jsonKind(t reflect.Type) string {
 }
 
 func (s *Server) checkModel(model string) *apiError {
-	if model == "" || model == s.model {
+	if model == "" || model == s.model || slices.Contains(s.adapters, model) {
 		return nil
 	}
 	return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", model)}
+}
+
+// servedName is the model a response names for a request that named model:
+// the adapter it named, else the base model, as vLLM answers.
+func (s *Server) servedName(model string) string {
+	if model != "" && slices.Contains(s.adapters, model) {
+		return model
+	}
+	return s.model
 }
 
 // streamOptions is OpenAI's stream_options. As in vLLM, include_usage
@@ -165,10 +175,27 @@ type usageInfo struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	TotalTokens      int `json:"total_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
+	// PromptTokensDetails is vLLM's under --enable-prompt-tokens-details:
+	// set whenever prefix caching is on, absent when it is off.
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 func newUsage(prompt, completion int) *usageInfo {
 	return &usageInfo{PromptTokens: prompt, TotalTokens: prompt + completion, CompletionTokens: completion}
+}
+
+// usage is the request's usage after completion tokens, with the cached
+// prompt tokens when prefix caching is on.
+func (r *run) usage(prompt, completion int) *usageInfo {
+	u := newUsage(prompt, completion)
+	if r.k.PrefixCacheBlocks > 0 {
+		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: r.cached}
+	}
+	return u
 }
 
 // sampling is what the common request fields ask for.
@@ -553,19 +580,36 @@ type modelList struct {
 	Data   []modelCard `json:"data"`
 }
 
+// handleModels lists the base model, then the LoRA adapters as vLLM's
+// show_available_models does: with the base model as parent, the
+// adapter's path as root and no max_model_len.
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	created := s.createdAt()
 	var maxLen *int
 	if l := s.Knobs().MaxModelLen; l > 0 {
 		maxLen = &l
 	}
-	perm := modelPermission{
-		ID:     "modelperm-" + hexID(requestRNG(s.seed, []byte(s.model))),
-		Object: "model_permission", Created: created,
-		AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
+	perm := func(name string) []modelPermission {
+		return []modelPermission{{
+			ID:     "modelperm-" + hexID(requestRNG(s.seed, []byte(name))),
+			Object: "model_permission", Created: created,
+			AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
+		}}
 	}
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
+	cards := []modelCard{{
 		ID: s.model, Object: "model", Created: created, OwnedBy: "vllm", Root: s.model,
-		MaxModelLen: maxLen, Permission: []modelPermission{perm},
-	}}})
+		MaxModelLen: maxLen, Permission: perm(s.model),
+	}}
+	for _, a := range s.adapters {
+		cards = append(cards, modelCard{
+			ID: a, Object: "model", Created: created, OwnedBy: "vllm", Root: loraPath(a),
+			Parent: &s.model, Permission: perm(a),
+		})
+	}
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: cards})
 }
+
+// loraPath is the local path /v1/models gives as an adapter's root: the
+// simulator loads none, so it is made up, shaped as vLLM's
+// --lora-modules name=path would give it.
+func loraPath(name string) string { return "/adapters/" + name }

@@ -356,7 +356,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := &responseObject{
-		ID: respID, CreatedAt: s.createdAt(), Instructions: req.Instructions, Model: s.model,
+		ID: respID, CreatedAt: s.createdAt(), Instructions: req.Instructions, Model: s.servedName(req.Model),
 		Object: "response", Output: []responseMessage{}, ParallelToolCalls: true,
 		Temperature: 1, ToolChoice: "auto", Tools: []any{}, TopP: 1,
 		MaxOutputTokens: req.MaxOutputTokens, PreviousResponseID: req.PreviousResponseID,
@@ -370,7 +370,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		resp.TopP = *req.TopP
 	}
 
-	rn := s.begin(r.Context(), k, c.plan.tokens)
+	rn := s.begin(r.Context(), k, onePrompt(c.plan.prompt, c.plan.tokens, req.Model))
 	if rn == nil {
 		return
 	}
@@ -381,6 +381,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		resp.Output = []responseMessage{{Type: "message", ID: msgID, Status: "completed", Role: "assistant", Content: []outputText{part}}}
 		resp.Status = "completed"
 		u := &responseUsage{InputTokens: c.plan.tokens, OutputTokens: c.done, TotalTokens: c.plan.tokens + c.done}
+		u.InputTokensDetails.CachedTokens = rn.cached
 		resp.Usage = u
 	}
 	store := req.Store == nil || *req.Store

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +30,15 @@ type Options struct {
 	// Created, when not zero, is the "created" timestamp of every response,
 	// for byte-identical tests; zero means the time of the response.
 	Created int64
-	// Knobs are the initial knobs. Zero Confidence, OutputTokens and
-	// MaxNumSeqs mean their defaults (see [DefaultKnobs]); the other zero
-	// values mean what they say.
+	// Knobs are the initial knobs. Zero Confidence, OutputTokens,
+	// MaxNumSeqs and BlockSize mean their defaults (see [DefaultKnobs]);
+	// the other zero values mean what they say.
 	Knobs Knobs
+	// LoRAModules are the names of LoRA adapters served on top of Model,
+	// as vLLM's --lora-modules: /v1/models lists them with Model as their
+	// parent, and requests may name them. An adapter answers as the base
+	// model does, under its own name, with prefix cache blocks of its own.
+	LoRAModules []string
 }
 
 // Stats counts the requests on the inference routes (OpenAI, Anthropic and
@@ -62,6 +69,9 @@ type Server struct {
 	mux     *http.ServeMux
 	// stored holds the Responses API's stored responses.
 	stored *responseStore
+	// adapters are the LoRA adapters' names, in Options order.
+	adapters []string
+	cache    *prefixCache
 
 	requests, running, waiting, cancelled, errors atomic.Int64
 	// draws counts error-rate decisions; see failNext.
@@ -75,12 +85,18 @@ type Server struct {
 
 // New returns a Server ready to serve [Server.Handler].
 func New(opts Options) *Server {
-	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created, stored: newResponseStore(maxStoredResponses)}
+	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created, stored: newResponseStore(maxStoredResponses), cache: newPrefixCache()}
 	if s.model == "" {
 		s.model = "sim-model"
 	}
+	for _, a := range opts.LoRAModules {
+		if a != "" && a != s.model && !slices.Contains(s.adapters, a) {
+			s.adapters = append(s.adapters, a)
+		}
+	}
 	k := opts.Knobs.normalized()
 	s.knobs.Store(&k)
+	s.cache.sync(&k)
 	s.seqs = &limiter{
 		limit:   func() int { return s.knobs.Load().MaxNumSeqs },
 		waiting: &s.waiting,
@@ -112,6 +128,10 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /sim/knobs", s.handleGetKnobs)
 	mux.HandleFunc("POST /sim/knobs", s.handlePatchKnobs)
 	mux.HandleFunc("PATCH /sim/knobs", s.handlePatchKnobs)
+	mux.HandleFunc("POST /sim/cache/reset", func(w http.ResponseWriter, _ *http.Request) {
+		s.ResetPrefixCache()
+		writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
+	})
 	mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	return mux
 }
@@ -131,7 +151,12 @@ func (s *Server) SetKnobs(k Knobs) {
 	k = k.normalized()
 	s.knobs.Store(&k)
 	s.seqs.wake()
+	s.cache.sync(s.knobs.Load())
 }
+
+// ResetPrefixCache empties the prefix cache, as vLLM's POST
+// /reset_prefix_cache does; its counters on /metrics keep counting.
+func (s *Server) ResetPrefixCache() { s.cache.reset() }
 
 // failNext decides whether the next request gets a simulated error. The
 // n-th decision of a server draws from a PCG seeded with (Seed, n), so a seed
@@ -189,6 +214,7 @@ func (s *Server) handlePatchKnobs(w http.ResponseWriter, r *http.Request) {
 		}
 		if s.knobs.CompareAndSwap(old, &k) {
 			s.seqs.wake()
+			s.cache.sync(s.knobs.Load())
 			writeJSON(w, http.StatusOK, k)
 			return
 		}
@@ -239,6 +265,11 @@ type run struct {
 	k         Knobs
 	kv        int64
 	cancelled bool
+	// cached is the number of prompt tokens the prefix cache held; the
+	// others are prefilled before the first token.
+	cached int
+	// prefill is the time prefilling the uncached prompt tokens takes.
+	prefill time.Duration
 	// due is when the last token was due: tokens are paced against a
 	// schedule (start + TTFT + i·ITL), as an engine's steps are, so a
 	// late wake-up makes the next gap shorter instead of delaying every
@@ -246,18 +277,62 @@ type run struct {
 	due time.Time
 }
 
-// begin waits for a sequence slot. It returns nil when the client went away
-// first, having counted the cancellation.
-func (s *Server) begin(ctx context.Context, k Knobs, promptTokens int) *run {
+// admission is what a request prefills: its prompts with their token counts,
+// the model it named (the base model or an adapter) and whether it may read
+// the prefix cache.
+type admission struct {
+	plans  []choicePlan
+	model  string
+	noRead bool
+	// noCache keeps the prompts out of the cache altogether.
+	noCache bool
+}
+
+// onePrompt is the admission of a request with one prompt of n tokens.
+func onePrompt(p promptText, n int, model string) admission {
+	return admission{plans: []choicePlan{{prompt: p, tokens: n}}, model: model}
+}
+
+// begin waits for a sequence slot, then looks the prompts up in the prefix
+// cache, which sets the run's cached tokens and its prefill time: the
+// lookup happens when the request is scheduled, as vLLM's scheduler does
+// it, so a request that waited sees the blocks of those served before it.
+// It returns nil when the client went away first, having counted the
+// cancellation.
+func (s *Server) begin(ctx context.Context, k Knobs, ps admission) *run {
 	if err := s.seqs.acquire(ctx); err != nil {
 		s.cancelled.Add(1)
 		return nil
 	}
 	s.running.Add(1)
-	s.promptTokens.Add(int64(promptTokens))
-	r := &run{s: s, ctx: ctx, k: k, due: time.Now()}
-	r.hold(int64(promptTokens))
+	total := 0
+	r := &run{s: s, ctx: ctx, k: k}
+	root := uint64(0)
+	if ps.model != s.model {
+		root = modelRoot(ps.model)
+	}
+	for _, p := range ps.plans {
+		total += p.tokens
+		if !ps.noCache {
+			r.cached += s.cache.lookup(root, p.prompt, p.tokens, !ps.noRead)
+		}
+	}
+	s.promptTokens.Add(int64(total))
+	r.prefill = prefillTime(k.PrefillPerToken, total-r.cached)
+	r.hold(int64(total))
+	r.due = time.Now()
 	return r
+}
+
+// prefillTime is per × tokens, saturated rather than overflowing.
+func prefillTime(per time.Duration, tokens int) time.Duration {
+	if per <= 0 || tokens <= 0 {
+		return 0
+	}
+	if int64(tokens) > math.MaxInt64/int64(per) {
+		return math.MaxInt64
+	}
+	return per * time.Duration(tokens)
 }
 
 // hold adds n tokens to the KV cache the run holds.
@@ -266,13 +341,14 @@ func (r *run) hold(n int64) {
 	r.s.kvTokens.Add(n)
 }
 
-// wait sleeps until token i of each choice is due: TTFT before the first,
-// ITL before each later one, and Stall more before token StallAfter. It
-// returns false, having counted the cancellation, if the client went away.
+// wait sleeps until token i of each choice is due: TTFT and the prefill
+// of the uncached prompt tokens before the first, ITL before each later
+// one, and Stall more before token StallAfter. It returns false, having
+// counted the cancellation, if the client went away.
 func (r *run) wait(i int) bool {
 	d := r.k.ITL
 	if i == 0 {
-		d = r.k.TTFT
+		d = r.ttft()
 	}
 	// Choices advance in step, so token i of every choice follows the
 	// first i of each: one stall per request.
@@ -281,6 +357,15 @@ func (r *run) wait(i int) bool {
 	}
 	r.due = r.due.Add(d)
 	return r.pause(time.Until(r.due))
+}
+
+// ttft is the delay before the first token: TTFT plus the prefill,
+// saturated.
+func (r *run) ttft() time.Duration {
+	if r.prefill > math.MaxInt64-r.k.TTFT {
+		return math.MaxInt64
+	}
+	return r.k.TTFT + r.prefill
 }
 
 // pause sleeps d. It returns false, having counted the cancellation, if the

@@ -143,7 +143,7 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 func TestKnobsAPI(t *testing.T) {
 	s, ts := newTestServer(t, DefaultKnobs())
 	status, body := testutil.Get(t, ts.URL+"/sim/knobs")
-	want := `{"ttft":"0s","itl":"0s","stall":"0s","stall_after":0,"error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0}`
+	want := `{"ttft":"0s","prefill_per_token":"0s","itl":"0s","stall":"0s","stall_after":0,"error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0,"prefix_cache_blocks":0,"block_size":16}`
 	if status != http.StatusOK || string(body) != want {
 		t.Errorf("GET /sim/knobs: %d %s", status, body)
 	}
@@ -178,6 +178,10 @@ func TestKnobsAPI(t *testing.T) {
 		{`{"stall":"soon"}`, `stall: want a Go duration such as "50ms" or a number of milliseconds, got "soon"`},
 		{`{"stall_after":"3"}`, "stall_after: expected an integer, got JSON string"},
 		{`{"extra_waiting":-1,"kv_cache_usage":2}`, "extra_waiting: must not be negative, got -1\nkv_cache_usage: must be in [0, 1] (0 means measured), got 2"},
+		{`{"prefill_per_token":"-1ms","prefix_cache_blocks":-1,"block_size":0}`, "prefill_per_token: must not be negative, got -1ms\nprefix_cache_blocks: must be in [0, 1048576] (0 means no prefix caching), got -1\nblock_size: must be in [1, 4096], got 0"},
+		{`{"prefill_per_token":"slow"}`, `prefill_per_token: want a Go duration such as "50ms" or a number of milliseconds, got "slow"`},
+		{`{"block_size":"16"}`, "block_size: expected an integer, got JSON string"},
+		{`{"prefix_cache_blocks":1048577}`, "prefix_cache_blocks: must be in [0, 1048576] (0 means no prefix caching), got 1048577"},
 	}
 	for _, tt := range tests {
 		status, _, body := testutil.Post(t, ts.URL+"/sim/knobs", tt.body)
@@ -198,7 +202,8 @@ func TestKnobsAPI(t *testing.T) {
 func TestKnobsJSONRoundTrip(t *testing.T) {
 	k := Knobs{TTFT: 80 * time.Millisecond, ITL: 15 * time.Millisecond, Stall: 1500 * time.Millisecond, StallAfter: 12,
 		ErrorRate: 0.05, MaxModelLen: 8192,
-		Confidence: 0.7, Noise: 0.1, OutputTokens: 64, MaxNumSeqs: 16, ExtraWaiting: 3, KVCacheUsage: 0.25}
+		Confidence: 0.7, Noise: 0.1, OutputTokens: 64, MaxNumSeqs: 16, ExtraWaiting: 3, KVCacheUsage: 0.25,
+		PrefillPerToken: 250 * time.Microsecond, PrefixCacheBlocks: 4096, BlockSize: 32}
 	b, err := k.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)

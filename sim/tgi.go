@@ -195,7 +195,11 @@ func (s *Server) startTGI(w http.ResponseWriter, r *http.Request, stream bool) (
 	j.m = newLM(s.seed, k)
 	pl := choicePlan{prompt: j.prompt, tokens: j.tokens, gen: j.gen, finish: j.finish}
 	choices := startChoices(j.m, []choicePlan{pl}, 1, j.topN)
-	return j, choices, s.begin(r.Context(), k, j.tokens)
+	// TGI has no prompt_logprobs; decoder_input_details lists the prompt
+	// tokens' logprobs, which a cached prefix would lack.
+	ps := onePrompt(j.prompt, j.tokens, "")
+	ps.noRead = j.p.DecoderInputDetails
+	return j, choices, s.begin(r.Context(), k, ps)
 }
 
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {

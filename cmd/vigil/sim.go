@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/vigil-gw/vigil/internal/app"
@@ -31,10 +33,22 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 	noise := fs.Float64("noise", d.Noise, "std-dev of quantization-like noise on logprobs")
 	outTok := fs.Int("output-tokens", d.OutputTokens, "tokens generated when a request sets no max_tokens")
 	seqs := fs.Int("max-num-seqs", d.MaxNumSeqs, "sequences served at once; more wait in a queue")
+	prefill := fs.Duration("prefill-per-token", d.PrefillPerToken, "prefill time per prompt token not in the prefix cache, added to --ttft (0: none)")
+	cacheBlocks := fs.Int("prefix-cache-blocks", d.PrefixCacheBlocks, "prefix cache capacity in blocks of --block-size tokens (0: prefix caching off)")
+	blockSize := fs.Int("block-size", d.BlockSize, "tokens per KV cache block")
+	lora := fs.String("lora-modules", "", "comma-separated `names` of LoRA adapters served on top of --model")
 	return func() sim.Options {
-		return sim.Options{Model: *model, Seed: *seed, Created: *created, Knobs: sim.Knobs{
+		var adapters []string
+		for _, a := range strings.Split(*lora, ",") {
+			// vLLM's name=path form is accepted; the path is not read.
+			if name, _, _ := strings.Cut(strings.TrimSpace(a), "="); name != "" {
+				adapters = append(adapters, name)
+			}
+		}
+		return sim.Options{Model: *model, Seed: *seed, Created: *created, LoRAModules: adapters, Knobs: sim.Knobs{
 			TTFT: *ttft, ITL: *itl, Stall: *stall, StallAfter: *stallAfter, ErrorRate: *errRate,
 			MaxModelLen: *maxLen, Confidence: *conf, Noise: *noise, OutputTokens: *outTok, MaxNumSeqs: *seqs,
+			PrefillPerToken: *prefill, PrefixCacheBlocks: *cacheBlocks, BlockSize: *blockSize,
 		}}
 	}
 }
@@ -46,6 +60,11 @@ func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 	opts := simFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// A flag out of range is refused, naming its knob, rather than
+	// clamped as Server.SetKnobs would.
+	if err := opts().Knobs.Validate(); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	log := newLogger(stderr, "info")
 	ln, err := net.Listen("tcp", *listen)

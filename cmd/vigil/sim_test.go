@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,5 +41,37 @@ func TestSimFlags(t *testing.T) {
 		if err := k.Validate(); err != nil {
 			t.Errorf("%v: %v", tt.args, err)
 		}
+	}
+}
+
+// TestSimPrefixCacheFlags: the prefix cache flags reach the knobs, the
+// LoRA adapters the options (vLLM's name=path form included), and a flag
+// out of range stops the command, naming its knob.
+func TestSimPrefixCacheFlags(t *testing.T) {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	opts := simFlags(fs)
+	if err := fs.Parse([]string{"--prefill-per-token", "200us", "--prefix-cache-blocks", "4096", "--block-size", "32",
+		"--lora-modules", "sql-lora, chat-lora=/models/chat,,"}); err != nil {
+		t.Fatal(err)
+	}
+	o := opts()
+	k := o.Knobs
+	if k.PrefillPerToken != 200*time.Microsecond || k.PrefixCacheBlocks != 4096 || k.BlockSize != 32 {
+		t.Errorf("knobs: prefill %v, blocks %d, block size %d", k.PrefillPerToken, k.PrefixCacheBlocks, k.BlockSize)
+	}
+	if d := cmp.Diff([]string{"sql-lora", "chat-lora"}, o.LoRAModules); d != "" {
+		t.Errorf("LoRA modules (-want +got):\n%s", d)
+	}
+
+	fs = flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if def := simFlags(fs)(); def.Knobs.BlockSize != 16 || def.Knobs.PrefixCacheBlocks != 0 || def.LoRAModules != nil {
+		t.Errorf("defaults: %+v", def)
+	}
+
+	err := runSim(t.Context(), []string{"--listen", "127.0.0.1:0", "--block-size", "0"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "block_size: must be in [1, 4096], got 0") {
+		t.Errorf("--block-size 0: %v", err)
 	}
 }
