@@ -178,6 +178,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.prefix.clients, "prefix-clients", envInt("BENCH_PREFIX_CLIENTS", 12), "prefix suite: concurrent closed-loop clients, split among the replicas ($BENCH_PREFIX_CLIENTS)")
 	fs.StringVar(&c.prefix.cases, "prefix-cases", env("BENCH_PREFIX_CASES", "uniform,hot,replicas"), "prefix suite: cases run, comma-separated ($BENCH_PREFIX_CASES)")
 	fs.StringVar(&c.prefix.set, "prefix-set", env("BENCH_PREFIX_SET", ""), "prefix suite: balancer.prefix settings of the prefix strategy's gateways, key=value,... (e.g. guard_abs=4,min_chars=256) ($BENCH_PREFIX_SET)")
+	fs.StringVar(&c.prefix.strategies, "prefix-strategies", env("BENCH_PREFIX_STRATEGIES", ""), "prefix suite: strategies run, comma-separated; empty: all four ($BENCH_PREFIX_STRATEGIES)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -37,6 +37,9 @@ type prefixSettings struct {
 	// set is balancer.prefix settings for the gateways of the prefix
 	// strategy, "key=value,..." (tuning without rebuilding Vigil).
 	set string
+	// strategies limits the strategies run, comma-separated (tuning:
+	// round_robin and prefix alone take half the time); "" is all.
+	strategies string
 }
 
 func (p prefixSettings) validate() error {
@@ -52,6 +55,11 @@ func (p prefixSettings) validate() error {
 	}
 	if _, err := prefixSetYAML(p.set); err != nil {
 		errs = append(errs, err)
+	}
+	for s := range strings.SplitSeq(p.strategies, ",") {
+		if s = strings.TrimSpace(s); s != "" && !slices.Contains(prefixStrategies, s) {
+			errs = append(errs, fmt.Errorf("-prefix-strategies: want names among %s, got %q", strings.Join(prefixStrategies, ","), s))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -398,14 +406,17 @@ func runPrefix(ctx context.Context, c config) error {
 		pc := prefixCaseResult{ID: cs.id, Title: cs.title, Replicas: cs.replicas}
 		phase("case %s: %s", cs.id, cs.title)
 		for _, strategy := range cs.strategies {
+			if c.prefix.strategies != "" && !slices.Contains(strings.Split(c.prefix.strategies, ","), strategy) {
+				continue
+			}
 			r, err := runPrefixCase(ctx, c, f, dir, cs, strategy, set)
 			if err != nil {
 				return fmt.Errorf("case %s, %s: %w", cs.id, strategy, err)
 			}
 			pc.Runs = append(pc.Runs, r)
-			fmt.Printf("   %-13s %5d requests (%d errors)  TTFT mean %4.0f  p50 %4.0f  p90 %4.0f ms  hit rate %s (sims %s)  %s  t%d p90 %.0f ms\n",
+			fmt.Printf("   %-13s %5d requests (%d errors)  TTFT mean %4.0f  p50 %4.0f  p90 %4.0f ms  hit rate %s (sims %s)  %s  tenants %s  t%d p90 %.0f ms\n",
 				strategy, r.Requests, r.Errors, r.TTFTMeanMs, r.TTFTP50Ms, r.TTFTP90Ms, pct(r.HitRate), simRate(r),
-				sharesOf(r.Shares, f.names), hotTenant+1, r.HotP90Ms)
+				sharesOf(r.Shares, f.names), tenantsText(r, f.names), hotTenant+1, r.HotP90Ms)
 		}
 		res.Cases = append(res.Cases, pc)
 	}
@@ -483,6 +494,7 @@ func (r *prefixRun) summarize(samples []sample, names []string, from, to time.Du
 		r.Counts[n] = 0
 	}
 	var all, hot, cold, warm []time.Duration
+	byTenant := map[int]map[string]int{} // tenant → backend → requests
 	for _, s := range samples {
 		if s.at < from || s.at >= to {
 			continue
@@ -496,6 +508,10 @@ func (r *prefixRun) summarize(samples []sample, names []string, from, to time.Du
 		}
 		r.Requests++
 		r.Counts[s.backend]++
+		if byTenant[s.tenant] == nil {
+			byTenant[s.tenant] = map[string]int{}
+		}
+		byTenant[s.tenant][s.backend]++
 		r.PromptTokens += int64(s.prompt)
 		r.CachedTokens += int64(s.cached)
 		all = append(all, s.ttft)
@@ -512,6 +528,21 @@ func (r *prefixRun) summarize(samples []sample, names []string, from, to time.Du
 	for n, c := range r.Counts {
 		if r.Requests > 0 {
 			r.Shares[n] = float64(c) / float64(r.Requests)
+		}
+	}
+	r.Tenants = map[string]int{}
+	for _, n := range names {
+		r.Tenants[n] = 0
+	}
+	for _, counts := range byTenant {
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		for b, c := range counts {
+			if 10*c >= total {
+				r.Tenants[b]++
+			}
 		}
 	}
 	if r.PromptTokens > 0 {
@@ -544,6 +575,16 @@ func sharesOf(shares map[string]float64, names []string) string {
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s %s", n, pct(shares[n])))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// tenantsText lists how many tenants each backend served a tenth or more
+// of, in the order of names.
+func tenantsText(r *prefixRun, names []string) string {
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", n, r.Tenants[n]))
 	}
 	return strings.Join(parts, " · ")
 }

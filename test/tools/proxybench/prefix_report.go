@@ -56,6 +56,7 @@ type prefixSettingsJSON struct {
 	Clients       int     `json:"clients"`
 	Cases         string  `json:"cases"`
 	PrefixSet     string  `json:"prefix_set,omitempty"`
+	Strategies    string  `json:"strategies,omitempty"`
 	Tenants       int     `json:"tenants"`
 	HotShare      float64 `json:"hot_share"`
 	PromptTokens  []int   `json:"system_prompt_tokens"`
@@ -108,6 +109,10 @@ type prefixRun struct {
 	ColdRequests int     `json:"cold_requests"`
 	ColdMeanMs   float64 `json:"cold_mean_ms"`
 	WarmMeanMs   float64 `json:"warm_mean_ms"`
+	// Tenants is, for each backend, the number of tenants it served a
+	// tenth or more of the requests of: where the strategy keeps them
+	// (round robin: every tenant everywhere).
+	Tenants map[string]int `json:"tenants"`
 	// PeakWaiting is each backend's most requests waiting, polled every
 	// 250 ms.
 	PeakWaiting map[string]int64 `json:"peak_waiting"`
@@ -132,7 +137,7 @@ func newPrefixResults(c config, began time.Time, f *prefixFleet) *prefixResults 
 			LoadBefore: loadAvg()},
 		Settings: prefixSettingsJSON{
 			DurationS: c.prefix.duration.Seconds(), WarmupS: prefixWarmup.Seconds(), Clients: c.prefix.clients,
-			Cases: c.prefix.cases, PrefixSet: c.prefix.set, Tenants: prefixTenants, HotShare: hotShare,
+			Cases: c.prefix.cases, PrefixSet: c.prefix.set, Strategies: c.prefix.strategies, Tenants: prefixTenants, HotShare: hotShare,
 			PromptTokens: f.promptTokens, Backends: len(f.sims), TTFTMs: ms(prefixTTFT), PrefillPerTok: ms(prefixPerToken),
 			ITLMs: ms(prefixITL), Tokens: prefixOutTokens, MaxNumSeqs: prefixMaxSeqs, BlockSize: prefixBlockSize,
 			CacheBlocks: f.cacheBlocks, CacheShare: prefixCacheShare,
@@ -248,9 +253,9 @@ func (c prefixCheck) verdict() string {
 // markdownTable is the headline table: case × strategy.
 func (r *prefixResults) markdownTable() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| case | strategy | requests (errors) | TTFT mean / p50 / p90 | cold requests: TTFT | warm: TTFT | hit rate (usage) | hit rate (sims) | share by backend | t%d: requests, p90 TTFT | most waiting |\n",
+	fmt.Fprintf(&b, "| case | strategy | requests (errors) | TTFT mean / p50 / p90 | cold requests: TTFT | warm: TTFT | hit rate (usage) | hit rate (sims) | share by backend | tenants by backend | t%d: requests, p90 TTFT | most waiting |\n",
 		hotTenant+1)
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, pc := range r.Cases {
 		for _, run := range pc.Runs {
 			names := sortedKeys(run.Shares)
@@ -258,10 +263,11 @@ func (r *prefixResults) markdownTable() string {
 			for _, n := range names {
 				qs = append(qs, fmt.Sprintf("%s %d", n, run.PeakWaiting[n]))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s (%d) | %.0f / %.0f / %.0f ms | %s: %.0f ms | %.0f ms | %s | %s | %s | %d, %.0f ms | %s |\n",
+			fmt.Fprintf(&b, "| %s | %s | %s (%d) | %.0f / %.0f / %.0f ms | %s: %.0f ms | %.0f ms | %s | %s | %s | %s | %d, %.0f ms | %s |\n",
 				pc.ID, run.Strategy, thousands(float64(run.Requests)), run.Errors, run.TTFTMeanMs, run.TTFTP50Ms, run.TTFTP90Ms,
 				pct(float64(run.ColdRequests)/math.Max(1, float64(run.Requests))), run.ColdMeanMs, run.WarmMeanMs,
-				pct(run.HitRate), simRate(run), sharesOf(run.Shares, names), run.HotRequests, run.HotP90Ms, strings.Join(qs, " · "))
+				pct(run.HitRate), simRate(run), sharesOf(run.Shares, names), tenantsText(run, names), run.HotRequests, run.HotP90Ms,
+				strings.Join(qs, " · "))
 		}
 	}
 	return b.String()
@@ -292,7 +298,8 @@ func (r *prefixResults) markdown() string {
 		"(`max_tokens` %d, `stream_options.include_usage`); the hot case's t%d sends %.0f %% of the requests. TTFT is from sending "+
 		"to the first SSE event with content; hit rate is Σ `cached_tokens` / Σ `prompt_tokens` of the answers' usage, and the "+
 		"sims' `vllm:prefix_cache_hits_total` / `vllm:prefix_cache_queries_total` over the same time as a cross-check; a cold "+
-		"request had less than half its prompt cached. Each run has `vigil serve`s of their own (the balancer's defaults but "+
+		"request had less than half its prompt cached; tenants by backend counts the tenants a backend served a tenth or more of "+
+		"the requests of. Each run has `vigil serve`s of their own (the balancer's defaults but "+
 		"`balancer.strategy`%s; analyzers, span export and access log off) and emptied caches: %g s of load not counted, then %g s "+
 		"measured.\n\n",
 		s.Backends, s.TTFTMs, s.PrefillPerTok, s.ITLMs, s.Tokens, s.MaxNumSeqs, s.CacheBlocks, s.BlockSize, 100*s.CacheShare,
