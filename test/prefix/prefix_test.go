@@ -438,6 +438,8 @@ func badInput(t *testing.T, gw string) {
 			if err != nil {
 				t.Fatalf("%s, body cut: %v", resp.Status, err)
 			}
+			// The simulators answer these with a 2xx or a 400 of their
+			// own (their error rate is 0), so any 5xx is the gateway's.
 			if resp.StatusCode >= 500 {
 				t.Errorf("%s from the gateway (backend %q): %.300s", resp.Status, resp.Header.Get("X-Vigil-Backend"), b)
 			}
