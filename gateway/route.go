@@ -16,8 +16,8 @@ import (
 // its follow-ups, whatever its prefix). Under the prefix strategy the
 // prompt's key is computed here from the body already read, on the stack:
 // it is large, and the call, allocated per request, must stay small. The
-// decision goes on the server span now, and into the call for the access
-// log.
+// decision goes into the call, for the server span (endSpans) and the
+// access log.
 func (s *Server) pick(r *http.Request, x *call, op exchange.Operation, kinds []string, body []byte) (*upstream.Backend, error) {
 	h := s.balancer.Hasher()
 	if h == nil {
@@ -36,19 +36,6 @@ func (s *Server) pick(r *http.Request, x *call, op exchange.Operation, kinds []s
 		return nil, err
 	}
 	x.route.set(d)
-	if sp := x.span.server; sp.IsRecording() {
-		attrs := append(x.span.attrs[:0],
-			attribute.String("vigil.route.strategy", d.Strategy),
-			attribute.Int("vigil.route.blocks", d.Blocks),
-			attribute.Int("vigil.route.matched_blocks", d.Matched),
-			attribute.String("vigil.route.reason", d.Reason.String()),
-			attribute.Bool("vigil.route.guard_override", d.GuardOverride),
-		)
-		if d.Preferred != nil {
-			attrs = append(attrs, attribute.String("vigil.route.preferred", d.Preferred.Name))
-		}
-		sp.SetAttributes(attrs...)
-	}
 	return b, nil
 }
 
@@ -77,4 +64,21 @@ func (s *Server) routeStrategy(x *call) string {
 		return ""
 	}
 	return s.balancer.Strategy()
+}
+
+// appendRouteAttrs appends the decision's span attributes, under the
+// prefix strategy only. They are set with the server span's last ones
+// (endSpans), in one call: set apart, they would grow the span's
+// attribute slice once more, an allocation per traced request.
+func (s *Server) appendRouteAttrs(attrs []attribute.KeyValue, x *call) []attribute.KeyValue {
+	if s.balancer == nil || s.balancer.Hasher() == nil {
+		return attrs
+	}
+	return append(attrs,
+		attribute.String("vigil.route.strategy", s.routeStrategy(x)),
+		attribute.Int("vigil.route.blocks", int(x.route.blocks)),
+		attribute.Int("vigil.route.matched_blocks", int(x.route.matched)),
+		attribute.String("vigil.route.reason", x.route.reason.String()),
+		attribute.Bool("vigil.route.guard_override", x.route.reason == balance.ReasonLoad),
+	)
 }
