@@ -2,12 +2,16 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/balance/prefix"
 )
 
 // TestRouteDecision: under the prefix strategy a tenant's first request is
@@ -105,5 +109,47 @@ func TestRouteOtherStrategies(t *testing.T) {
 	waitFor(t, "one access log line", func() bool { lines = gw.access.lines(t); return len(lines) == 1 })
 	if l := lines[0]; l["route_strategy"] != "dynamic" || l["route_blocks"] != 0.0 || l["route_reason"] != "" {
 		t.Errorf("access line %v", l)
+	}
+}
+
+// TestRouteOwnerFirst: a Responses follow-up goes to the backend that holds
+// the response it follows, even when the prefix index points elsewhere,
+// and the access log says it was the owner's pin.
+func TestRouteOwnerFirst(t *testing.T) {
+	urlA, urlB := startSimSeed(t, "m1", 1), startSimSeed(t, "m1", 2)
+	gw := startGateway(t, []config.Backend{backend("a", urlA, "m1"), backend("b", urlB, "m1")}, nil)
+	instructions := strings.Repeat("Answer as the ACME support desk would. ", 20)
+	st, h, b := doJSON(t, http.MethodPost, gw.URL+"/v1/responses", `{"model":"m1","instructions":"`+instructions+`","input":"first","max_output_tokens":2}`)
+	if st != 200 {
+		t.Fatalf("create: %d %s", st, b)
+	}
+	owner := h.Get("X-Vigil-Backend")
+	var r struct{ ID string }
+	if err := json.Unmarshal(b, &r); err != nil || r.ID == "" {
+		t.Fatalf("no id in %s", b)
+	}
+	follow := `{"model":"m1","instructions":"` + instructions + `","input":"`+strings.Repeat("second question ", 64)+`","max_output_tokens":2,"previous_response_id":"` + r.ID + `"}`
+	// The index says the other backend holds the whole follow-up, the
+	// owner only its instructions.
+	var k prefix.Key
+	if !gw.Balancer().Hasher().Compute(&k, exchange.OpResponses, []byte(follow), "") || k.N == 0 {
+		t.Fatal("no key for the follow-up")
+	}
+	other := 0
+	if gw.pool.Backends()[0].Name == owner {
+		other = 1
+	}
+	gw.Balancer().Index().Record(k.Chain(), other)
+	st, h, b = doJSON(t, http.MethodPost, gw.URL+"/v1/responses", follow)
+	if st != 200 || h.Get("X-Vigil-Backend") != owner {
+		t.Fatalf("follow-up: %d from %q, want 200 from the owner %q: %s", st, h.Get("X-Vigil-Backend"), owner, b)
+	}
+	var lines []map[string]any
+	waitFor(t, "two access log lines", func() bool { lines = gw.access.lines(t); return len(lines) == 2 })
+	if l := lines[1]; l["route_strategy"] != "owner" || l["route_reason"] != "" {
+		t.Errorf("follow-up's access line %v", l)
+	}
+	if l := lines[0]; l["route_strategy"] != "prefix" || l["route_reason"] != "placement" {
+		t.Errorf("first request's access line %v", l)
 	}
 }
