@@ -128,7 +128,7 @@ func TestRouteOwnerFirst(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil || r.ID == "" {
 		t.Fatalf("no id in %s", b)
 	}
-	follow := `{"model":"m1","instructions":"` + instructions + `","input":"`+strings.Repeat("second question ", 64)+`","max_output_tokens":2,"previous_response_id":"` + r.ID + `"}`
+	follow := `{"model":"m1","instructions":"` + instructions + `","input":"` + strings.Repeat("second question ", 64) + `","max_output_tokens":2,"previous_response_id":"` + r.ID + `"}`
 	// The index says the other backend holds the whole follow-up, the
 	// owner only its instructions.
 	var k prefix.Key
