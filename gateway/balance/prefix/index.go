@@ -92,14 +92,22 @@ func (x *Index) lookup(h uint64, now uint32) uint64 {
 		if m == 0 || w.hash.Load() != h {
 			return 0
 		}
-		// Refresh only when stale, so that a hot block read by every
-		// request does not bounce its cache line between cores.
-		if w.used.Load() != now {
-			w.used.Store(now)
-		}
+		touch(w, now)
 		return m
 	}
 	return 0
+}
+
+// refreshTicks is how stale a way's tick may get before a use refreshes
+// it: a hot block (a system prompt every request shares) is then written
+// once every refreshTicks requests, not by every one, so its cache line
+// does not bounce between cores; recency is approximate by as much.
+const refreshTicks = 16
+
+func touch(w *way, now uint32) {
+	if now-w.used.Load() > refreshTicks {
+		w.used.Store(now)
+	}
 }
 
 // Record notes that the backend at pool index backend served a request
@@ -126,7 +134,7 @@ func (x *Index) record(h, bit uint64, now uint32) {
 			if m&bit == 0 {
 				w.mask.Or(bit)
 			}
-			w.used.Store(now)
+			touch(w, now)
 			return
 		}
 		// Age by distance from now, so that the tick wrapping around

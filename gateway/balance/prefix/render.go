@@ -296,7 +296,7 @@ func (r *render) item(s *jsonscan.Scanner) bool {
 				return true
 			}
 		case "tool_calls":
-			toolCalls, hasTC = s.Span(), s.Peek() != 'n'
+			toolCalls, hasTC = s.Span(), true
 		default:
 			s.Skip()
 		}
