@@ -119,11 +119,15 @@ type Backend struct {
 
 // Balancer selects how requests are spread over backends.
 type Balancer struct {
-	// Strategy is dynamic (the cheaper of two random backends, by in-flight
-	// and waiting requests, peak-EWMA latency, errors and node load),
-	// round_robin or least_request (fewest requests in flight through this
-	// gateway).
+	// Strategy is prefix (the backend that holds the longest prefix of
+	// the prompt, placed by rendezvous hashing when none does, by load
+	// when it is much busier than the least busy: Prefix), dynamic (the
+	// cheaper of two random backends, by in-flight and waiting requests,
+	// peak-EWMA latency, errors and node load), round_robin or
+	// least_request (fewest requests in flight through this gateway).
 	Strategy string `yaml:"strategy"`
+	// Prefix configures the prefix strategy.
+	Prefix Prefix `yaml:"prefix"`
 	// LoadWeights weigh the node signals in a backend's node load, the
 	// weighted mean of its fresh node signals (weight = base × (1 − load)),
 	// and set the queue, latency and error terms of the dynamic cost.
@@ -147,6 +151,43 @@ type Balancer struct {
 	// of requests, so its signals stay fresh. In (0, 1].
 	Floor float64 `yaml:"floor"`
 }
+
+// Prefix configures the prefix-aware strategy (balancer.strategy: prefix):
+// how a prompt is hashed, how much the gateway remembers of where prefixes
+// went, and when load overrides the prefix.
+type Prefix struct {
+	// BlockChars is the size of a hashed block, in bytes of the request's
+	// rendered prompt (roughly 4 bytes a token). > 0.
+	BlockChars int `yaml:"block_chars"`
+	// MinChars: a prompt shorter than this is routed by load (dynamic),
+	// there being too little to reuse. >= 0.
+	MinChars int `yaml:"min_chars"`
+	// MaxChars bounds the bytes of the prompt that are hashed, so that a
+	// huge prompt costs bounded time; at most 256 × BlockChars.
+	MaxChars int `yaml:"max_chars"`
+	// IndexSize is the most block hashes the gateway remembers (24 bytes
+	// each), least recently used first out. >= 64.
+	IndexSize int `yaml:"index_size"`
+	// Hash is the block hash: xxhash or fnv. All replicas must agree.
+	Hash string `yaml:"hash"`
+	// GuardAbs and GuardRel: the backend that holds the prefix is passed
+	// over for the least loaded when its load (requests in flight through
+	// this gateway plus the server's queue) exceeds the least loaded
+	// one's by more than GuardAbs and is more than GuardRel times it.
+	// GuardAbs >= 0, GuardRel >= 1.
+	GuardAbs float64 `yaml:"guard_abs"`
+	GuardRel float64 `yaml:"guard_rel"`
+	// SessionHeader names the request header that carries an explicit
+	// affinity key (requests with the same key go to the same backend);
+	// the body's prompt_cache_key takes precedence. Empty: no header.
+	SessionHeader string `yaml:"session_header"`
+}
+
+// Hash functions of balancer.prefix.hash.
+const (
+	PrefixHashXXH = "xxhash"
+	PrefixHashFNV = "fnv"
+)
 
 // LoadWeights are the relative weights of the node signals (CPU, Mem, GPU,
 // GPUMem, KVCache), each >= 0: a signal that is unknown or stale drops out
@@ -476,6 +517,7 @@ const (
 	StrategyDynamic      = "dynamic"
 	StrategyRoundRobin   = "round_robin"
 	StrategyLeastRequest = "least_request"
+	StrategyPrefix       = "prefix"
 )
 
 // AlertRules are the alert rules, one per signal value. The alert package

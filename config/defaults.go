@@ -37,11 +37,23 @@ func Default() Config {
 // DefaultBalancer returns the default balancer section.
 func DefaultBalancer() Balancer {
 	return Balancer{
-		Strategy:        StrategyDynamic,
+		Strategy:        StrategyPrefix,
+		Prefix:          DefaultPrefix(),
 		LoadWeights:     DefaultLoadWeights(),
 		QueueSaturation: 8, StaleAfter: 10 * time.Second, ScrapeInterval: 2 * time.Second,
 		LatencyDecay: 10 * time.Second,
 		Floor:        0.01,
+	}
+}
+
+// DefaultPrefix returns the default balancer.prefix. The thresholds are
+// first guesses, to be tuned by measurement: a block of 256 bytes is about
+// 64 tokens, a few of vLLM's 16-token blocks; the guard lets the prefix's
+// backend carry 4 requests and 50 % more than the least loaded.
+func DefaultPrefix() Prefix {
+	return Prefix{
+		BlockChars: 256, MinChars: 256, MaxChars: 64 << 10, IndexSize: 1 << 18,
+		Hash: PrefixHashXXH, GuardAbs: 4, GuardRel: 1.5, SessionHeader: "X-Session-Id",
 	}
 }
 

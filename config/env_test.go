@@ -100,7 +100,7 @@ func TestApplyEnvErrors(t *testing.T) {
 		{"upstream timeout negative", map[string]string{"VIGIL_UPSTREAM_TIMEOUT": "-1s"},
 			`VIGIL_UPSTREAM_TIMEOUT: must be > 0, got -1s`},
 		{"balancer", map[string]string{"VIGIL_BALANCER": "random"},
-			`VIGIL_BALANCER: "random" is not one of dynamic, round_robin, least_request`},
+			`VIGIL_BALANCER: "random" is not one of prefix, dynamic, round_robin, least_request`},
 		{"log level", map[string]string{"VIGIL_LOG_LEVEL": "INFO"},
 			`VIGIL_LOG_LEVEL: "INFO" is not one of debug, info, warn, error`},
 		{"sample ratio not a number", map[string]string{"VIGIL_SAMPLE_RATIO": "half"},

@@ -17,7 +17,7 @@ import (
 // The allowed values of the enumerated settings.
 var (
 	kinds      = []string{KindOpenAI, KindTGI}
-	strategies = []string{StrategyDynamic, StrategyRoundRobin, StrategyLeastRequest}
+	strategies = []string{StrategyPrefix, StrategyDynamic, StrategyRoundRobin, StrategyLeastRequest}
 	levels     = []string{"debug", "info", "warn", "error"}
 )
 
@@ -154,6 +154,39 @@ func (b *Balancer) Validate() error {
 	l.add("latency_decay", checkPositiveDuration(b.LatencyDecay))
 	if !(b.Floor > 0 && b.Floor <= 1) {
 		l.add("floor", fmt.Errorf("must be in (0, 1], got %v", b.Floor))
+	}
+	l.nest("prefix", b.Prefix.Validate())
+	return l.err()
+}
+
+// prefixMaxBlocks is prefix.MaxBlocks (config imports no gateway package):
+// the most blocks of a prompt that are hashed.
+const prefixMaxBlocks = 256
+
+// Validate checks p.
+func (p *Prefix) Validate() error {
+	var l errList
+	if p.BlockChars <= 0 || p.BlockChars > 1<<20 {
+		l.add("block_chars", fmt.Errorf("must be in [1, 1048576], got %d", p.BlockChars))
+	} else if p.MaxChars < p.BlockChars || p.MaxChars/p.BlockChars > prefixMaxBlocks {
+		l.add("max_chars", fmt.Errorf("must be between block_chars (%d) and %d × block_chars (%d), got %d",
+			p.BlockChars, prefixMaxBlocks, prefixMaxBlocks*p.BlockChars, p.MaxChars))
+	}
+	if p.MinChars < 0 {
+		l.add("min_chars", fmt.Errorf("must be >= 0, got %d", p.MinChars))
+	}
+	if p.IndexSize < 64 || p.IndexSize > 1<<28 {
+		l.add("index_size", fmt.Errorf("must be in [64, 268435456], got %d", p.IndexSize))
+	}
+	l.add("hash", oneOf(p.Hash, []string{PrefixHashXXH, PrefixHashFNV}))
+	if !(p.GuardAbs >= 0 && p.GuardAbs <= 1e6) {
+		l.add("guard_abs", fmt.Errorf("must be in [0, 1000000], got %v", p.GuardAbs))
+	}
+	if !(p.GuardRel >= 1 && p.GuardRel <= 1e6) {
+		l.add("guard_rel", fmt.Errorf("must be in [1, 1000000], got %v", p.GuardRel))
+	}
+	if p.SessionHeader != "" && !validHeaderName(p.SessionHeader) {
+		l.add("session_header", fmt.Errorf("not a valid header name: %q", p.SessionHeader))
 	}
 	return l.err()
 }
@@ -678,4 +711,22 @@ func (c *Cache) Validate() error {
 	}
 	l.add("lock_ttl", checkPositiveDuration(c.LockTTL))
 	return l.err()
+}
+
+// validHeaderName reports whether s is an HTTP field name: one or more
+// token characters (RFC 9110, section 5.6.2).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

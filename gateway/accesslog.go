@@ -7,6 +7,7 @@ import (
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/accesslog"
+	"github.com/vigil-gw/vigil/gateway/balance"
 )
 
 // logAccess writes the access log line of a finished request.
@@ -26,6 +27,8 @@ func (s *Server) logAccess(ctx context.Context, x *call, status int, class excha
 		UsageSource: string(x.resp.usageSource), Tenant: x.req.Tenant,
 		ITLP50: ms(x.resp.gaps.P50), ITLP95: ms(x.resp.gaps.P95), MaxGap: ms(x.resp.gaps.Max), TPS: math.Round(tps*10) / 10,
 		ErrorClass: string(class), Attempts: x.retry.attempts,
+		RouteStrategy: s.routeStrategy(x), RouteBlocks: int(x.route.blocks), RouteMatched: int(x.route.matched),
+		RouteReason: x.route.reason.String(), RouteGuard: x.route.reason == balance.ReasonLoad,
 	})
 }
 

@@ -72,6 +72,10 @@ func (s *Server) retry(x *call, reason string, status int) bool {
 	if x.retry.pinned || x.retry.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
 		return false
 	}
+	// A retry is routed by load, whatever the strategy: under prefix,
+	// Pick (no prompt key) is the dynamic choice. The backend that held
+	// the prompt's prefix was the one tried first; the others are alike
+	// cold for it, so load alone tells them apart.
 	next, err := s.balancer.Pick(x.req.Model, x.retry.kinds, x.retry.tried...)
 	if err != nil {
 		return false

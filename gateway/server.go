@@ -113,6 +113,9 @@ type Server struct {
 	engine       *gin.Engine
 	inject       rewrite.Injector
 	tenants      *request.Tenants
+	// sessionHeader is balancer.prefix.session_header, canonical ("":
+	// none).
+	sessionHeader string
 
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
@@ -138,7 +141,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	bal, err := balance.New(pool, balance.Options{
-		Strategy: cfg.Balancer.Strategy, Weights: cfg.Balancer.LoadWeights,
+		Strategy: cfg.Balancer.Strategy, Prefix: cfg.Balancer.Prefix, Weights: cfg.Balancer.LoadWeights,
 		QueueSaturation: cfg.Balancer.QueueSaturation, StaleAfter: cfg.Balancer.StaleAfter,
 		Floor: cfg.Balancer.Floor, Store: opts.WeightStore,
 	})
@@ -174,6 +177,9 @@ func New(opts Options) (*Server, error) {
 	s.metrics = newMetrics(s.reg, pool, bal, known)
 	s.inject = rewrite.NewInjector(cfg.Analyzers.Confidence.Inject)
 	s.tenants = request.NewTenants(cfg.Usage.TenantHeader, new(modelLabels).label)
+	if h := cfg.Balancer.Prefix.SessionHeader; h != "" {
+		s.sessionHeader = http.CanonicalHeaderKey(h)
+	}
 	if opts.Observer != nil {
 		s.disp = newDispatcher(opts.Observer, cfg.Analyzers.QueueSize, func(n int) { s.metrics.dropped.Add(float64(n)) })
 	}
@@ -373,6 +379,8 @@ type call struct {
 	// newConversation: no backend held fields.Conversation yet; the one
 	// that answers becomes its owner.
 	newConversation bool
+	// route is how the balancer chose the backend, for the access log.
+	route routeNote
 	// (The bools sit together: padding between them would push call, a
 	// per-request allocation, into the next size class.)
 	// stream is the body of a passed-through request that goes to the
@@ -705,7 +713,7 @@ func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.
 			return f, body, nil
 		}
 	}
-	b, err := s.balancer.Pick(req.Model, kinds)
+	b, err := s.pick(r, x, parseAs, kinds, body)
 	if err != nil {
 		return nil, nil, pickError(err, req.Model, kinds)
 	}

@@ -276,7 +276,7 @@ func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
 			if class != exchange.ClassNone {
 				attrs = append(attrs, attribute.String(tracing.AttrErrorType, string(class)))
 			}
-			sp.SetAttributes(attrs...)
+			sp.SetAttributes(s.appendRouteAttrs(attrs, x)...)
 		}
 		if status >= 500 || class == exchange.ClassTimeout {
 			sp.SetStatus(codes.Error, string(class))

@@ -78,6 +78,11 @@ func TestPrefixCacheSharedPrefix(t *testing.T) {
 	if p, c := postChat(t, ts.URL, longer); p != 17 || c != 16 {
 		t.Errorf("17-token prompt over a cached 16: prompt %d cached %d, want 17 and 16", p, c)
 	}
+	// A block's hash covers what comes before it: the cached prompt's
+	// fourth block, sent first, is another block.
+	if _, c := postChat(t, ts.URL, chatBody(strings.Repeat("b", 16), strings.Repeat("c", 17))); c != 0 {
+		t.Errorf("a cached block's text at another position: cached %d, want 0", c)
+	}
 	// A changed first message changes every block after it.
 	if _, c := postChat(t, ts.URL, chatBody("X"+system[1:], "Why is the sky blue?")); c != 0 {
 		t.Errorf("changed first message: cached %d, want 0", c)
@@ -126,6 +131,16 @@ func TestPrefixCacheLRU(t *testing.T) {
 	c.lookup(0, long, 80, true)
 	if got := c.lookup(0, long, 80, true); got != capacity*4 {
 		t.Errorf("a 20-block prompt in an 8-block cache: cached %d, want %d", got, capacity*4)
+	}
+
+	// Eviction takes a prompt's last blocks before its first ones.
+	small := newPrefixCache()
+	small.syncLocked(4, 4)
+	p := promptText{text: strings.Repeat("0123456789abcdef", 4) + "+"} // 17 tokens, 4 blocks
+	small.lookup(0, p, 17, true)
+	small.lookup(0, promptText{text: strings.Repeat("z", 16)}, 4, true) // evicts one block
+	if got := small.lookup(0, p, 17, true); got != 12 {
+		t.Errorf("a 4-block prompt after one eviction: cached %d, want 12 (its first 3 blocks)", got)
 	}
 
 	// Through the server: usage on /metrics stays within 1.

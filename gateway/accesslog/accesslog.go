@@ -58,6 +58,16 @@ type Line struct {
 	ITLP50, ITLP95, MaxGap, TPS                     float64
 	ErrorClass                                      string
 	Attempts                                        int
+	// How the backend was chosen: the balancer's strategy ("owner" for a
+	// request pinned to the backend that holds its stored response), and
+	// for the prefix strategy the prompt's hashed blocks, the leading ones
+	// the preferred backend held, why it was chosen (match, placement,
+	// load, short; "" otherwise) and whether the load guard overrode the
+	// prefix.
+	RouteStrategy             string
+	RouteBlocks, RouteMatched int
+	RouteReason               string
+	RouteGuard                bool
 }
 
 // A Logger writes access log lines to a slog.Logger: with the package's
@@ -116,6 +126,11 @@ func (l *Line) attrs() []slog.Attr {
 		slog.Float64("tokens_per_second", l.TPS),
 		slog.String("error_class", l.ErrorClass),
 		slog.Int("attempts", l.Attempts),
+		slog.String("route_strategy", l.RouteStrategy),
+		slog.Int("route_blocks", l.RouteBlocks),
+		slog.Int("route_matched", l.RouteMatched),
+		slog.String("route_reason", l.RouteReason),
+		slog.Bool("route_guard", l.RouteGuard),
 	}
 }
 
@@ -178,6 +193,16 @@ func (l *Line) appendJSON(b []byte, t time.Time) []byte {
 	b = appendJSONString(b, l.ErrorClass)
 	b = append(b, `,"attempts":`...)
 	b = strconv.AppendInt(b, int64(l.Attempts), 10)
+	b = append(b, `,"route_strategy":`...)
+	b = appendJSONString(b, l.RouteStrategy)
+	b = append(b, `,"route_blocks":`...)
+	b = strconv.AppendInt(b, int64(l.RouteBlocks), 10)
+	b = append(b, `,"route_matched":`...)
+	b = strconv.AppendInt(b, int64(l.RouteMatched), 10)
+	b = append(b, `,"route_reason":`...)
+	b = appendJSONString(b, l.RouteReason)
+	b = append(b, `,"route_guard":`...)
+	b = strconv.AppendBool(b, l.RouteGuard)
 	return append(b, "}\n"...)
 }
 

@@ -17,6 +17,7 @@ func TestAccessLogEncoder(t *testing.T) {
 		Route: "/v1/chat/completions", Path: "/v1/chat/completions", Model: "llama-3-8b", Backend: "a", Status: 200, Stream: true,
 		Latency: 912.4, TTFT: 81.2, PromptTokens: 42, CompletionTokens: 128, UsageSource: "reported", Tenant: "team-a",
 		ITLP50: 11.9, ITLP95: 14.2, MaxGap: 31.5, TPS: 82.4, Attempts: 1,
+		RouteStrategy: "prefix", RouteBlocks: 12, RouteMatched: 9, RouteReason: "match",
 	}
 	lines := []func(l *Line){
 		func(l *Line) {},
@@ -29,6 +30,7 @@ func TestAccessLogEncoder(t *testing.T) {
 		func(l *Line) { l.Latency, l.TTFT, l.ITLP50, l.ITLP95 = 0.001, -0.5, 1e20, 9.999999e-7 },
 		func(l *Line) { l.MaxGap, l.TPS = math.SmallestNonzeroFloat64, math.MaxFloat64 },
 		func(l *Line) { l.PromptTokens, l.CompletionTokens, l.Attempts = -1, math.MaxInt, 3 },
+		func(l *Line) { l.RouteReason, l.RouteGuard, l.RouteMatched = "load", true, 0 },
 	}
 	for _, tz := range []*time.Location{time.UTC, time.FixedZone("X", -(3*3600 + 1800))} {
 		at := time.Date(2026, 11, 29, 10, 0, 0, 123456000, tz)

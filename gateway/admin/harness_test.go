@@ -25,7 +25,7 @@ func startAPI(t testing.TB, o Options) *httptest.Server {
 	}
 	o.Pool = pool
 	o.Balancer, err = balance.New(pool, balance.Options{
-		Strategy: cfg.Balancer.Strategy, Weights: cfg.Balancer.LoadWeights,
+		Strategy: cfg.Balancer.Strategy, Prefix: cfg.Balancer.Prefix, Weights: cfg.Balancer.LoadWeights,
 		QueueSaturation: cfg.Balancer.QueueSaturation, StaleAfter: cfg.Balancer.StaleAfter,
 		Floor: cfg.Balancer.Floor,
 	})

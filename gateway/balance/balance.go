@@ -1,6 +1,14 @@
 // Package balance chooses the backend of each request: filter (healthy,
 // serves the model and route kind, not already tried) → cost → picker
-// (power of two choices, round robin or least request).
+// (prefix, power of two choices, round robin or least request).
+//
+// # The prefix strategy
+//
+// The default, for model servers that reuse the KV cache of a prompt
+// prefix they have computed (vLLM's automatic prefix caching): a request
+// goes where its prompt's prefix already is, unless that backend is much
+// busier than the others. See [Balancer.PickFor]; package prefix hashes
+// the prompt and keeps the index.
 //
 // # The dynamic strategy
 //
@@ -62,6 +70,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/gateway/balance/prefix"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -70,12 +79,17 @@ const (
 	Dynamic      = config.StrategyDynamic
 	RoundRobin   = config.StrategyRoundRobin
 	LeastRequest = config.StrategyLeastRequest
+	Prefix       = config.StrategyPrefix
 )
 
 // Options configure a Balancer.
 type Options struct {
-	// Strategy is Dynamic, RoundRobin or LeastRequest (balancer.strategy).
+	// Strategy is Prefix, Dynamic, RoundRobin or LeastRequest
+	// (balancer.strategy).
 	Strategy string
+	// Prefix configures the Prefix strategy (balancer.prefix); other
+	// strategies ignore it.
+	Prefix config.Prefix
 	// Weights weigh the node signals in the node load and set the queue,
 	// latency and error terms of the cost.
 	Weights config.LoadWeights
@@ -118,6 +132,15 @@ type Balancer struct {
 
 	snap atomic.Pointer[Snapshot]
 	next atomic.Uint64 // round robin position and tie breaker
+
+	// The prefix strategy's: nil hasher and index for the others. names
+	// holds the hash of each backend's name, in pool order, for
+	// rendezvous placement.
+	hasher             *prefix.Hasher
+	index              *prefix.Index
+	names              []uint64
+	minChars           int
+	guardAbs, guardRel float64
 }
 
 type weighted struct {
@@ -129,7 +152,10 @@ const (
 	stDynamic = iota
 	stRoundRobin
 	stLeastRequest
+	stPrefix
 )
+
+var strategyNames = [...]string{stDynamic: Dynamic, stRoundRobin: RoundRobin, stLeastRequest: LeastRequest, stPrefix: Prefix}
 
 // New returns a Balancer over pool. Every backend starts at its base weight.
 // An unknown strategy or a floor outside (0, 1] is an error: the settings
@@ -144,6 +170,18 @@ func New(pool *upstream.Pool, o Options) (*Balancer, error) {
 		b.strategy = stRoundRobin
 	case LeastRequest:
 		b.strategy = stLeastRequest
+	case Prefix:
+		b.strategy = stPrefix
+		p := o.Prefix
+		h, err := prefix.NewHasher(prefix.Options{BlockChars: p.BlockChars, MaxChars: p.MaxChars, Hash: p.Hash})
+		if err != nil {
+			return nil, fmt.Errorf("balancer.prefix.%w", err)
+		}
+		b.hasher, b.index = h, prefix.NewIndex(p.IndexSize)
+		b.minChars, b.guardAbs, b.guardRel = p.MinChars, p.GuardAbs, p.GuardRel
+		for _, be := range pool.Backends() {
+			b.names = append(b.names, h.HashString(be.Name))
+		}
 	default:
 		return nil, fmt.Errorf("balancer.strategy: unknown strategy %q", o.Strategy)
 	}
@@ -315,12 +353,94 @@ const maxStack = 64
 // backends a retried request already tried). It returns
 // upstream.ErrUnknownModel when no backend is configured for the model and
 // kinds, and upstream.ErrNoHealthy when some are but none is healthy and
-// not excluded.
+// not excluded. The prefix strategy, given no prompt here, picks as
+// dynamic does (PickFor takes the prompt).
 //
 // The filter and the pickers are plain functions rather than interfaces:
 // a dynamic call would make the candidate buffer escape to the heap, and
 // Pick must not allocate.
 func (b *Balancer) Pick(model string, kinds []string, exclude ...*upstream.Backend) (*upstream.Backend, error) {
+	be, _, err := b.PickFor(model, kinds, nil, exclude...)
+	return be, err
+}
+
+// Reason says why the prefix strategy chose a backend.
+type Reason uint8
+
+// The reasons of a Decision.
+const (
+	// ReasonNone: not the prefix strategy, or a single candidate.
+	ReasonNone Reason = iota
+	// ReasonMatch: the backend holds the longest prefix of the prompt.
+	ReasonMatch
+	// ReasonPlacement: no candidate holds any of it; the backend is the
+	// anchor's rendezvous choice.
+	ReasonPlacement
+	// ReasonLoad: the preferred backend was much busier than the least
+	// busy (the load guard); chosen as dynamic does.
+	ReasonLoad
+	// ReasonShort: the prompt is shorter than min_chars, has no full
+	// block or could not be read; chosen as dynamic does.
+	ReasonShort
+)
+
+var reasonNames = [...]string{"", "match", "placement", "load", "short"}
+
+// String returns the reason's name as spans and the access log record it
+// ("" for ReasonNone).
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// A Decision says how PickFor chose. It is small and holds no prompt data.
+type Decision struct {
+	// Strategy is the balancer's strategy (balancer.strategy).
+	Strategy string
+	// Blocks is the number of full blocks of the prompt hashed; Matched
+	// the number of leading ones the preferred backend held.
+	Blocks, Matched int
+	// Preferred is the backend the prefix chose (by match or placement)
+	// before the load guard; nil when none was preferred.
+	Preferred *upstream.Backend
+	// GuardOverride: the load guard passed over Preferred.
+	GuardOverride bool
+	// Reason says why the chosen backend was chosen.
+	Reason Reason
+}
+
+// Strategy returns the balancer's strategy, as config names it.
+func (b *Balancer) Strategy() string { return strategyNames[b.strategy] }
+
+// Hasher returns the prefix strategy's hasher; nil for other strategies,
+// which need no prompt key.
+func (b *Balancer) Hasher() *prefix.Hasher { return b.hasher }
+
+// Index returns the prefix strategy's index (nil for other strategies),
+// for tests and the admin API.
+func (b *Balancer) Index() *prefix.Index { return b.index }
+
+// PickFor is Pick given the request's prompt key (nil: none; only the
+// prefix strategy reads it), and says how it chose.
+//
+// The prefix strategy: a prompt below balancer.prefix.min_chars or
+// without a full block goes as dynamic sends it (ReasonShort). Otherwise
+// the preferred backend is the candidate that served the longest leading
+// run of the prompt's blocks (ReasonMatch; ties go to the lower cost, then
+// to the higher rendezvous score), or, when none served any, the
+// rendezvous choice for the prompt's anchor (ReasonPlacement), which every
+// replica computes alike. The load guard, after SGLang's cache-aware
+// router: with load = requests in flight through this gateway + the
+// server's queue (when fresh), the preferred backend is passed over when
+//
+//	load(preferred) − min load > guard_abs  and  load(preferred) > guard_rel × min load
+//
+// for the dynamic choice among the other candidates (ReasonLoad,
+// GuardOverride). The chain is then recorded for the chosen backend,
+// which from now on holds it, whichever way it was chosen.
+func (b *Balancer) PickFor(model string, kinds []string, key *prefix.Key, exclude ...*upstream.Backend) (*upstream.Backend, Decision, error) {
 	backends := b.pool.Backends()
 	var buf [maxStack]int32
 	cands := buf[:0]
@@ -338,14 +458,20 @@ func (b *Balancer) Pick(model string, kinds []string, exclude ...*upstream.Backe
 		}
 		cands = append(cands, int32(i))
 	}
+	d := Decision{Strategy: strategyNames[b.strategy]}
 	if len(cands) == 0 {
 		if !known {
-			return nil, upstream.ErrUnknownModel
+			return nil, d, upstream.ErrUnknownModel
 		}
-		return nil, upstream.ErrNoHealthy
+		return nil, d, upstream.ErrNoHealthy
 	}
 	if len(cands) == 1 {
-		return backends[cands[0]], nil
+		if b.strategy == stPrefix && key != nil && key.Chars >= b.minChars {
+			// No choice to make, but the backend now holds the prompt.
+			d.Blocks = key.N
+			b.index.Record(key.Chain(), int(cands[0]))
+		}
+		return backends[cands[0]], d, nil
 	}
 	var i int32
 	switch b.strategy {
@@ -353,10 +479,108 @@ func (b *Balancer) Pick(model string, kinds []string, exclude ...*upstream.Backe
 		i = cands[b.next.Add(1)%uint64(len(cands))]
 	case stLeastRequest:
 		i = b.leastRequest(backends, cands)
+	case stPrefix:
+		i = b.pickPrefix(backends, cands, key, &d, time.Now())
 	default:
 		i = b.twoChoices(backends, cands, time.Now())
 	}
-	return backends[i], nil
+	return backends[i], d, nil
+}
+
+// pickPrefix is the prefix strategy's picker (PickFor).
+func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *prefix.Key, d *Decision, now time.Time) int32 {
+	if key == nil || key.N == 0 || key.Chars < b.minChars {
+		d.Reason = ReasonShort
+		if key != nil {
+			d.Blocks = key.N
+		}
+		return b.twoChoices(backends, cands, now)
+	}
+	d.Blocks = key.N
+	var heldBuf [maxStack]int
+	held := heldBuf[:]
+	if len(cands) > maxStack {
+		held = make([]int, len(cands))
+	}
+	held = held[:len(cands)]
+	b.index.Match(key.Chain(), cands, held)
+	most := slices.Max(held)
+	pref := int32(-1)
+	if most > 0 {
+		d.Reason, d.Matched = ReasonMatch, most
+		for k, c := range cands {
+			if held[k] == most {
+				pref = b.tieBreak(backends, pref, c, key.Anchor, now)
+			}
+		}
+	} else {
+		d.Reason = ReasonPlacement
+		best := math.Inf(-1)
+		for _, c := range cands {
+			if sc := prefix.Score(key.Anchor, b.names[c], backends[c].Weight); sc > best {
+				pref, best = c, sc
+			}
+		}
+	}
+	d.Preferred = backends[pref]
+	chosen := pref
+	states := b.snap.Load().Backends
+	minLoad := math.Inf(1)
+	for _, c := range cands {
+		minLoad = min(minLoad, b.load(backends[c], &states[c]))
+	}
+	if lp := b.load(backends[pref], &states[pref]); lp-minLoad > b.guardAbs && lp > b.guardRel*minLoad {
+		// The others, for the dynamic choice: pref is the one known to be
+		// too busy.
+		var obuf [maxStack]int32
+		others := obuf[:0]
+		for _, c := range cands {
+			if c != pref {
+				others = append(others, c)
+			}
+		}
+		chosen = others[0]
+		if len(others) > 1 {
+			chosen = b.twoChoices(backends, others, now)
+		}
+		d.Reason, d.GuardOverride = ReasonLoad, true
+	}
+	b.index.Record(key.Chain(), int(chosen))
+	return chosen
+}
+
+// load is the load the prefix strategy's guard compares: requests in
+// flight through this gateway plus the server's queue when known and
+// fresh.
+func (b *Balancer) load(be *upstream.Backend, st *State) float64 {
+	l := float64(be.Inflight())
+	if w := st.Waiting; w > 0 { // false for NaN
+		l += w
+	}
+	return l
+}
+
+// tieBreak returns the better of best (-1: none yet) and c, candidates
+// that hold the same prefix: the cheaper by the dynamic cost, costs within
+// tieBand of each other going to the higher rendezvous score for anchor,
+// so that replicas break ties alike when loads are alike.
+func (b *Balancer) tieBreak(backends []*upstream.Backend, best, c int32, anchor uint64, now time.Time) int32 {
+	if best < 0 {
+		return c
+	}
+	states := b.snap.Load().Backends
+	lb, lc := b.latencies(backends[best], backends[c], now)
+	cb, cc := b.cost(backends[best], &states[best], lb), b.cost(backends[c], &states[c], lc)
+	switch {
+	case cc < (1-tieBand)*cb:
+		return c
+	case cb < (1-tieBand)*cc:
+		return best
+	}
+	if prefix.Score(anchor, b.names[c], backends[c].Weight) > prefix.Score(anchor, b.names[best], backends[best].Weight) {
+		return c
+	}
+	return best
 }
 
 // twoChoices draws two distinct candidates at random and returns the

@@ -33,7 +33,7 @@ func newPool(t testing.TB, n int, mutate func(i int, b *config.Backend)) *upstre
 
 func defaults() Options {
 	b := config.Default().Balancer
-	return Options{Strategy: b.Strategy, Weights: b.LoadWeights, QueueSaturation: b.QueueSaturation, StaleAfter: b.StaleAfter, Floor: b.Floor}
+	return Options{Strategy: b.Strategy, Prefix: b.Prefix, Weights: b.LoadWeights, QueueSaturation: b.QueueSaturation, StaleAfter: b.StaleAfter, Floor: b.Floor}
 }
 
 // mustNew is New for options a test knows to be valid.
@@ -184,7 +184,9 @@ func TestTwoChoices(t *testing.T) {
 	const n = 30000
 	setup := func(t *testing.T, mutate func(i int, c *config.Backend)) (*Balancer, []*upstream.Backend) {
 		p := newPool(t, 3, mutate)
-		b := mustNew(t, p, defaults())
+		o := defaults()
+		o.Strategy = Dynamic
+		b := mustNew(t, p, o)
 		return b, p.Backends()
 	}
 	observeAll := func(bs []*upstream.Backend, d ...time.Duration) {
@@ -441,7 +443,7 @@ func TestStoreSeam(t *testing.T) {
 
 func TestPickDoesNotAllocate(t *testing.T) {
 	p := newPool(t, 16, nil)
-	for _, strategy := range []string{Dynamic, RoundRobin, LeastRequest} {
+	for _, strategy := range []string{Dynamic, RoundRobin, LeastRequest, Prefix} {
 		o := defaults()
 		o.Strategy = strategy
 		b := mustNew(t, p, o)

@@ -1,0 +1,266 @@
+package balance
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/balance/prefix"
+	"github.com/vigil-gw/vigil/gateway/upstream"
+)
+
+func prefixBalancer(t testing.TB, p *upstream.Pool) *Balancer {
+	t.Helper()
+	o := defaults()
+	o.Strategy = Prefix
+	return mustNew(t, p, o)
+}
+
+// key makes a prompt key of n blocks: tenant sets the anchor and the
+// first blocks, turn the later ones (blocks [shared, n) differ by turn).
+func key(tenant, turn uint64, shared, n int) *prefix.Key {
+	k := &prefix.Key{N: n, Chars: n * 256, Anchor: tenant*7919 + 1}
+	for i := range n {
+		k.Blocks[i] = tenant<<32 | uint64(i) + 1
+		if i >= shared {
+			k.Blocks[i] ^= turn << 48
+		}
+	}
+	return k
+}
+
+func TestPrefixPicks(t *testing.T) {
+	p := newPool(t, 3, nil)
+	b := prefixBalancer(t, p)
+	bs := p.Backends()
+
+	first, d, err := b.PickFor("m", nil, key(1, 1, 4, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Strategy != Prefix || d.Reason != ReasonPlacement || d.Blocks != 8 || d.Matched != 0 || d.Preferred != first || d.GuardOverride {
+		t.Errorf("first request: %+v, want placement on %s", d, first.Name)
+	}
+	// The next turn shares the first 4 blocks: same backend, by match.
+	next, d, _ := b.PickFor("m", nil, key(1, 2, 4, 10))
+	if next != first || d.Reason != ReasonMatch || d.Matched != 4 {
+		t.Errorf("next turn: %s %+v, want %s by a match of 4", next.Name, d, first.Name)
+	}
+	// The same request again: all 8 blocks.
+	if _, d, _ = b.PickFor("m", nil, key(1, 1, 4, 8)); d.Matched != 8 {
+		t.Errorf("repeat: matched %d, want 8", d.Matched)
+	}
+	// The longest match wins over a shorter one elsewhere.
+	b.Index().Record(key(1, 1, 4, 8).Chain()[:2], indexOf(bs, other(bs, first)))
+	if got, d, _ := b.PickFor("m", nil, key(1, 1, 4, 8)); got != first || d.Matched != 8 {
+		t.Errorf("longest match: %s %+v", got.Name, d)
+	}
+	// Excluded (a retry): never the tried backend.
+	if got, _, _ := b.PickFor("m", nil, key(1, 1, 4, 8), first); got == first {
+		t.Error("picked an excluded backend")
+	}
+	// Short prompts and no key go by load.
+	short := key(2, 1, 1, 1)
+	short.Chars = 100
+	if _, d, _ := b.PickFor("m", nil, short); d.Reason != ReasonShort || d.Preferred != nil {
+		t.Errorf("short prompt: %+v", d)
+	}
+	if _, d, _ := b.PickFor("m", nil, nil); d.Reason != ReasonShort {
+		t.Errorf("no key: %+v", d)
+	}
+	if _, d, _ := b.PickFor("m", nil, &prefix.Key{}); d.Reason != ReasonShort {
+		t.Errorf("no blocks: %+v", d)
+	}
+	// Other strategies say so and ignore the key.
+	o := defaults()
+	o.Strategy = Dynamic
+	if _, d, _ := mustNew(t, p, o).PickFor("m", nil, key(1, 1, 4, 8)); d.Strategy != Dynamic || d.Reason != ReasonNone {
+		t.Errorf("dynamic: %+v", d)
+	}
+}
+
+func indexOf(bs []*upstream.Backend, be *upstream.Backend) int {
+	for i, x := range bs {
+		if x == be {
+			return i
+		}
+	}
+	return -1
+}
+
+func other(bs []*upstream.Backend, be *upstream.Backend) *upstream.Backend {
+	return bs[(indexOf(bs, be)+1)%len(bs)]
+}
+
+// TestPrefixTies: backends that hold the same prefix are told apart by
+// cost, then by rendezvous.
+func TestPrefixTies(t *testing.T) {
+	p := newPool(t, 3, nil)
+	b := prefixBalancer(t, p)
+	bs := p.Backends()
+	k := key(5, 1, 8, 8)
+	b.Index().Record(k.Chain(), 0)
+	b.Index().Record(k.Chain(), 2)
+	// Equal cost: the rendezvous order of the two, every time.
+	want := bs[0]
+	if prefix.Score(k.Anchor, b.names[2], 100) > prefix.Score(k.Anchor, b.names[0], 100) {
+		want = bs[2]
+	}
+	for range 20 {
+		if got, d, _ := b.PickFor("m", nil, k); got != want || d.Reason != ReasonMatch {
+			t.Fatalf("equal cost: %s %+v, want %s", got.Name, d, want.Name)
+		}
+	}
+	// One in flight on it: the other (cost 2 vs 1, beyond the tie band;
+	// the guard does not act on one request).
+	release := want.Acquire()
+	defer release()
+	if got, d, _ := b.PickFor("m", nil, k); got == want || got == bs[1] || d.GuardOverride {
+		t.Errorf("busier tie: %s %+v", got.Name, d)
+	}
+}
+
+// TestPrefixGuard: the preferred backend is passed over only when it
+// exceeds the least loaded by more than guard_abs and more than guard_rel
+// times.
+func TestPrefixGuard(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name     string
+		inflight [3]int
+		waiting  [3]float64 // NaN: unknown
+		override bool
+	}{
+		{"idle", [3]int{0, 0, 0}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, false},
+		{"abs not exceeded: 4 over 0", [3]int{4, 0, 0}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, false},
+		{"both exceeded: 5 over 0", [3]int{5, 0, 0}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, true},
+		{"rel not exceeded: 15 vs 10", [3]int{15, 10, 10}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, false},
+		{"rel exceeded: 16 vs 10", [3]int{16, 10, 12}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, true},
+		{"abs not exceeded though rel is: 6 vs 2", [3]int{6, 2, 3}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, false},
+		{"the server's queue counts", [3]int{1, 0, 0}, [3]float64{6, 0, 0}, true},
+		{"queues even it out", [3]int{6, 0, 0}, [3]float64{0, 6, 6}, false},
+		{"the least loaded decides, not the mean", [3]int{6, 0, 20}, [3]float64{math.NaN(), math.NaN(), math.NaN()}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPool(t, 3, nil)
+			b := prefixBalancer(t, p)
+			bs := p.Backends()
+			for i, be := range bs {
+				for range tt.inflight[i] {
+					defer be.Acquire()()
+				}
+				if !math.IsNaN(tt.waiting[i]) {
+					be.StoreServerLoad(&upstream.ServerLoad{Waiting: tt.waiting[i], Running: 0, KVCache: math.NaN(), AsOf: now})
+				}
+			}
+			if err := b.Update(context.Background(), now); err != nil {
+				t.Fatal(err)
+			}
+			k := key(9, 1, 8, 8)
+			b.Index().Record(k.Chain(), 0)
+			got, d, err := b.PickFor("m", nil, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Preferred != bs[0] || d.Matched != 8 {
+				t.Fatalf("preferred %v matched %d, want b0 and 8", d.Preferred, d.Matched)
+			}
+			if d.GuardOverride != tt.override || (got != bs[0]) != tt.override {
+				t.Errorf("picked %s, override %v; want override %v", got.Name, d.GuardOverride, tt.override)
+			}
+			if tt.override && d.Reason != ReasonLoad {
+				t.Errorf("reason %v, want load", d.Reason)
+			}
+			// The chosen backend now holds the chain, whichever it is.
+			held := make([]int, 1)
+			b.Index().Match(k.Chain(), []int32{int32(indexOf(bs, got))}, held)
+			if held[0] != 8 {
+				t.Errorf("chosen backend holds %d blocks after the pick, want 8", held[0])
+			}
+		})
+	}
+}
+
+// TestReplicaAgreement: two balancers that share nothing but the pool's
+// configuration place the same anchors on the same backends, spread
+// evenly; and each learns the same placements, so that follow-ups agree.
+func TestReplicaAgreement(t *testing.T) {
+	a := prefixBalancer(t, newPool(t, 3, nil))
+	b := prefixBalancer(t, newPool(t, 3, nil))
+	h := a.Hasher()
+	counts := map[string]int{}
+	const n = 1000
+	for i := range n {
+		body := fmt.Sprintf(`{"messages":[{"role":"system","content":"tenant %d: %s"},{"role":"user","content":"hello"}]}`, i, longText)
+		var k prefix.Key
+		if !h.Compute(&k, exchange.OpChat, []byte(body), "") {
+			t.Fatal("Compute failed")
+		}
+		ga, da, _ := a.PickFor("m", nil, &k)
+		gb, db, _ := b.PickFor("m", nil, &k)
+		if ga.Name != gb.Name || da.Reason != ReasonPlacement || db.Reason != ReasonPlacement {
+			t.Fatalf("anchor %d: %s (%v) and %s (%v)", i, ga.Name, da.Reason, gb.Name, db.Reason)
+		}
+		counts[ga.Name]++
+		// A later turn, on either replica, by match.
+		body = fmt.Sprintf(`{"messages":[{"role":"system","content":"tenant %d: %s"},{"role":"user","content":"hello"},{"role":"assistant","content":"hi"},{"role":"user","content":"more"}]}`, i, longText)
+		if !h.Compute(&k, exchange.OpChat, []byte(body), "") {
+			t.Fatal("Compute failed")
+		}
+		if gb2, d, _ := b.PickFor("m", nil, &k); gb2 != gb || d.Reason != ReasonMatch {
+			t.Fatalf("tenant %d's next turn went to %s (%v), not %s", i, gb2.Name, d.Reason, gb.Name)
+		}
+	}
+	// Binomial, p = 1/3: σ ≈ 15 for 1000; ±75 is 5σ.
+	for name, c := range counts {
+		if c < n/3-75 || c > n/3+75 {
+			t.Errorf("%s got %d of %d anchors: %v", name, c, n, counts)
+		}
+	}
+	if len(counts) != 3 {
+		t.Errorf("anchors went to %d backends: %v", len(counts), counts)
+	}
+}
+
+var longText = fmt.Sprintf("%0600d", 0)
+
+func TestPickForDoesNotAllocate(t *testing.T) {
+	p := newPool(t, 16, nil)
+	b := prefixBalancer(t, p)
+	kinds := []string{"openai"}
+	k := key(1, 1, 32, 64)
+	if n := testing.AllocsPerRun(1000, func() { b.PickFor("m", kinds, k) }); n != 0 {
+		t.Errorf("%v allocations per pick", n)
+	}
+}
+
+// BenchmarkPickFor: a pick among 16 backends, the prefix strategy given a
+// 64-block key (a 16 KiB prompt, half of it shared by its tenant) against
+// dynamic: go test ./gateway/balance -bench PickFor -benchmem.
+func BenchmarkPickFor(b *testing.B) {
+	p := newPool(b, 16, nil)
+	for _, strategy := range []string{Dynamic, Prefix} {
+		b.Run(strategy, func(b *testing.B) {
+			o := defaults()
+			o.Strategy = strategy
+			bal := mustNew(b, p, o)
+			kinds := []string{"openai"}
+			keys := make([]*prefix.Key, 64)
+			for i := range keys {
+				keys[i] = key(uint64(i%8), uint64(i), 32, 64)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, _, err := bal.PickFor("m", kinds, keys[i%len(keys)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
