@@ -160,15 +160,40 @@ log: {level: warn, access: false}
 		}
 		url := "http://" + ports[0]
 		err = proctest.Run(t, proctest.Service{
-			Name:      "vigil serve (" + strategy + ")",
-			Path:      vigilBin,
-			Args:      []string{"serve", "-config", file},
-			Env:       proctest.WithoutOTEL(os.Environ()),
-			Ready:     func() bool { return proctest.HTTPOK(url + "/readyz") },
+			Name: "vigil serve (" + strategy + ")",
+			Path: vigilBin,
+			Args: []string{"serve", "-config", file},
+			Env:  proctest.WithoutOTEL(os.Environ()),
+			// /readyz answers once one backend is healthy; the prefix
+			// strategy places each tenant where its first request went,
+			// so the load must not start before all are.
+			Ready:     func() bool { return healthyBackends(url) == len(sims) },
 			StopGrace: 15 * time.Second,
 		})
 		return url, err
 	})
+}
+
+// healthyBackends counts the backends the gateway at url reports healthy
+// (vigil_backend_healthy on its /metrics); 0 when it does not answer.
+func healthyBackends(url string) int {
+	resp, err := (&http.Client{Timeout: time.Second}).Get(url + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "vigil_backend_healthy{") && strings.HasSuffix(line, " 1") {
+			n++
+		}
+	}
+	return n
 }
 
 // chatBody is a chat request of a tenant's system prompt and a user

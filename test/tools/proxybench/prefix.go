@@ -454,6 +454,11 @@ func runPrefixCase(ctx context.Context, c config, f *prefixFleet, dir string, cs
 		if _, err := gw.startVigil(c, dir, name, addr, prefixGatewayConf(addr, f, strategy, set), cleanEnv(), false); err != nil {
 			return nil, err
 		}
+		// /readyz answers once one backend is healthy; a strategy that
+		// places tenants by where they went first must see all three.
+		if err := allHealthy("http://"+addr, len(f.sims)); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
 		urls = append(urls, "http://"+addr+chatPath)
 	}
 
@@ -484,6 +489,28 @@ func runPrefixCase(ctx context.Context, c config, f *prefixFleet, dir string, cs
 		r.SimHitRate = &rate
 	}
 	return r, nil
+}
+
+// allHealthy waits until the gateway at base reports n backends healthy
+// (vigil_backend_healthy on its /metrics), for 10 s at most.
+func allHealthy(base string, n int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		text, err := httpBody(base + "/metrics")
+		up := 0
+		for line := range strings.SplitSeq(text, "\n") {
+			if strings.HasPrefix(line, "vigil_backend_healthy{") && strings.HasSuffix(line, " 1") {
+				up++
+			}
+		}
+		if err == nil && up == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d backends healthy after 10 s (%v)", up, n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // summarize fills r from the samples sent in [from, to).
