@@ -48,7 +48,8 @@ type Backend struct {
 	// models is nil when the backend serves every model.
 	models map[string]struct{}
 
-	pool *Pool
+	pool  *Pool
+	index int // in pool.backends
 
 	healthy  atomic.Bool // the last active check passed (true before any)
 	inflight atomic.Int64
@@ -63,16 +64,13 @@ type Backend struct {
 	serverLoad atomic.Pointer[ServerLoad]
 	latency    peakEWMA // seconds to the first response byte
 	errRate    ewma     // 1 per failed attempt, 0 per successful one
-}
 
-// Serves reports whether the backend is configured for model. An empty model
-// matches every backend.
-func (b *Backend) Serves(model string) bool {
-	if b.models == nil || model == "" {
-		return true
-	}
-	_, ok := b.models[model]
-	return ok
+	// Prefix cache (prefix.go) and model discovery (models.go).
+	promptTokens atomic.Int64 // reported by answers through this gateway
+	cachedTokens atomic.Int64 // of promptTokens, read from the prefix cache
+	prefixCache  atomic.Pointer[PrefixCache]
+	prefix       prefixState
+	discovered   atomic.Pointer[ModelSet]
 }
 
 // Models returns the configured model list; nil means every model.
@@ -107,6 +105,12 @@ type Pool struct {
 	backends []*Backend
 	passive  Passive
 	decay    float64 // latency decay time in nanoseconds, > 0
+
+	// listing indexes the backends' fresh discovered model lists
+	// (models.go); nil when there are none. listingMu serializes its
+	// rebuilds.
+	listing   atomic.Pointer[listing]
+	listingMu sync.Mutex
 }
 
 // Passive configures passive ejection (see [Backend.RecordFailure]).
@@ -135,7 +139,7 @@ func NewPool(cfgs []config.Backend, health config.Health, latencyDecay time.Dura
 		if err != nil || u.Scheme == "" || u.Host == "" {
 			return nil, fmt.Errorf("backends[%d].url: invalid URL %q", i, c.URL)
 		}
-		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight, pool: p}
+		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight, pool: p, index: i}
 		if b.Agent, err = optionalURL(c.Agent); err != nil {
 			return nil, fmt.Errorf("backends[%d].agent: invalid URL %q", i, c.Agent)
 		}
