@@ -17,7 +17,11 @@ import (
 // some backend lists goes only to the backends that list it (Serves). A
 // model no fresh list names still goes to any backend, which answers its
 // own 404 when it does not serve it: discovery narrows, it never makes a
-// model unknown that configuration allowed.
+// model unknown that configuration allowed. A backend without a fresh
+// list (not asked, not read yet, or unreadable for longer than
+// Scraper.ModelsStaleAfter) serves every model, as before discovery: a
+// server whose /v1/models fails is not thereby cut off from the base
+// model it serves.
 //
 // Only backends of kind openai are asked (vLLM and other OpenAI-compatible
 // servers); a TGI server serves the one model of its /info and has no
@@ -59,20 +63,22 @@ func (m *ModelSet) IDs() []string {
 	return out
 }
 
-// listing is the pool's index of the fresh discovered lists: for each
-// model some backend lists, which backends (bit i: Pool.backends[i]). It
-// is immutable once stored, so Serves reads one consistent picture with
-// one atomic load.
+// listing is the pool's index of the fresh discovered lists: the models
+// some backend lists. It is immutable once stored.
 type listing struct {
-	by map[string][]uint64
+	ids map[string]struct{}
 }
 
 // Serves reports whether the backend may be sent requests for model: an
 // empty model matches every backend; a configured models list decides for
-// its backend; otherwise, when some backend's fresh discovered list names
-// the model, only the backends whose list names it; otherwise every
-// backend. It takes no lock and does not allocate: Pick calls it per
-// candidate.
+// its backend; a backend with a fresh discovered list serves what it
+// lists, and the models no backend's fresh list names; a backend without
+// one serves every model. It takes no lock and does not allocate: Pick
+// calls it per candidate.
+//
+// The backend's list and the pool's index are stored one after the other:
+// a reader in between may let a backend serve a model that another
+// backend's new list just claimed, for one pick; never the reverse.
 func (b *Backend) Serves(model string) bool {
 	if model == "" {
 		return true
@@ -81,18 +87,11 @@ func (b *Backend) Serves(model string) bool {
 		_, ok := b.models[model]
 		return ok
 	}
-	if b.pool == nil {
+	d := b.discovered.Load()
+	if d == nil || d.Has(model) || b.pool == nil {
 		return true
 	}
-	l := b.pool.listing.Load()
-	if l == nil {
-		return true
-	}
-	bits, ok := l.by[model]
-	if !ok {
-		return true
-	}
-	return bits[b.index/64]&(1<<(b.index%64)) != 0
+	return !b.pool.Listed(model)
 }
 
 // Listed reports whether some backend's fresh discovered list names model.
@@ -101,7 +100,7 @@ func (p *Pool) Listed(model string) bool {
 	if l == nil {
 		return false
 	}
-	_, ok := l.by[model]
+	_, ok := l.ids[model]
 	return ok
 }
 
@@ -123,30 +122,24 @@ func (b *Backend) StoreDiscoveredModels(m *ModelSet) {
 func (p *Pool) reindex() {
 	p.listingMu.Lock()
 	defer p.listingMu.Unlock()
-	words := (len(p.backends) + 63) / 64
-	var by map[string][]uint64
-	for i, b := range p.backends {
+	var ids map[string]struct{}
+	for _, b := range p.backends {
 		m := b.discovered.Load()
 		if m == nil || b.models != nil {
 			continue
 		}
+		if ids == nil {
+			ids = map[string]struct{}{}
+		}
 		for id := range m.ids {
-			if by == nil {
-				by = map[string][]uint64{}
-			}
-			bits := by[id]
-			if bits == nil {
-				bits = make([]uint64, words)
-				by[id] = bits
-			}
-			bits[i/64] |= 1 << (i % 64)
+			ids[id] = struct{}{}
 		}
 	}
-	if by == nil {
+	if ids == nil {
 		p.listing.Store(nil)
 		return
 	}
-	p.listing.Store(&listing{by: by})
+	p.listing.Store(&listing{ids: ids})
 }
 
 // discovers reports whether the scraper reads b's model list: a backend

@@ -48,8 +48,7 @@ type Backend struct {
 	// models is nil when the backend serves every model.
 	models map[string]struct{}
 
-	pool  *Pool
-	index int // in pool.backends
+	pool *Pool
 
 	healthy  atomic.Bool // the last active check passed (true before any)
 	inflight atomic.Int64
@@ -139,7 +138,7 @@ func NewPool(cfgs []config.Backend, health config.Health, latencyDecay time.Dura
 		if err != nil || u.Scheme == "" || u.Host == "" {
 			return nil, fmt.Errorf("backends[%d].url: invalid URL %q", i, c.URL)
 		}
-		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight, pool: p, index: i}
+		b := &Backend{Name: c.Name, URL: u, Kind: c.Kind, Weight: c.Weight, pool: p}
 		if b.Agent, err = optionalURL(c.Agent); err != nil {
 			return nil, fmt.Errorf("backends[%d].agent: invalid URL %q", i, c.Agent)
 		}
