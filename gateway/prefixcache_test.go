@@ -298,6 +298,9 @@ func loraBackend(t *testing.T, ids ...string) string {
 		}
 		fmt.Fprintf(w, `{"object":"list","data":[%s]}`, strings.Join(data, ","))
 	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("vllm:num_requests_running 0\n"))
+	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"c","object":"chat.completion","model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`))
@@ -307,11 +310,19 @@ func loraBackend(t *testing.T, ids ...string) string {
 	return srv.URL
 }
 
+// scraped is a backend whose metrics the gateway reads (and so its model
+// list).
+func scraped(name, url string) config.Backend {
+	c := backend(name, url)
+	c.Metrics = url + "/metrics"
+	return c
+}
+
 // TestLoRARouting: three backends without configured model lists, one of
 // which lists the adapter a1 in its /v1/models: requests for a1 go only
 // there, requests for the base model to all three.
 func TestLoRARouting(t *testing.T) {
-	gw := startGateway(t, []config.Backend{backend("b0", loraBackend(t, "base")), backend("lora", loraBackend(t, "base", "a1")), backend("b2", loraBackend(t, "base"))},
+	gw := startGateway(t, []config.Backend{scraped("b0", loraBackend(t, "base")), scraped("lora", loraBackend(t, "base", "a1")), scraped("b2", loraBackend(t, "base"))},
 		func(c *config.Config) {
 			c.Balancer.Strategy = "round_robin"
 			c.Balancer.ScrapeInterval = 20 * time.Millisecond

@@ -23,8 +23,10 @@ import (
 // server whose /v1/models fails is not thereby cut off from the base
 // model it serves.
 //
-// Only backends of kind openai are asked (vLLM and other OpenAI-compatible
-// servers); a TGI server serves the one model of its /info and has no
+// Only backends of kind openai whose metrics endpoint is configured are
+// asked (vLLM and other OpenAI-compatible servers that the scraper reads
+// already): the gateway sends nothing of its own to a backend that was not
+// set up for it. A TGI server serves the one model of its /info and has no
 // adapters to route by.
 
 // maxModelsBytes bounds a /v1/models answer read by discovery.
@@ -143,8 +145,8 @@ func (p *Pool) reindex() {
 }
 
 // discovers reports whether the scraper reads b's model list: a backend
-// of kind openai without a configured list.
-func (b *Backend) discovers() bool { return b.models == nil && b.Kind == KindOpenAI }
+// of kind openai without a configured list, whose metrics it reads.
+func (b *Backend) discovers() bool { return b.models == nil && b.Kind == KindOpenAI && b.Metrics != nil }
 
 // ParseModelList reads the ids of an OpenAI /v1/models answer
 // ({"object": "list", "data": [{"id": ...}, ...]}), LoRA adapters

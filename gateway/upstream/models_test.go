@@ -17,6 +17,10 @@ import (
 func modelsServer(t *testing.T, body string, ok *atomic.Bool) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			w.Write([]byte("vllm:num_requests_running 0\n"))
+			return
+		}
 		if r.URL.Path != "/v1/models" {
 			http.NotFound(w, r)
 			return
@@ -47,12 +51,15 @@ const (
 func TestModelDiscovery(t *testing.T) {
 	up := &atomic.Bool{}
 	up.Store(true)
-	p := newTestPool(t,
-		config.Backend{Name: "lora", URL: modelsServer(t, loraList, up), Kind: KindOpenAI, Weight: 1},
-		config.Backend{Name: "b", URL: modelsServer(t, baseList, nil), Kind: KindOpenAI, Weight: 1},
-		config.Backend{Name: "c", URL: modelsServer(t, baseList, nil), Kind: KindOpenAI, Weight: 1},
+	vllm := func(name, list string, up *atomic.Bool) config.Backend {
+		u := modelsServer(t, list, up)
+		return config.Backend{Name: name, URL: u, Kind: KindOpenAI, Metrics: u + "/metrics", Weight: 1}
+	}
+	p := newTestPool(t, vllm("lora", loraList, up), vllm("b", baseList, nil), vllm("c", baseList, nil),
 		config.Backend{Name: "tgi", URL: "http://127.0.0.1:1", Kind: KindTGI, Weight: 1},
 		config.Backend{Name: "configured", URL: "http://127.0.0.1:1", Kind: KindOpenAI, Models: []string{"other"}, Weight: 1},
+		// Not scraped: never asked for its list.
+		config.Backend{Name: "unscraped", URL: "http://127.0.0.1:1", Kind: KindOpenAI, Weight: 1},
 	)
 	var errs []string
 	s := &Scraper{Pool: p, Client: http.DefaultClient, ModelsEvery: 2, ModelsStaleAfter: time.Hour,
@@ -66,7 +73,7 @@ func TestModelDiscovery(t *testing.T) {
 		}
 		return out
 	}
-	if diff := cmp.Diff([]string{"lora", "b", "c", "tgi"}, serving("a1")); diff != "" {
+	if diff := cmp.Diff([]string{"lora", "b", "c", "tgi", "unscraped"}, serving("a1")); diff != "" {
 		t.Errorf("before discovery, a1 (-want +got):\n%s", diff)
 	}
 	s.ScrapeAll(context.Background())
@@ -77,11 +84,11 @@ func TestModelDiscovery(t *testing.T) {
 		model string
 		want  []string
 	}{
-		{"a1", []string{"lora", "tgi"}}, // the TGI backend has no list: it may serve anything
-		{"llama", []string{"lora", "b", "c", "tgi"}},
-		{"unlisted", []string{"lora", "b", "c", "tgi"}},
-		{"other", []string{"lora", "b", "c", "tgi", "configured"}},
-		{"", []string{"lora", "b", "c", "tgi", "configured"}},
+		{"a1", []string{"lora", "tgi", "unscraped"}}, // without a list: they may serve anything
+		{"llama", []string{"lora", "b", "c", "tgi", "unscraped"}},
+		{"unlisted", []string{"lora", "b", "c", "tgi", "unscraped"}},
+		{"other", []string{"lora", "b", "c", "tgi", "configured", "unscraped"}},
+		{"", []string{"lora", "b", "c", "tgi", "configured", "unscraped"}},
 	} {
 		if diff := cmp.Diff(tc.want, serving(tc.model)); diff != "" {
 			t.Errorf("%q (-want +got):\n%s", tc.model, diff)
@@ -102,7 +109,7 @@ func TestModelDiscovery(t *testing.T) {
 	if diff := cmp.Diff([]string{"lora models"}, errs); diff != "" {
 		t.Errorf("errors (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"lora", "tgi"}, serving("a1")); diff != "" {
+	if diff := cmp.Diff([]string{"lora", "tgi", "unscraped"}, serving("a1")); diff != "" {
 		t.Errorf("after a failed read, a1 (-want +got):\n%s", diff)
 	}
 	// Stale: the list is dropped, a1 is no longer known to anyone.
@@ -110,7 +117,7 @@ func TestModelDiscovery(t *testing.T) {
 	if p.Backends()[0].DiscoveredModels() != nil || p.Listed("a1") {
 		t.Error("a stale list is still used")
 	}
-	if diff := cmp.Diff([]string{"lora", "b", "c", "tgi"}, serving("a1")); diff != "" {
+	if diff := cmp.Diff([]string{"lora", "b", "c", "tgi", "unscraped"}, serving("a1")); diff != "" {
 		t.Errorf("after the list went stale, a1 (-want +got):\n%s", diff)
 	}
 }
