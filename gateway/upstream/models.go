@@ -146,7 +146,9 @@ func (p *Pool) reindex() {
 
 // discovers reports whether the scraper reads b's model list: a backend
 // of kind openai without a configured list, whose metrics it reads.
-func (b *Backend) discovers() bool { return b.models == nil && b.Kind == KindOpenAI && b.Metrics != nil }
+func (b *Backend) discovers() bool {
+	return b.models == nil && b.Kind == KindOpenAI && b.Metrics != nil
+}
 
 // ParseModelList reads the ids of an OpenAI /v1/models answer
 // ({"object": "list", "data": [{"id": ...}, ...]}), LoRA adapters
