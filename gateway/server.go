@@ -230,6 +230,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.scraper = &upstream.Scraper{
 		Pool: pool, Client: s.client, Timeout: cfg.Balancer.ScrapeInterval,
+		StaleAfter: cfg.Balancer.StaleAfter, ModelsEvery: modelsEvery,
 		OnError: func(b *upstream.Backend, source string, err error) {
 			s.metrics.scrapeErrors.WithLabelValues(b.Name, source).Inc()
 			s.log.Debug("load scrape failed", "backend", b.Name, "source", source, "err", err)
@@ -405,6 +406,12 @@ type shadowState struct {
 	idsBody    []byte
 	idsBackend *upstream.Backend
 }
+
+// modelsEvery is how many balancer rounds (balancer.scrape_interval each)
+// pass between reads of the backends' model lists (upstream's models.go):
+// adapters are loaded and unloaded rarely, and each read is a request to
+// every backend without a configured list.
+const modelsEvery = 5
 
 // inlineAttempts is how many attempts have their body reader and context
 // in the call (the default retries.attempts); later ones allocate.
