@@ -873,23 +873,30 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 			}
 			return rewrite.NewStripper(body, sse)
 		}
+		// The body gets shorter, so it goes chunked: the client sees the
+		// same body bytes as without injection, but no Content-Length
+		// header (a server that buffers a short stream may send one).
 		switch {
 		case isSSE:
 			resp.Body = strip(resp.Body, true)
+			unsized(resp)
 		case strings.HasPrefix(ct, "application/json"):
-			// The body gets shorter, so it goes chunked: the client sees
-			// the same body bytes as without injection, but no
-			// Content-Length header.
 			resp.Body = strip(resp.Body, false)
-			h.Del("Content-Length")
-			resp.ContentLength = -1
+			unsized(resp)
 		}
 	}
 	// The usage that usage.inject asked for leaves last.
 	if x.usageInjected && resp.StatusCode == http.StatusOK && isSSE {
 		resp.Body = rewrite.NewUsageStripper(resp.Body)
+		unsized(resp)
 	}
 	return nil
+}
+
+// unsized drops the length of a response whose body the gateway shortens.
+func unsized(resp *http.Response) {
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
 }
 
 // captureBytes is the bound on the copy of a non-streaming body: what the
