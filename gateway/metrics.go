@@ -193,9 +193,9 @@ func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 	if x.resp.gaps.Count > 0 {
 		se.maxGap.Observe(x.resp.gaps.Max.Seconds())
 	}
-	if x.resp.promptTokens > 0 {
-		se.tokensIn.Observe(float64(x.resp.promptTokens))
-		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.resp.usageSource}).Add(float64(x.resp.promptTokens))
+	if p := x.resp.prompt(); p > 0 {
+		se.tokensIn.Observe(float64(p))
+		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.resp.usageSource}).Add(float64(p))
 	}
 	if x.resp.completionTokens > 0 {
 		se.tokensOut.Observe(float64(x.resp.completionTokens))

@@ -985,7 +985,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		// request, no healthy backend, a cache hit) reach the observer
 		// too, without OnRequest, for the error rates.
 		resp := &exchange.Response{
-			Status: status, Latency: x.resp.latency, PromptTokens: x.resp.promptTokens,
+			Status: status, Latency: x.resp.latency, PromptTokens: x.resp.prompt(),
 			CompletionTokens: x.resp.completionTokens, UsageSource: x.resp.usageSource, Events: x.resp.events,
 			ErrorClass: class, Body: x.resp.captured, Truncated: x.resp.truncated, Gaps: x.resp.gaps,
 		}

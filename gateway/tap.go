@@ -48,6 +48,12 @@ type responseStats struct {
 	apiErr      *apierror.Error // the error the gateway answered with
 }
 
+// prompt is the whole prompt's token count: what the backend reported as
+// its input, plus the cache reads and writes that Anthropic's input_tokens
+// leaves out (OpenTelemetry's gen_ai.usage.input_tokens counts them too),
+// so that a cache hit does not shrink the usage a tenant is accounted.
+func (r *responseStats) prompt() int { return r.promptTokens + int(r.extraPrompt) }
+
 // tap wraps an upstream response body. Each Read passes the bytes through
 // unchanged and, on the same goroutine, splits SSE events (handing a copy of
 // each to the dispatcher, which never blocks) or keeps a bounded copy of a

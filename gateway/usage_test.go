@@ -389,3 +389,26 @@ func TestUsageStrippedFromSizedStream(t *testing.T) {
 		t.Errorf("client got %q, want the stream without the injected usage", body)
 	}
 }
+
+// TestMessagesPromptCountsCacheReads: Anthropic's input_tokens leaves out
+// the tokens read from the prefix cache, so the gateway adds them back: a
+// prompt accounted twice is the same size whether it hit the cache or not.
+func TestMessagesPromptCountsCacheReads(t *testing.T) {
+	_, url := startSim(t, "m1", func(k *sim.Knobs) { k.PrefixCacheBlocks = 1024 })
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
+	body := `{"model":"m1","max_tokens":4,"system":"` + strings.Repeat("You review Go code carefully. ", 40) + `","messages":[{"role":"user","content":"hello"}]}`
+	var prompts []float64
+	for i := range 2 {
+		if status, _, b := testutil.Post(t, gw.URL+"/v1/messages", body); status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, status, b)
+		}
+		line := lastAccess(t, gw, i+1)
+		prompts = append(prompts, line["prompt_tokens"].(float64))
+	}
+	if prompts[0] == 0 || prompts[1] != prompts[0] {
+		t.Errorf("prompt_tokens cold %v, warm %v: want the same whole prompt both times", prompts[0], prompts[1])
+	}
+	if n := promtest.ToFloat64(gw.metrics.usage.WithLabelValues("", "m1", "a", "input", "reported")); n != 2*prompts[0] {
+		t.Errorf("vigil_tokens_total{input, reported} = %v, want %v", n, 2*prompts[0])
+	}
+}
