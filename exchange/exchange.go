@@ -201,4 +201,11 @@ type BackendState struct {
 	// peak-EWMA time to the first response byte.
 	ErrorRate *float64 `json:"error_rate"`
 	TTFBMs    *float64 `json:"ttfb_ms"`
+	// PrefixHitRate is the backend's prefix-cache hit rate over the last
+	// minute (nil: no prompt tokens in it); PrefixWindowQueries and
+	// PrefixWindowHits the prompt tokens looked up and found over that
+	// minute, from which a fleet's rate is summed.
+	PrefixHitRate       *float64 `json:"prefix_hit_rate,omitempty"`
+	PrefixWindowQueries float64  `json:"prefix_window_queries,omitempty"`
+	PrefixWindowHits    float64  `json:"prefix_window_hits,omitempty"`
 }

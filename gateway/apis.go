@@ -271,10 +271,19 @@ func (d *apiDeltaField) UnmarshalJSON(b []byte) error {
 
 func (d apiDeltaField) content() bool { return d.text != "" }
 
-// apiUsageJSON is the usage of both APIs: input and output tokens.
+// apiUsageJSON is the usage of both APIs: input and output tokens, and
+// the prompt tokens read from the backend's prefix cache: the Responses
+// API's input_tokens_details.cached_tokens (part of input_tokens), the
+// Messages API's cache_read_input_tokens (which, with
+// cache_creation_input_tokens, input_tokens leaves out).
 type apiUsageJSON struct {
-	InputTokens  *int `json:"input_tokens"`
-	OutputTokens *int `json:"output_tokens"`
+	InputTokens        *int `json:"input_tokens"`
+	OutputTokens       *int `json:"output_tokens"`
+	InputTokensDetails *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
 }
 
 // apiDocJSON is a plain Responses or Messages body, or the object an
@@ -323,6 +332,7 @@ func (x *call) apiUsage(typ string, payload []byte) {
 				// The output count comes with message_delta; until then
 				// the stream's deltas are counted.
 				x.resp.promptTokens = *m.Usage.InputTokens
+				x.apiCache(m.Usage, true)
 			}
 		}
 	case "message_delta":
@@ -342,8 +352,31 @@ func (x *call) apiTokens(u *apiUsageJSON, both bool) {
 	if u.InputTokens != nil && (both || *u.InputTokens > 0) {
 		x.resp.promptTokens = *u.InputTokens
 	}
+	x.apiCache(u, both)
 	x.resp.completionTokens = *u.OutputTokens
 	x.resp.usageReported = true
+}
+
+// apiCache records the cached prompt tokens of a usage object: all that
+// it reports, or (message_delta, whose counts are cumulative and may be
+// left out or zero) those above zero.
+func (x *call) apiCache(u *apiUsageJSON, all bool) {
+	set := func(dst *int32, v *int) {
+		if v != nil && (all || *v > 0) {
+			*dst = clampTokens(*v)
+		}
+	}
+	if d := u.InputTokensDetails; d != nil {
+		set(&x.resp.cachedTokens, d.CachedTokens)
+	}
+	if u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
+		// Anthropic's input_tokens counts only what follows the last
+		// cache breakpoint: reads and writes come on top of it.
+		read, created := x.resp.cachedTokens, x.resp.extraPrompt-x.resp.cachedTokens
+		set(&read, u.CacheReadInputTokens)
+		set(&created, u.CacheCreationInputTokens)
+		x.resp.cachedTokens, x.resp.extraPrompt = read, clampTokens(int(read)+int(created))
+	}
 }
 
 // apiUsageFromCapture records the usage, id and model of a plain

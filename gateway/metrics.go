@@ -127,7 +127,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 		}, []string{"backend"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_balancer_scrape_errors_total",
-			Help: "Failed reads of a backend's load agent or metrics endpoint, by source (agent, metrics).",
+			Help: "Failed reads of a backend's load agent, metrics endpoint or model list (/v1/models), by source (agent, metrics, models).",
 		}, []string{"backend", "source"}),
 	}
 	for _, k := range known {
@@ -137,9 +137,13 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 	inflight := prometheus.NewDesc("vigil_backend_inflight_requests", "Requests in flight to the backend.", []string{"backend"}, nil)
 	weight := prometheus.NewDesc("vigil_backend_weight", "The backend's current dynamic balancing weight: base × (1 − load), at least 1% of base.", []string{"backend"}, nil)
 	load := prometheus.NewDesc("vigil_backend_load", "The backend's load scores in [0, 1], by signal (cpu, mem, gpu, gpu_mem, queue, kv_cache, latency, errors; blend: the node load of cpu, mem, gpu, gpu_mem and kv_cache that sets the weight); absent when unknown or stale.", []string{"backend", "signal"}, nil)
+	promptTok := prometheus.NewDesc("vigil_backend_prompt_tokens_total", "Prompt tokens the backend's answers through this gateway reported (usage), since start.", []string{"backend"}, nil)
+	cachedTok := prometheus.NewDesc("vigil_backend_cached_prompt_tokens_total", "Of vigil_backend_prompt_tokens_total, those the backend reported reading from its prefix cache (cached_tokens, cache_read_input_tokens).", []string{"backend"}, nil)
+	hitRatio := prometheus.NewDesc("vigil_backend_prefix_cache_hit_ratio", "The backend's prefix-cache hit rate over the last minute: hits/queries of its own vllm:prefix_cache_* counters when it exports them, else of the cached prompt tokens its answers reported; absent when no prompt tokens were seen in the minute.", []string{"backend"}, nil)
+	fleetRatio := prometheus.NewDesc("vigil_prefix_cache_hit_ratio", "The fleet's prefix-cache hit rate over the last minute: the backends' hits summed over their queries summed; absent when no prompt tokens were seen in the minute.", nil, nil)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.usage, m.maxGap, m.dropped, m.injections, m.usageInjections, m.cacheHits, m.cacheMiss,
 		m.retries, m.cancels, m.ejections, m.scrapeErrors,
-		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load}, collect: func(ch chan<- prometheus.Metric) {
+		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load, promptTok, cachedTok, hitRatio, fleetRatio}, collect: func(ch chan<- prometheus.Metric) {
 			snap := bal.Snapshot()
 			for i, b := range pool.Backends() {
 				h := 0.0
@@ -156,6 +160,14 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 					}
 				}
 				ch <- prometheus.MustNewConstMetric(load, prometheus.GaugeValue, st.Load, b.Name, "blend")
+				ch <- prometheus.MustNewConstMetric(promptTok, prometheus.CounterValue, float64(b.PromptTokens()), b.Name)
+				ch <- prometheus.MustNewConstMetric(cachedTok, prometheus.CounterValue, float64(b.CachedTokens()), b.Name)
+				if pc := b.PrefixCache(); pc != nil && !math.IsNaN(pc.HitRate) {
+					ch <- prometheus.MustNewConstMetric(hitRatio, prometheus.GaugeValue, pc.HitRate, b.Name)
+				}
+			}
+			if f := pool.FleetPrefixCache(); !math.IsNaN(f.HitRate) {
+				ch <- prometheus.MustNewConstMetric(fleetRatio, prometheus.GaugeValue, f.HitRate)
 			}
 		}})
 	return m
@@ -181,9 +193,9 @@ func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 	if x.resp.gaps.Count > 0 {
 		se.maxGap.Observe(x.resp.gaps.Max.Seconds())
 	}
-	if x.resp.promptTokens > 0 {
-		se.tokensIn.Observe(float64(x.resp.promptTokens))
-		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.resp.usageSource}).Add(float64(x.resp.promptTokens))
+	if p := x.resp.prompt(); p > 0 {
+		se.tokensIn.Observe(float64(p))
+		m.usageFor(usageLabels{x.req.Tenant, model, backend, "input", x.resp.usageSource}).Add(float64(p))
 	}
 	if x.resp.completionTokens > 0 {
 		se.tokensOut.Observe(float64(x.resp.completionTokens))

@@ -142,6 +142,11 @@ func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 	if !x.resp.firstByte.IsZero() && x.resp.status < 500 {
 		b.ObserveLatency(x.resp.firstByte.Sub(x.retry.start), now)
 	}
+	if x.resp.usageReported {
+		// The prefix-cache figures from the gateway's side (upstream's
+		// prefix.go): what the backend said it read from its cache.
+		b.ObserveTokens(x.resp.prompt(), int(x.resp.cachedTokens))
+	}
 }
 
 // runBalancer scrapes the backends' load and recomputes the weights every

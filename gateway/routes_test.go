@@ -102,7 +102,7 @@ func TestAdminRoutes(t *testing.T) {
 	post(t, gw.URL+"/v1/embeddings", `{"model":"m1","input":"x"}`)
 	waitFor(t, "the prompt to reach the drift window", func() bool { return p.Evaluate().Window.Requests == 1 })
 
-	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts", "/admin/notifications"} {
+	for _, path := range []string{"/admin/backends", "/admin/signals", "/admin/alerts", "/admin/notifications", "/admin/prefix_cache"} {
 		if code, _ := testutil.Get(t, gw.URL+path); code != 401 {
 			t.Errorf("%s without token: %d, want 401", path, code)
 		}

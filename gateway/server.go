@@ -230,6 +230,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.scraper = &upstream.Scraper{
 		Pool: pool, Client: s.client, Timeout: cfg.Balancer.ScrapeInterval,
+		StaleAfter: cfg.Balancer.StaleAfter, ModelsEvery: modelsEvery,
 		OnError: func(b *upstream.Backend, source string, err error) {
 			s.metrics.scrapeErrors.WithLabelValues(b.Name, source).Inc()
 			s.log.Debug("load scrape failed", "backend", b.Name, "source", source, "err", err)
@@ -405,6 +406,12 @@ type shadowState struct {
 	idsBody    []byte
 	idsBackend *upstream.Backend
 }
+
+// modelsEvery is how many balancer rounds (balancer.scrape_interval each)
+// pass between reads of the backends' model lists (upstream's models.go):
+// adapters are loaded and unloaded rarely, and each read is a request to
+// every backend without a configured list.
+const modelsEvery = 5
 
 // inlineAttempts is how many attempts have their body reader and context
 // in the call (the default retries.attempts); later ones allocate.
@@ -866,23 +873,30 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 			}
 			return rewrite.NewStripper(body, sse)
 		}
+		// The body gets shorter, so it goes chunked: the client sees the
+		// same body bytes as without injection, but no Content-Length
+		// header (a server that buffers a short stream may send one).
 		switch {
 		case isSSE:
 			resp.Body = strip(resp.Body, true)
+			unsized(resp)
 		case strings.HasPrefix(ct, "application/json"):
-			// The body gets shorter, so it goes chunked: the client sees
-			// the same body bytes as without injection, but no
-			// Content-Length header.
 			resp.Body = strip(resp.Body, false)
-			h.Del("Content-Length")
-			resp.ContentLength = -1
+			unsized(resp)
 		}
 	}
 	// The usage that usage.inject asked for leaves last.
 	if x.usageInjected && resp.StatusCode == http.StatusOK && isSSE {
 		resp.Body = rewrite.NewUsageStripper(resp.Body)
+		unsized(resp)
 	}
 	return nil
+}
+
+// unsized drops the length of a response whose body the gateway shortens.
+func unsized(resp *http.Response) {
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
 }
 
 // captureBytes is the bound on the copy of a non-streaming body: what the
@@ -971,7 +985,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 		// request, no healthy backend, a cache hit) reach the observer
 		// too, without OnRequest, for the error rates.
 		resp := &exchange.Response{
-			Status: status, Latency: x.resp.latency, PromptTokens: x.resp.promptTokens,
+			Status: status, Latency: x.resp.latency, PromptTokens: x.resp.prompt(),
 			CompletionTokens: x.resp.completionTokens, UsageSource: x.resp.usageSource, Events: x.resp.events,
 			ErrorClass: class, Body: x.resp.captured, Truncated: x.resp.truncated, Gaps: x.resp.gaps,
 		}

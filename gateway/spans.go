@@ -251,8 +251,8 @@ func (s *Server) endSpans(x *call, status int, class exchange.ErrorClass) {
 			if x.span.finish != "" {
 				attrs = append(attrs, attribute.StringSlice(tracing.AttrGenAIResponseFinishReasons, []string{x.span.finish}))
 			}
-			if x.resp.promptTokens > 0 {
-				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageInputTokens, x.resp.promptTokens))
+			if p := x.resp.prompt(); p > 0 {
+				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageInputTokens, p))
 			}
 			if x.resp.completionTokens > 0 {
 				attrs = append(attrs, attribute.Int(tracing.AttrGenAIUsageOutputTokens, x.resp.completionTokens))

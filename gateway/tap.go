@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,14 @@ type responseStats struct {
 	completionTokens int
 	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
 	truncated        bool // captured holds only the first analyzers.max_capture_bytes
-	chunks           chunkCounter
+	// cachedTokens is the part of the prompt the backend reported reading
+	// from its prefix cache (OpenAI's cached_tokens, Anthropic's
+	// cache_read_input_tokens); extraPrompt the prompt tokens that
+	// promptTokens leaves out (Anthropic's input_tokens counts neither
+	// cache reads nor cache writes). int32, next to the bools: they fill
+	// the padding that keeps call in its size class.
+	cachedTokens, extraPrompt int32
+	chunks                    chunkCounter
 	// Set by finish: where the token counts came from, the stream's gaps.
 	usageSource exchange.UsageSource
 	gaps        exchange.Gaps
@@ -39,6 +47,12 @@ type responseStats struct {
 	readErr     error
 	apiErr      *apierror.Error // the error the gateway answered with
 }
+
+// prompt is the whole prompt's token count: what the backend reported as
+// its input, plus the cache reads and writes that Anthropic's input_tokens
+// leaves out (OpenTelemetry's gen_ai.usage.input_tokens counts them too),
+// so that a cache hit does not shrink the usage a tenant is accounted.
+func (r *responseStats) prompt() int { return r.promptTokens + int(r.extraPrompt) }
 
 // tap wraps an upstream response body. Each Read passes the bytes through
 // unchanged and, on the same goroutine, splits SSE events (handing a copy of
@@ -342,8 +356,11 @@ func (x *call) meta(doc []byte) {
 // (scanResponse) follows and falls back on.
 type usageBody struct {
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 	Details *struct {
 		GeneratedTokens int    `json:"generated_tokens"`
@@ -362,6 +379,7 @@ type usageBody struct {
 type responseFields struct {
 	usage                          bool // "usage" is an object
 	promptTokens, completionTokens int
+	cachedTokens                   int  // usage.prompt_tokens_details.cached_tokens
 	details                        bool // "details" is an object
 	generatedTokens                int
 	detailsFinish                  string
@@ -373,6 +391,9 @@ func (u *usageBody) fields() responseFields {
 	f := responseFields{id: u.ID, model: u.Model}
 	if u.Usage != nil {
 		f.usage, f.promptTokens, f.completionTokens = true, u.Usage.PromptTokens, u.Usage.CompletionTokens
+		if d := u.Usage.PromptTokensDetails; d != nil {
+			f.cachedTokens = d.CachedTokens
+		}
 	}
 	if u.Details != nil {
 		f.details, f.generatedTokens, f.detailsFinish = true, u.Details.GeneratedTokens, u.Details.FinishReason
@@ -386,7 +407,8 @@ func (u *usageBody) fields() responseFields {
 var (
 	responseKeys = []string{"usage", "details", "id", "model", "choices"}
 	metaKeys     = []string{"id", "model"}
-	usageKeys    = []string{"prompt_tokens", "completion_tokens"}
+	usageKeys    = []string{"prompt_tokens", "completion_tokens", "prompt_tokens_details"}
+	promptKeys   = []string{"cached_tokens"}
 	detailsKeys  = []string{"generated_tokens", "finish_reason"}
 	choiceKeys   = []string{"finish_reason"}
 )
@@ -435,10 +457,21 @@ func scanResponseStrings(doc []byte, full, strs bool, u *responseFields) bool {
 			seen |= 1
 			if u.usage = objectOrNull(&s); u.usage {
 				for m := 0; known(&s, &m, usageKeys); {
-					if string(s.Key()) == "prompt_tokens" {
+					switch string(s.Key()) {
+					case "prompt_tokens":
 						scanInt(&s, &u.promptTokens)
-					} else {
+					case "completion_tokens":
 						scanInt(&s, &u.completionTokens)
+					default: // prompt_tokens_details
+						if seen&8 != 0 {
+							return false // null after an object clears it
+						}
+						seen |= 8
+						if objectOrNull(&s) {
+							for k := 0; known(&s, &k, promptKeys); {
+								scanInt(&s, &u.cachedTokens)
+							}
+						}
 					}
 				}
 			}
@@ -579,11 +612,19 @@ func (x *call) setUsage(u *responseFields) {
 	switch {
 	case u.usage:
 		x.resp.promptTokens, x.resp.completionTokens = u.promptTokens, u.completionTokens
+		x.resp.cachedTokens, x.resp.extraPrompt = clampTokens(u.cachedTokens), 0
 		x.resp.usageReported = true
 	case u.details:
 		x.resp.completionTokens = u.generatedTokens
 		x.resp.usageReported = true
 	}
+}
+
+// clampTokens fits a reported token count into responseStats' int32
+// fields: negative counts are 0, the rest saturate (no prompt is 2³¹
+// tokens long).
+func clampTokens(n int) int32 {
+	return int32(min(max(n, 0), math.MaxInt32))
 }
 
 // usageFromCapture records the usage of a captured non-streaming body. A

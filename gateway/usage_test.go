@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -354,5 +356,59 @@ func TestTenantLabelsBounded(t *testing.T) {
 	r.Header.Set("X-Tenant", "late")
 	if got := tn.Of(r); got != "other" {
 		t.Errorf("tenant beyond the bound = %q, want other", got)
+	}
+}
+
+// TestUsageStrippedFromSizedStream: a server that buffers a short stream
+// and sends it with a Content-Length (not vLLM, but a proxy in front of
+// one may) still reaches the client whole once the injected usage is
+// stripped: the gateway drops the length of a body it shortens.
+func TestUsageStrippedFromSizedStream(t *testing.T) {
+	const events = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m1\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\n" +
+		"data: [DONE]\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(events)))
+		io.WriteString(w, events)
+	}))
+	t.Cleanup(up.Close)
+	gw := startGateway(t, []config.Backend{backend("a", up.URL, "m1")}, nil)
+	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m1","stream":true,"messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the stream: %v (Content-Length %q, read %q)", err, resp.Header.Get("Content-Length"), body)
+	}
+	if bytes.Contains(body, []byte(`"usage"`)) || !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) {
+		t.Errorf("client got %q, want the stream without the injected usage", body)
+	}
+}
+
+// TestMessagesPromptCountsCacheReads: Anthropic's input_tokens leaves out
+// the tokens read from the prefix cache, so the gateway adds them back: a
+// prompt accounted twice is the same size whether it hit the cache or not.
+func TestMessagesPromptCountsCacheReads(t *testing.T) {
+	_, url := startSim(t, "m1", func(k *sim.Knobs) { k.PrefixCacheBlocks = 1024 })
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
+	body := `{"model":"m1","max_tokens":4,"system":"` + strings.Repeat("You review Go code carefully. ", 40) + `","messages":[{"role":"user","content":"hello"}]}`
+	var prompts []float64
+	for i := range 2 {
+		if status, _, b := testutil.Post(t, gw.URL+"/v1/messages", body); status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, status, b)
+		}
+		line := lastAccess(t, gw, i+1)
+		prompts = append(prompts, line["prompt_tokens"].(float64))
+	}
+	if prompts[0] == 0 || prompts[1] != prompts[0] {
+		t.Errorf("prompt_tokens cold %v, warm %v: want the same whole prompt both times", prompts[0], prompts[1])
+	}
+	if n := promtest.ToFloat64(gw.metrics.usage.WithLabelValues("", "m1", "a", "input", "reported")); n != 2*prompts[0] {
+		t.Errorf("vigil_tokens_total{input, reported} = %v, want %v", n, 2*prompts[0])
 	}
 }

@@ -100,6 +100,7 @@ func (a *API) Register(e *gin.Engine) {
 	g.GET("/notifications", a.getNotifications)
 	g.GET("/history", a.getHistory)
 	g.GET("/usage", a.getUsage)
+	g.GET("/prefix_cache", a.getPrefixCache)
 	g.POST("/baseline", a.postBaseline)
 	if a.o.Pprof {
 		a.pprofRoutes(e)
@@ -150,6 +151,59 @@ type backendJSON struct {
 	Health   healthJSON    `json:"health"`
 	// WeightShared reports a weight taken from the replicas' shared store.
 	WeightShared bool `json:"weight_shared,omitempty"`
+	// PrefixCache is how much of the prompts the backend served from its
+	// prefix (KV) cache.
+	PrefixCache prefixCacheJSON `json:"prefix_cache"`
+	// DiscoveredModels is the model list read from the backend's
+	// /v1/models (LoRA adapters included) while it is fresh; absent for
+	// backends with a configured list, TGI backends, or before it is read.
+	DiscoveredModels []string `json:"discovered_models,omitempty"`
+}
+
+// prefixCacheJSON is a backend's (or the fleet's) prefix-cache figures
+// (gateway/upstream's prefix.go).
+type prefixCacheJSON struct {
+	// HitRate is hits/queries over the last window_seconds; null when the
+	// window saw no prompt tokens.
+	HitRate *float64 `json:"hit_rate"`
+	// Source is where hit_rate, queries and hits come from: "server" (the
+	// backend's vllm:prefix_cache_* counters) or "gateway" (the cached
+	// tokens its answers reported); absent for the fleet, whose backends
+	// each use their own.
+	Source        string  `json:"source,omitempty"`
+	WindowSeconds float64 `json:"window_seconds"`
+	// WindowQueries and WindowHits are the prompt tokens looked up and
+	// found in the cache over the window; Queries and Hits the totals
+	// (the server's since the gateway first read them, a restart's reset
+	// bridged).
+	WindowQueries float64 `json:"window_queries"`
+	WindowHits    float64 `json:"window_hits"`
+	Queries       float64 `json:"queries"`
+	Hits          float64 `json:"hits"`
+	// PromptTokens and CachedTokens are what the backends' answers through
+	// this gateway reported since it started: prompt tokens, and those
+	// read from the cache.
+	PromptTokens int64 `json:"prompt_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// prefixCacheOf is b's prefix-cache figures: the last scrape's window and
+// totals, and the gateway's live counters.
+func prefixCacheOf(b *upstream.Backend) prefixCacheJSON {
+	j := prefixCacheJSON{Source: upstream.PrefixSourceGateway, WindowSeconds: upstream.PrefixWindow.Seconds(),
+		PromptTokens: b.PromptTokens(), CachedTokens: b.CachedTokens()}
+	j.Queries, j.Hits = float64(j.PromptTokens), float64(j.CachedTokens)
+	if pc := b.PrefixCache(); pc != nil {
+		j.Source, j.WindowQueries, j.WindowHits = pc.Source, pc.WindowQueries, pc.WindowHits
+		if pc.Source == upstream.PrefixSourceServer {
+			j.Queries, j.Hits = pc.Queries, pc.Hits
+		}
+		if !math.IsNaN(pc.HitRate) {
+			v := pc.HitRate
+			j.HitRate = &v
+		}
+	}
+	return j
 }
 
 // observedJSON is what the gateway itself measures of a backend; absent
@@ -199,6 +253,10 @@ func (a *API) getBackends(c *gin.Context) {
 			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
 		}
 		j.Load = loadOf(st)
+		j.PrefixCache = prefixCacheOf(b)
+		if m := b.DiscoveredModels(); m != nil {
+			j.DiscoveredModels = m.IDs()
+		}
 		j.Observed.Latency, j.Observed.Errors = known(st.Scores[balance.Latency]), known(st.Scores[balance.Errors])
 		j.Observed.TTFBMs, j.Observed.ErrorRate = observed(b, now, staleAfter)
 		if !math.IsNaN(st.Waiting) || !math.IsNaN(st.Running) {
@@ -211,6 +269,29 @@ func (a *API) getBackends(c *gin.Context) {
 		out = append(out, j)
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// getPrefixCache answers GET /admin/prefix_cache: the fleet's prefix-cache
+// figures, Σ hits / Σ queries over the backends (each counted from its
+// own source), and each backend's by name.
+func (a *API) getPrefixCache(c *gin.Context) {
+	f := a.o.Pool.FleetPrefixCache()
+	fleet := prefixCacheJSON{WindowSeconds: upstream.PrefixWindow.Seconds(), WindowQueries: f.WindowQueries, WindowHits: f.WindowHits,
+		Queries: f.Queries, Hits: f.Hits}
+	if !math.IsNaN(f.HitRate) {
+		fleet.HitRate = &f.HitRate
+	}
+	backends := map[string]prefixCacheJSON{}
+	for _, b := range a.o.Pool.Backends() {
+		j := prefixCacheOf(b)
+		fleet.PromptTokens += j.PromptTokens
+		fleet.CachedTokens += j.CachedTokens
+		backends[b.Name] = j
+	}
+	c.JSON(http.StatusOK, struct {
+		prefixCacheJSON
+		Backends map[string]prefixCacheJSON `json:"backends"`
+	}{fleet, backends})
 }
 
 // loadOf is a backend's fresh load signals in [0, 1], by name.
@@ -249,6 +330,13 @@ func (a *API) BackendStates() []exchange.BackendState {
 		bs := exchange.BackendState{Name: b.Name, Healthy: b.Healthy(), Weight: st.Weight, Inflight: b.Inflight(), Picks: b.Picks(),
 			Load: loadOf(st), LoadBlend: st.Load}
 		bs.TTFBMs, bs.ErrorRate = observed(b, now, a.o.StaleAfter)
+		if pc := b.PrefixCache(); pc != nil {
+			bs.PrefixWindowQueries, bs.PrefixWindowHits = pc.WindowQueries, pc.WindowHits
+			if !math.IsNaN(pc.HitRate) {
+				v := pc.HitRate
+				bs.PrefixHitRate = &v
+			}
+		}
 		out = append(out, bs)
 	}
 	return out

@@ -126,7 +126,7 @@ func TestDashboardContract(t *testing.T) {
 	for _, id := range []string{
 		"tile-drift", "tile-confidence", "tile-latency", "tile-output", "tile-precision",
 		"chart-drift", "chart-confidence", "chart-output", "chart-latency", "chart-precision",
-		"chart-backends-weight", "chart-backends-load", "chart-calibration",
+		"chart-backends-weight", "chart-backends-load", "chart-backends-prefix", "chart-calibration",
 		"backends", "alerts", "notifications",
 	} {
 		if !strings.Contains(page, `id="`+id+`"`) {

@@ -63,16 +63,13 @@ type Backend struct {
 	serverLoad atomic.Pointer[ServerLoad]
 	latency    peakEWMA // seconds to the first response byte
 	errRate    ewma     // 1 per failed attempt, 0 per successful one
-}
 
-// Serves reports whether the backend is configured for model. An empty model
-// matches every backend.
-func (b *Backend) Serves(model string) bool {
-	if b.models == nil || model == "" {
-		return true
-	}
-	_, ok := b.models[model]
-	return ok
+	// Prefix cache (prefix.go) and model discovery (models.go).
+	promptTokens atomic.Int64 // reported by answers through this gateway
+	cachedTokens atomic.Int64 // of promptTokens, read from the prefix cache
+	prefixCache  atomic.Pointer[PrefixCache]
+	prefix       prefixState
+	discovered   atomic.Pointer[ModelSet]
 }
 
 // Models returns the configured model list; nil means every model.
@@ -107,6 +104,12 @@ type Pool struct {
 	backends []*Backend
 	passive  Passive
 	decay    float64 // latency decay time in nanoseconds, > 0
+
+	// listing indexes the backends' fresh discovered model lists
+	// (models.go); nil when there are none. listingMu serializes its
+	// rebuilds.
+	listing   atomic.Pointer[listing]
+	listingMu sync.Mutex
 }
 
 // Passive configures passive ejection (see [Backend.RecordFailure]).

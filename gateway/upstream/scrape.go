@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,12 @@ type ServerLoad struct {
 	// KVCache is vllm:kv_cache_usage_perc (older vLLM:
 	// vllm:gpu_cache_usage_perc), a fraction, averaged over the series.
 	KVCache float64
+	// PrefixQueries and PrefixHits are the server's prefix-cache counters
+	// in tokens, summed over the series: vllm:prefix_cache_queries and
+	// vllm:prefix_cache_hits, with or without the _total suffix (older
+	// vLLM: vllm:gpu_prefix_cache_queries and _hits). Counters: they
+	// reset when the server restarts (see [Backend.PrefixCache]).
+	PrefixQueries, PrefixHits float64
 	// AsOf is when it was read.
 	AsOf time.Time
 }
@@ -66,19 +73,43 @@ type Scraper struct {
 	// Timeout bounds each read (the gateway gives it
 	// balancer.scrape_interval). Zero: only ctx bounds it.
 	Timeout time.Duration
-	// OnError, if set, is called for each failed read; source is "agent" or
-	// "metrics".
+	// StaleAfter is balancer.stale_after: an older metrics reading is not
+	// used for the prefix-cache hit rate. Zero: readings never go stale.
+	StaleAfter time.Duration
+	// ModelsEvery is how many ScrapeAll rounds pass between reads of the
+	// model lists (models.go), the first round reading them. Zero: model
+	// lists are not read.
+	ModelsEvery int
+	// ModelsStaleAfter is how long a model list read last is used: a
+	// backend whose list cannot be read for longer stops narrowing the
+	// routing. Zero: three times ModelsEvery rounds' worth of Timeout, at
+	// least a minute.
+	ModelsStaleAfter time.Duration
+	// OnError, if set, is called for each failed read; source is "agent",
+	// "metrics" or "models".
 	OnError func(b *Backend, source string, err error)
+
+	rounds atomic.Int64 // ScrapeAll calls
 }
 
 // maxScrapeBytes bounds a response read from an agent or metrics endpoint.
 const maxScrapeBytes = 4 << 20
 
-// ScrapeAll reads every configured agent and metrics endpoint once,
-// concurrently, and waits for the results.
+// ScrapeAll reads every configured agent and metrics endpoint once (and,
+// every ModelsEvery rounds, the model lists), concurrently, and waits for
+// the results; then it samples each backend's prefix-cache counters.
 func (s *Scraper) ScrapeAll(ctx context.Context) {
+	round := s.rounds.Add(1) - 1
+	models := s.ModelsEvery > 0 && round%int64(s.ModelsEvery) == 0
 	var wg sync.WaitGroup
 	for _, b := range s.Pool.backends {
+		if models && b.discovers() {
+			wg.Go(func() {
+				if err := s.scrapeModels(ctx, b); err != nil && s.OnError != nil && ctx.Err() == nil {
+					s.OnError(b, "models", err)
+				}
+			})
+		}
 		if b.Agent != nil {
 			wg.Go(func() {
 				if err := s.scrapeAgent(ctx, b); err != nil && s.OnError != nil && ctx.Err() == nil {
@@ -95,9 +126,31 @@ func (s *Scraper) ScrapeAll(ctx context.Context) {
 		}
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	if s.ModelsEvery > 0 {
+		s.Pool.expireModels(now, s.modelsStaleAfter())
+	}
+	for _, b := range s.Pool.backends {
+		b.samplePrefix(now, s.StaleAfter)
+	}
+}
+
+func (s *Scraper) modelsStaleAfter() time.Duration {
+	if s.ModelsStaleAfter > 0 {
+		return s.ModelsStaleAfter
+	}
+	return max(3*time.Duration(s.ModelsEvery)*s.Timeout, time.Minute)
 }
 
 func (s *Scraper) get(ctx context.Context, url string) ([]byte, error) {
+	return s.getLimit(ctx, url, maxScrapeBytes)
+}
+
+// getLimit reads url's answer, at most limit bytes of it.
+func (s *Scraper) getLimit(ctx context.Context, url string, limit int) ([]byte, error) {
 	if s.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.Timeout)
@@ -116,9 +169,9 @@ func (s *Scraper) get(ctx context.Context, url string) ([]byte, error) {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return nil, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxScrapeBytes+1))
-	if err == nil && len(body) > maxScrapeBytes {
-		err = fmt.Errorf("response over %d bytes", maxScrapeBytes)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	if err == nil && len(body) > limit {
+		err = fmt.Errorf("response over %d bytes", limit)
 	}
 	return body, err
 }
@@ -191,14 +244,15 @@ func (s *Scraper) scrapeMetrics(ctx context.Context, b *Backend) error {
 
 // ErrNoLoadMetrics means a metrics endpoint exposed none of the series the
 // balancer reads.
-var ErrNoLoadMetrics = errors.New("metrics: none of vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc, tgi_queue_size, tgi_batch_current_size")
+var ErrNoLoadMetrics = errors.New("metrics: none of vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc, tgi_queue_size, tgi_batch_current_size, vllm:prefix_cache_queries")
 
 // ParseServerMetrics reads the load series of vLLM and TGI from the
 // Prometheus text format. Counts are summed over series (one per model or
 // engine); cache usage is averaged.
 func ParseServerMetrics(body []byte) (*ServerLoad, error) {
 	var (
-		waiting, running, kv, gpuKV acc
+		waiting, running, kv, gpuKV        acc
+		queries, hits, gpuQueries, gpuHits acc
 	)
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -220,6 +274,14 @@ func ParseServerMetrics(body []byte) (*ServerLoad, error) {
 			kv.add(v)
 		case "vllm:gpu_cache_usage_perc":
 			gpuKV.add(v)
+		case "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries":
+			queries.add(v)
+		case "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits":
+			hits.add(v)
+		case "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries":
+			gpuQueries.add(v)
+		case "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits":
+			gpuHits.add(v)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -228,10 +290,13 @@ func ParseServerMetrics(body []byte) (*ServerLoad, error) {
 	if kv.n == 0 {
 		kv = gpuKV
 	}
-	if waiting.n+running.n+kv.n == 0 {
+	if queries.n == 0 && hits.n == 0 {
+		queries, hits = gpuQueries, gpuHits
+	}
+	if waiting.n+running.n+kv.n+queries.n == 0 {
 		return nil, ErrNoLoadMetrics
 	}
-	l := &ServerLoad{Waiting: waiting.sum(), Running: running.sum(), KVCache: kv.mean()}
+	l := &ServerLoad{Waiting: waiting.sum(), Running: running.sum(), KVCache: kv.mean(), PrefixQueries: queries.sum(), PrefixHits: hits.sum()}
 	if !math.IsNaN(l.KVCache) {
 		l.KVCache = min(max(l.KVCache, 0), 1)
 	}

@@ -31,13 +31,31 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
 vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
 vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.99
 vllm:num_requests_waiting_by_reason{reason="x"} 100
-`, &ServerLoad{Waiting: 2, Running: 8, KVCache: 0.6}},
+`, &ServerLoad{Waiting: 2, Running: 8, KVCache: 0.6, PrefixQueries: nan, PrefixHits: nan}},
 		{"older vllm", `vllm:num_requests_waiting{model_name="a b}\"c"} 4
 vllm:gpu_cache_usage_perc{model_name="m"} 0.25
-`, &ServerLoad{Waiting: 4, Running: nan, KVCache: 0.25}},
+`, &ServerLoad{Waiting: 4, Running: nan, KVCache: 0.25, PrefixQueries: nan, PrefixHits: nan}},
 		{"tgi", "tgi_queue_size 7\ntgi_batch_current_size 12\ntgi_request_count 100\n",
-			&ServerLoad{Waiting: 7, Running: 12, KVCache: nan}},
-		{"clamped usage", "vllm:kv_cache_usage_perc 1.5\n", &ServerLoad{Waiting: nan, Running: nan, KVCache: 1}},
+			&ServerLoad{Waiting: 7, Running: 12, KVCache: nan, PrefixQueries: nan, PrefixHits: nan}},
+		{"clamped usage", "vllm:kv_cache_usage_perc 1.5\n", &ServerLoad{Waiting: nan, Running: nan, KVCache: 1, PrefixQueries: nan, PrefixHits: nan}},
+		// vLLM's counters as prometheus_client exposes them (_total, with
+		// _created beside), summed over engines.
+		{"prefix cache", `# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0
+vllm:prefix_cache_queries_total{engine="1",model_name="m"} 800.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7644e+09
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 600.0
+vllm:prefix_cache_hits_total{engine="1",model_name="m"} 200.0
+vllm:num_requests_running{engine="0",model_name="m"} 1
+`, &ServerLoad{Waiting: nan, Running: 1, KVCache: nan, PrefixQueries: 2000, PrefixHits: 800}},
+		// Without the suffix (a text exposition written by hand, or an
+		// exporter that strips it), and nothing else: still a reading.
+		{"prefix cache, bare names", "vllm:prefix_cache_queries 50\nvllm:prefix_cache_hits 5\n",
+			&ServerLoad{Waiting: nan, Running: nan, KVCache: nan, PrefixQueries: 50, PrefixHits: 5}},
+		{"older vllm prefix cache", "vllm:gpu_prefix_cache_queries_total 10\nvllm:gpu_prefix_cache_hits_total 4\nvllm:num_requests_waiting 0\n",
+			&ServerLoad{Waiting: 0, Running: nan, KVCache: nan, PrefixQueries: 10, PrefixHits: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -306,10 +306,12 @@
       const o = b.observed || {};
       td(row, ms(o.ttfb_ms), "n");
       td(row, pct(o.error_rate), "n");
+      const pc = b.prefix_cache || {};
+      td(row, pct(pc.hit_rate), "n", pc.source ? "prefix cache, last minute, from the " + pc.source + " (" + count(pc.cached_tokens) + " of " + count(pc.prompt_tokens) + " prompt tokens reported cached since start)" : "");
       const load = Object.entries(b.load || {}).map(([k, v]) => k + " " + pct(v));
       if (b.requests) load.push("waiting " + count(b.requests.waiting) + ", running " + count(b.requests.running));
       td(row, load.length ? load.join(", ") : DASH, "labels");
-    }), 8, "no backends");
+    }), 9, "no backends");
   }
 
   const STATE_ORDER = { firing: 0, silenced: 1, pending: 2, resolved: 3 };
@@ -746,10 +748,32 @@
     };
   }
 
+  // prefixDef: each backend's prefix-cache hit rate over the minute
+  // before each history point, and the fleet's (hits summed over queries
+  // summed).
+  function prefixDef(P) {
+    const names = backendNames(P);
+    const fleet = p => {
+      let q = 0, h = 0;
+      for (const b of Array.isArray(p.backends) ? p.backends : []) {
+        if (b && isNum(b.prefix_window_queries)) { q += b.prefix_window_queries; h += isNum(b.prefix_window_hits) ? b.prefix_window_hits : 0; }
+      }
+      return q > 0 ? h / q : null;
+    };
+    const series = names.map((n, i) => line(n, PALETTE[i % PALETTE.length], pct, { scale: "pct", width: 1.5 }));
+    const cols = names.map(n => col(P, p => backendOf(p, n).prefix_hit_rate));
+    series.push(line("fleet", "#888", pct, { scale: "pct", width: 2.5, dash: [6, 3] }));
+    cols.push(col(P, fleet));
+    return {
+      key: "prefix|" + names.join(","), series, cols,
+      axes: [yAxis("pct", pct)], scales: { pct: PCT_SCALE },
+    };
+  }
+
   const TIME_CHARTS = [
     ["chart-drift", driftDef], ["chart-confidence", confidenceDef], ["chart-output", outputDef],
     ["chart-latency", latencyDef], ["chart-precision", precisionDef],
-    ["chart-backends-weight", shareDef], ["chart-backends-load", loadDef],
+    ["chart-backends-weight", shareDef], ["chart-backends-load", loadDef], ["chart-backends-prefix", prefixDef],
   ];
 
   // spacing is the time between history points: the step asked for, or
