@@ -498,29 +498,17 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 	}
 	d.Blocks = key.N
 	var heldBuf [maxStack]int
-	held := heldBuf[:]
+	var okBuf [maxStack]bool
+	held, ok := heldBuf[:], okBuf[:]
 	if len(cands) > maxStack {
-		held = make([]int, len(cands))
+		held, ok = make([]int, len(cands)), make([]bool, len(cands))
 	}
-	held = held[:len(cands)]
+	held, ok = held[:len(cands)], ok[:len(cands)]
 	b.index.Match(key.Chain(), cands, held)
-	most := slices.Max(held)
-	pref := int32(-1)
+	pref, most := b.best(backends, cands, held, nil, key.Anchor)
+	d.Reason, d.Matched = ReasonPlacement, most
 	if most > 0 {
-		d.Reason, d.Matched = ReasonMatch, most
-		for k, c := range cands {
-			if held[k] == most {
-				pref = b.tieBreak(backends, pref, c, key.Anchor, now)
-			}
-		}
-	} else {
-		d.Reason = ReasonPlacement
-		best := math.Inf(-1)
-		for _, c := range cands {
-			if sc := prefix.Score(key.Anchor, b.names[c], backends[c].Weight); sc > best {
-				pref, best = c, sc
-			}
-		}
+		d.Reason = ReasonMatch
 	}
 	d.Preferred = backends[pref]
 	chosen := pref
@@ -529,24 +517,55 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 	for _, c := range cands {
 		minLoad = min(minLoad, b.load(backends[c], &states[c]))
 	}
-	if lp := b.load(backends[pref], &states[pref]); lp-minLoad > b.guardAbs && lp > b.guardRel*minLoad {
-		// The others, for the dynamic choice: pref is the one known to be
-		// too busy.
+	over := func(c int32) bool {
+		l := b.load(backends[c], &states[c])
+		return l-minLoad > b.guardAbs && l > b.guardRel*minLoad
+	}
+	if over(pref) {
+		// Spill: to the best of the backends within the guard's bounds
+		// (the least loaded always is), a copy of the prefix first: a hot
+		// tenant then spreads over as many backends as its load needs
+		// and no more, each holding its prefix. None holds any: the
+		// dynamic choice among them.
 		var obuf [maxStack]int32
 		others := obuf[:0]
-		for _, c := range cands {
-			if c != pref {
+		for k, c := range cands {
+			ok[k] = !over(c)
+			if ok[k] {
 				others = append(others, c)
 			}
 		}
-		chosen = others[0]
-		if len(others) > 1 {
+		if alt, n := b.best(backends, cands, held, ok, key.Anchor); n > 0 {
+			chosen = alt
+		} else if chosen = others[0]; len(others) > 1 {
 			chosen = b.twoChoices(backends, others, now)
 		}
 		d.Reason, d.GuardOverride = ReasonLoad, true
 	}
 	b.index.Record(key.Chain(), int(chosen))
 	return chosen
+}
+
+// best returns the candidate (among those ok allows; nil: all) that holds
+// the most leading blocks of the prompt, and how many. Ties go to the
+// higher rendezvous score for the anchor, not to the lower load: every
+// replica breaks them alike, and once the guard has spilled a tenant to a
+// second backend (which the index then records as a holder too) its
+// requests go back to the first as soon as the guard allows, rather than
+// alternating between the two and filling both caches with it. With no
+// holder at all the result is the anchor's rendezvous home (placement).
+func (b *Balancer) best(backends []*upstream.Backend, cands []int32, held []int, ok []bool, anchor uint64) (int32, int) {
+	pick, most, score := int32(-1), -1, math.Inf(-1)
+	for k, c := range cands {
+		if ok != nil && !ok[k] {
+			continue
+		}
+		sc := prefix.Score(anchor, b.names[c], backends[c].Weight)
+		if held[k] > most || held[k] == most && sc > score {
+			pick, most, score = c, held[k], sc
+		}
+	}
+	return pick, most
 }
 
 // load is the load the prefix strategy's guard compares: requests in
@@ -558,29 +577,6 @@ func (b *Balancer) load(be *upstream.Backend, st *State) float64 {
 		l += w
 	}
 	return l
-}
-
-// tieBreak returns the better of best (-1: none yet) and c, candidates
-// that hold the same prefix: the cheaper by the dynamic cost, costs within
-// tieBand of each other going to the higher rendezvous score for anchor,
-// so that replicas break ties alike when loads are alike.
-func (b *Balancer) tieBreak(backends []*upstream.Backend, best, c int32, anchor uint64, now time.Time) int32 {
-	if best < 0 {
-		return c
-	}
-	states := b.snap.Load().Backends
-	lb, lc := b.latencies(backends[best], backends[c], now)
-	cb, cc := b.cost(backends[best], &states[best], lb), b.cost(backends[c], &states[c], lc)
-	switch {
-	case cc < (1-tieBand)*cb:
-		return c
-	case cb < (1-tieBand)*cc:
-		return best
-	}
-	if prefix.Score(anchor, b.names[c], backends[c].Weight) > prefix.Score(anchor, b.names[best], backends[best].Weight) {
-		return c
-	}
-	return best
 }
 
 // twoChoices draws two distinct candidates at random and returns the

@@ -16,6 +16,9 @@ func prefixBalancer(t testing.TB, p *upstream.Pool) *Balancer {
 	t.Helper()
 	o := defaults()
 	o.Strategy = Prefix
+	// The guard's tables below are written for these thresholds, not
+	// for whatever the defaults become.
+	o.Prefix.GuardAbs, o.Prefix.GuardRel = 4, 1.5
 	return mustNew(t, p, o)
 }
 
@@ -96,7 +99,8 @@ func other(bs []*upstream.Backend, be *upstream.Backend) *upstream.Backend {
 }
 
 // TestPrefixTies: backends that hold the same prefix are told apart by
-// cost, then by rendezvous.
+// rendezvous, whatever their load within the guard; past it, the request
+// spills to another holder first.
 func TestPrefixTies(t *testing.T) {
 	p := newPool(t, 3, nil)
 	b := prefixBalancer(t, p)
@@ -114,12 +118,30 @@ func TestPrefixTies(t *testing.T) {
 			t.Fatalf("equal cost: %s %+v, want %s", got.Name, d, want.Name)
 		}
 	}
-	// One in flight on it: the other (cost 2 vs 1, beyond the tie band;
-	// the guard does not act on one request).
-	release := want.Acquire()
-	defer release()
-	if got, d, _ := b.PickFor("m", nil, k); got == want || got == bs[1] || d.GuardOverride {
-		t.Errorf("busier tie: %s %+v", got.Name, d)
+	// Busier, within the guard: still the rendezvous choice. Ties do not
+	// go by load, or a tenant the guard once spilled to a second holder
+	// would alternate between the two for good.
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	for range 4 {
+		releases = append(releases, want.Acquire())
+	}
+	if got, d, _ := b.PickFor("m", nil, k); got != want || d.GuardOverride {
+		t.Errorf("busier tie within the guard: %s %+v, want %s", got.Name, d, want.Name)
+	}
+	// Beyond it (5 over 0): the other holder, not the backend that holds
+	// nothing, though both are idle.
+	releases = append(releases, want.Acquire())
+	holder := bs[0]
+	if want == bs[0] {
+		holder = bs[2]
+	}
+	if got, d, _ := b.PickFor("m", nil, k); got != holder || !d.GuardOverride || d.Reason != ReasonLoad {
+		t.Errorf("spill: %s %+v, want the other holder %s", got.Name, d, holder.Name)
 	}
 }
 
