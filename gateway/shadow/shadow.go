@@ -126,8 +126,8 @@ func (sh *Shadower) Paired(backend *upstream.Backend) bool {
 // Start compares backend with its reference on a copy of body in the
 // background; auth is the client's Authorization header, passed on.
 // answer is the client's own non-streaming response, or nil: when its
-// logprobs name token ids it is the backend's side of a teacher-forced
-// comparison, and only the reference is asked.
+// logprobs name token ids its tokens are the continuation a teacher-forced
+// comparison scores, and the backend generates no shadow copy.
 func (sh *Shadower) Start(backend *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) {
 	ref := sh.ref[backend.Name]
 	if !ref.Healthy() {
