@@ -164,3 +164,71 @@ func slowSideStaysOK(t *testing.T, slowRef bool, factor time.Duration) {
 		t.Errorf("%d evaluations with a verdict, %.0f comparisons done: too few to tell", evaluations, done)
 	}
 }
+
+// countSink counts the comparisons handed on.
+type countSink struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (s *countSink) OnShadow(*exchange.Shadow) {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+}
+
+// TestShadowIncomplete: a comparison whose reference does not answer within
+// precision.timeout is counted incomplete, one whose reference answers
+// HTTP 500 failed; neither reaches the sink.
+func TestShadowIncomplete(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		knobs func(*sim.Knobs)
+		want  string
+	}{
+		{"timeout", func(k *sim.Knobs) { k.TTFT = 3 * time.Second }, "incomplete"},
+		{"error", func(k *sim.Knobs) { k.ErrorRate = 1 }, "failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var n itest.Network
+				qk, rk := sim.DefaultKnobs(), sim.DefaultKnobs()
+				qk.TTFT, rk.TTFT = time.Millisecond, time.Millisecond
+				tc.knobs(&rk)
+				backends := []config.Backend{
+					{Name: "q", URL: n.Serve(t, sim.New(sim.Options{Model: "m", Seed: 1, Knobs: qk}).Handler()), Kind: "openai", Models: []string{"m"}, Weight: 100, Reference: "ref"},
+					{Name: "ref", URL: n.Serve(t, sim.New(sim.Options{Model: "m", Seed: 1, Knobs: rk}).Handler()), Kind: "openai", Models: []string{"m"}, Weight: 100},
+				}
+				cfg := config.Default()
+				pc := cfg.Analyzers.Precision
+				pc.SampleRatio, pc.Timeout = 1, time.Second
+				pool, err := upstream.NewPool(backends, cfg.Health, cfg.Balancer.LatencyDecay)
+				if err != nil {
+					t.Fatal(err)
+				}
+				client := n.Client()
+				defer client.CloseIdleConnections()
+				sink := &countSink{}
+				sh := New(pc, backends, pool, sink, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+				sh.Start(pool.Backends()[0], exchange.OpChat, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), nil, "")
+				// Past precision.timeout, the comparison has ended on its
+				// own; Close would cancel one still in flight.
+				time.Sleep(2 * pc.Timeout)
+				synctest.Wait()
+				sh.Close()
+				for _, o := range []string{"done", "skipped", "failed", "incomplete"} {
+					want := 0.0
+					if o == tc.want {
+						want = 1
+					}
+					if got := testutil.ToFloat64(sh.outcome.WithLabelValues("q", o)); got != want {
+						t.Errorf("outcome %s: %v, want %v", o, got, want)
+					}
+				}
+				if sink.n != 0 {
+					t.Errorf("%d comparisons handed on, want none", sink.n)
+				}
+			})
+		})
+	}
+}
