@@ -21,25 +21,7 @@ func (p *Pipeline) OnShadow(sh *exchange.Shadow) {
 	if p.prec == nil {
 		return
 	}
-	parse := precision.ParseChat
-	if sh.Operation == exchange.OpCompletion {
-		parse = precision.ParseCompletion
-	}
-	var c precision.Comparison
-	b, err := parse(sh.BackendBody)
-	if err == nil {
-		if sh.Method == exchange.ShadowTeacherForced {
-			var r []precision.Position
-			if r, err = precision.ParsePromptLogprobs(sh.ReferenceBody, sh.PromptTokens); err == nil {
-				c, err = precision.CompareForced(b, r)
-			}
-		} else {
-			var r []precision.Position
-			if r, err = parse(sh.ReferenceBody); err == nil {
-				c = precision.Compare(b, r)
-			}
-		}
-	}
+	c, err := precision.FromShadow(sh)
 	if err != nil {
 		p.m.precisionResults.WithLabelValues("unreadable").Inc()
 		p.log.Debug("shadow comparison unreadable", "backend", sh.Backend, "reference", sh.Reference, "method", sh.Method, "err", err)

@@ -155,14 +155,15 @@ type Shadow struct {
 	// Method is how the two were compared: ShadowTeacherForced or
 	// ShadowGreedyWalk.
 	Method string
-	// BackendBody is the backend's non-streaming response. ReferenceBody
-	// is, for the greedy walk, the reference's answer to the same greedy
-	// request; for teacher forcing, the reference's scoring of the
-	// prompt and the backend's continuation (a /v1/completions response
-	// with vLLM's prompt_logprobs), whose first PromptTokens positions
-	// are the prompt.
+	// For the greedy walk, BackendBody and ReferenceBody are the two
+	// answers to the same greedy request. For teacher forcing, each is
+	// that side's scoring of the prompt and the backend's continuation
+	// (a /v1/completions response with vLLM's prompt_logprobs), asked of
+	// both at once, whose first PromptTokens positions are the prompt;
+	// Continuation holds the continuation's token ids.
 	BackendBody, ReferenceBody []byte
 	PromptTokens               int
+	Continuation               []int
 }
 
 // Methods of a shadow comparison.

@@ -70,10 +70,10 @@ func precisionPair(t *testing.T, q, ref string) (*testGateway, *shadows) {
 	return gw, sink
 }
 
-// TestShadowTeacherForced: the reference scores the backend's own greedy
-// continuation, by token id, on the prompt as it tokenized it; it generates
-// nothing. Where the client's answer names token ids, the backend is not
-// asked again: one extra request in all.
+// TestShadowTeacherForced: the backend and the reference score the
+// backend's own greedy continuation, by token id, on the prompt as the
+// reference tokenized it; the reference generates nothing. Where the
+// client's answer names token ids, the backend generates no shadow copy.
 func TestShadowTeacherForced(t *testing.T) {
 	qc, q := startCalledSim(t, func(k *sim.Knobs) { k.Noise = 0.5 })
 	rc, ref := startCalledSim(t, nil)
@@ -106,18 +106,14 @@ func TestShadowTeacherForced(t *testing.T) {
 	if shadow := qc.list(`"return_tokens_as_token_ids":true`); len(shadow) != 1 {
 		t.Errorf("backend shadow requests naming token ids: %d, want 1", len(shadow))
 	}
+	// The backend scores the same ids as the reference.
+	if got := qc.list("/v1/completions"); len(got) != 1 || got[0] != scored[0] {
+		t.Errorf("backend scoring requests %q, want the reference's %q", got, scored)
+	}
 
-	b, err := precision.ParseChat(sh.BackendBody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := precision.ParsePromptLogprobs(sh.ReferenceBody, sh.PromptTokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := precision.CompareForced(b, r)
-	if err != nil || c.Compared != 8 || c.Method != precision.MethodTeacherForced {
-		t.Fatalf("CompareForced: %+v, %v; want 8 positions compared", c, err)
+	c, err := precision.FromShadow(sh)
+	if err != nil || c.Compared != 8 || c.Method != precision.MethodTeacherForced || len(sh.Continuation) != 8 {
+		t.Fatalf("FromShadow: %+v, %v, continuation %v; want 8 positions compared", c, err, sh.Continuation)
 	}
 
 	// The client asks for logprobs by token id itself: its answer is the
@@ -133,8 +129,8 @@ func TestShadowTeacherForced(t *testing.T) {
 	if n := len(qc.list("/v1/chat/completions")); n != 3 {
 		t.Errorf("backend chat requests: %d, want 3 (two clients', one shadow)", n)
 	}
-	if !strings.Contains(string(sh.BackendBody), `"content":`) || !shadow.HasTokenIDs(sh.BackendBody) {
-		t.Errorf("backend side is not the client's answer: %s", sh.BackendBody)
+	if c, err := precision.FromShadow(sh); err != nil || c.Compared != 6 {
+		t.Errorf("the client's 6-token answer: %d compared, %v; want 6", c.Compared, err)
 	}
 
 	// The backend named ids when asked: a client that asks for no
@@ -153,13 +149,8 @@ func TestShadowTeacherForced(t *testing.T) {
 	if up := qc.list("And the rivers?"); len(up) != 1 || !strings.Contains(up[0], `"return_tokens_as_token_ids":true`) {
 		t.Errorf("the client's request upstream: %q, want logprobs asked by token id", up)
 	}
-	b, _ = precision.ParseChat(sh.BackendBody)
-	r, err = precision.ParsePromptLogprobs(sh.ReferenceBody, sh.PromptTokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, err := precision.CompareForced(b, r); err != nil || len(b) != 20 || c.Compared != 8 {
-		t.Errorf("CompareForced over a 20-token answer: %d compared, %v; want 8", c.Compared, err)
+	if c, err := precision.FromShadow(sh); err != nil || c.Compared != 8 {
+		t.Errorf("a 20-token answer: %d compared, %v; want 8", c.Compared, err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
@@ -20,25 +21,34 @@ import (
 // forcing scores the backend's own continuation with the reference, on the
 // same context, at every position:
 //
-//  1. The backend's side is the client's own response when its logprobs
+//  1. The continuation is the client's own response when its logprobs
 //     name token ids, else one greedy shadow request to the backend with
 //     logprobs, its top alternatives and vLLM's
 //     "return_tokens_as_token_ids": every token comes back as
 //     "token_id:<id>".
 //  2. The reference renders and tokenizes the prompt itself (vLLM's
 //     POST /tokenize, with the chat messages or the completion prompt), so
-//     the chat template is the reference's, and scores prompt + continuation
-//     as token ids, without generating: POST /v1/completions with the ids
-//     as the prompt, max_tokens 1 and vLLM's "prompt_logprobs": k. The
-//     continuation's positions are aligned by id, never by re-tokenized
-//     text.
+//     the chat template is the reference's.
+//  3. The backend and the reference score prompt + continuation as token
+//     ids, without generating, both at once: POST /v1/completions with the
+//     ids as the prompt, max_tokens 1 and vLLM's "prompt_logprobs": k.
+//     The continuation's positions are aligned by id, never by
+//     re-tokenized text.
 //
-// The tokenize call costs the reference no inference: the comparison adds
-// one inference request to the reference and, unless the client's answer
-// served, one to the backend. A backend that rejects or ignores
-// return_tokens_as_token_ids, or a reference without /tokenize or
-// prompt_logprobs (TGI, OpenAI), falls back to the greedy walk, and is not
-// asked again for forcingRetry; /admin/signals says which method ran.
+// Both sides are measured by one request each, sent together: the two
+// distributions describe the two models at one moment. The continuation's
+// own logprobs would not: they were drawn a whole generation earlier (the
+// client's request, or the shadow one: seconds on a slow backend), so a
+// change that reached both models in between (a redeployment, a
+// simulator's knobs) was scored as divergence between them.
+//
+// The tokenize call costs no inference: the comparison adds one scoring
+// request (a prefill) to each side and, unless the client's answer served,
+// one generation to the backend. A backend that rejects or ignores
+// return_tokens_as_token_ids or prompt_logprobs, or a reference without
+// /tokenize or prompt_logprobs (TGI, OpenAI), falls back to the greedy
+// walk, and is not asked again for forcingRetry; /admin/signals says which
+// method ran.
 
 // forcingRetry is how long a backend or reference that cannot take part in
 // teacher forcing is left to the greedy walk before it is tried again.
@@ -49,7 +59,8 @@ var tokenIDMark = []byte(`"token_id:`)
 
 // HasTokenIDs reports whether a response's logprobs name token ids
 // ("token_id:<id>", vLLM's return_tokens_as_token_ids): such a client
-// answer can serve as the backend's side of a teacher-forced comparison.
+// answer's tokens can serve as the continuation of a teacher-forced
+// comparison.
 func HasTokenIDs(body []byte) bool { return bytes.Contains(body, tokenIDMark) }
 
 // errCannotForce wraps why a comparison cannot be teacher-forced; the
@@ -76,7 +87,8 @@ func (sh *Shadower) cannot(b *upstream.Backend, why error) error {
 
 // NamesIDs reports whether backend's answers named token ids when a
 // comparison asked it to: its clients' sampled requests may then ask for
-// logprobs by id themselves, and the answer serves as the backend's side.
+// logprobs by id themselves, and the answer's tokens serve as the
+// continuation.
 func (sh *Shadower) NamesIDs(backend *upstream.Backend) bool {
 	if sh == nil || backend == nil {
 		return false
@@ -115,7 +127,6 @@ func (sh *Shadower) force(ctx context.Context, backend, ref *upstream.Backend, o
 	}
 	cont, ok := continuationIDs(op, answer)
 	if !ok {
-		answer = nil
 		b, err := withMember(shadow, "return_tokens_as_token_ids", "true")
 		if err != nil {
 			return nil, err
@@ -130,7 +141,6 @@ func (sh *Shadower) force(ctx context.Context, backend, ref *upstream.Backend, o
 		if cont, ok = continuationIDs(op, out); !ok {
 			return nil, sh.cannot(backend, errors.New("its logprobs do not name token ids (return_tokens_as_token_ids)"))
 		}
-		answer = out
 		sh.mu.Lock()
 		sh.ids[backend.Name] = true
 		sh.mu.Unlock()
@@ -154,18 +164,34 @@ func (sh *Shadower) force(ctx context.Context, backend, ref *upstream.Backend, o
 	if err != nil {
 		return nil, err
 	}
-	scored, err := sh.post(ctx, ref, "/v1/completions", score, auth)
+	// Both sides at once (see the top of this file).
+	var scored [2][]byte
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, b := range []*upstream.Backend{backend, ref} {
+		wg.Go(func() { scored[i], errs[i] = sh.score(ctx, b, score, auth) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs[0], errs[1]); err != nil {
+		return nil, err
+	}
+	return &exchange.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op, Method: exchange.ShadowTeacherForced,
+		Time: time.Now(), BackendBody: scored[0], ReferenceBody: scored[1], PromptTokens: len(prompt), Continuation: cont}, nil
+}
+
+// score has b score a prompt of token ids with vLLM's prompt_logprobs.
+func (sh *Shadower) score(ctx context.Context, b *upstream.Backend, body []byte, auth string) ([]byte, error) {
+	scored, err := sh.post(ctx, b, "/v1/completions", body, auth)
 	if se := (*statusError)(nil); errors.As(err, &se) && (se.status == http.StatusBadRequest || se.status == http.StatusNotFound) {
-		return nil, sh.cannot(ref, err)
+		return nil, sh.cannot(b, err)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if !bytes.Contains(scored, []byte(`"prompt_logprobs":[`)) {
-		return nil, sh.cannot(ref, errors.New("its completions carry no prompt_logprobs"))
+		return nil, sh.cannot(b, errors.New("its completions carry no prompt_logprobs"))
 	}
-	return &exchange.Shadow{Backend: backend.Name, Reference: ref.Name, Operation: op, Method: exchange.ShadowTeacherForced,
-		Time: time.Now(), BackendBody: answer, ReferenceBody: scored, PromptTokens: len(prompt)}, nil
+	return scored, nil
 }
 
 // promptIDs returns the prompt's token ids as the reference renders and

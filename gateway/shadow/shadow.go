@@ -95,11 +95,11 @@ func New(cfg config.Precision, backends []config.Backend, pool *upstream.Pool, s
 	sh := &Shadower{cfg: cfg, sink: sink, client: client, log: log, ref: ref, sem: make(chan struct{}, cfg.Concurrency), unable: map[string]time.Time{}, ids: map[string]bool{},
 		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_shadow_comparisons_total",
-			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight, or the reference unhealthy), failed (a shadow request failed).",
+			Help: "Shadow comparisons of a backend against its reference, by outcome: done, skipped (too many in flight, or the reference unhealthy), failed (a shadow request failed), incomplete (not finished within precision.timeout, cancelled, or an answer cut); only done ones are scored.",
 		}, []string{"backend", "outcome"})}
 	reg.MustRegister(sh.outcome)
 	for name := range ref {
-		for _, o := range []string{"done", "skipped", "failed"} {
+		for _, o := range []string{"done", "skipped", "failed", "incomplete"} {
 			sh.outcome.WithLabelValues(name, o)
 		}
 	}
@@ -126,8 +126,8 @@ func (sh *Shadower) Paired(backend *upstream.Backend) bool {
 // Start compares backend with its reference on a copy of body in the
 // background; auth is the client's Authorization header, passed on.
 // answer is the client's own non-streaming response, or nil: when its
-// logprobs name token ids it is the backend's side of a teacher-forced
-// comparison, and only the reference is asked.
+// logprobs name token ids its tokens are the continuation a teacher-forced
+// comparison scores, and the backend generates no shadow copy.
 func (sh *Shadower) Start(backend *upstream.Backend, op exchange.Operation, body, answer []byte, auth string) {
 	ref := sh.ref[backend.Name]
 	if !ref.Healthy() {
@@ -153,8 +153,12 @@ func (sh *Shadower) Start(backend *upstream.Backend, op exchange.Operation, body
 		defer sh.wg.Done()
 		defer func() { <-sh.sem }()
 		if err := sh.compare(backend, ref, op, body, answer, auth); err != nil {
-			sh.outcome.WithLabelValues(backend.Name, "failed").Inc()
-			sh.log.Debug("shadow comparison failed", "backend", backend.Name, "reference", ref.Name, "err", err)
+			outcome := "failed"
+			if incomplete(err) {
+				outcome = "incomplete"
+			}
+			sh.outcome.WithLabelValues(backend.Name, outcome).Inc()
+			sh.log.Debug("shadow comparison "+outcome, "backend", backend.Name, "reference", ref.Name, "err", err)
 			return
 		}
 		sh.outcome.WithLabelValues(backend.Name, "done").Inc()
@@ -211,14 +215,30 @@ func (sh *Shadower) post(ctx context.Context, b *upstream.Backend, path string, 
 		return nil, fmt.Errorf("%s: %w", b.Name, err)
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, shadowMaxBody))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, shadowMaxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name, err)
+	}
+	if len(out) > shadowMaxBody {
+		return nil, fmt.Errorf("%s: %w", b.Name, errCut)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, &statusError{backend: b.Name, status: resp.StatusCode}
 	}
 	return out, nil
+}
+
+// errCut is a shadow answer longer than shadowMaxBody: what was read of it
+// is not handed on.
+var errCut = fmt.Errorf("answer over %d bytes", shadowMaxBody)
+
+// incomplete reports whether a comparison failed for want of a whole
+// answer rather than for an error answer: one not finished within
+// precision.timeout, cancelled (Close), or cut. Such a comparison says
+// nothing about either model and is counted apart (outcome "incomplete");
+// like every comparison that did not finish, nothing of it is scored.
+func incomplete(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, errCut)
 }
 
 // statusError is a shadow request answered with a status other than 200.
