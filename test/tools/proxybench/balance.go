@@ -312,21 +312,29 @@ var balanceCases = []balanceCase{
 // selectCases returns the cases named in list (ids, comma-separated), in
 // suite order.
 func selectCases(list string) ([]balanceCase, error) {
+	return selectByID(list, balanceCases, func(c balanceCase) string { return c.id }, "-balance-cases")
+}
+
+// selectByID returns the items of all named in list (ids, comma-separated),
+// in all's order; an unknown id, or none at all, is an error naming flag.
+func selectByID[T any](list string, all []T, id func(T) string, flag string) ([]T, error) {
 	want := map[string]bool{}
-	for id := range strings.SplitSeq(list, ",") {
-		if id = strings.TrimSpace(id); id != "" {
-			want[id] = true
+	for v := range strings.SplitSeq(list, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			want[v] = true
 		}
 	}
-	var out []balanceCase
-	for _, cs := range balanceCases {
-		if want[cs.id] {
-			out = append(out, cs)
-			delete(want, cs.id)
+	var out []T
+	ids := make([]string, len(all))
+	for i, c := range all {
+		ids[i] = id(c)
+		if want[ids[i]] {
+			out = append(out, c)
+			delete(want, ids[i])
 		}
 	}
 	if len(want) > 0 || len(out) == 0 {
-		return nil, fmt.Errorf("-balance-cases: want ids among a,b,c,d,e, got %q", list)
+		return nil, fmt.Errorf("%s: want ids among %s, got %q", flag, strings.Join(ids, ","), list)
 	}
 	return out, nil
 }

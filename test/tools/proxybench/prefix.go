@@ -117,23 +117,7 @@ var prefixCases = []prefixCase{
 
 // selectPrefixCases returns the cases named in list, in suite order.
 func selectPrefixCases(list string) ([]prefixCase, error) {
-	want := map[string]bool{}
-	for id := range strings.SplitSeq(list, ",") {
-		if id = strings.TrimSpace(id); id != "" {
-			want[id] = true
-		}
-	}
-	var out []prefixCase
-	for _, cs := range prefixCases {
-		if want[cs.id] {
-			out = append(out, cs)
-			delete(want, cs.id)
-		}
-	}
-	if len(want) > 0 || len(out) == 0 {
-		return nil, fmt.Errorf("-prefix-cases: want ids among uniform,hot,replicas, got %q", list)
-	}
-	return out, nil
+	return selectByID(list, prefixCases, func(c prefixCase) string { return c.id }, "-prefix-cases")
 }
 
 // prefixSetYAML turns "key=value,..." into the YAML lines of
