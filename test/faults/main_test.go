@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -51,19 +50,12 @@ func run(m *testing.M) int {
 	if os.Getenv(toxitest.EnvBin) == "" {
 		return m.Run() // toxitest.Start skips every test
 	}
-	dir, err := os.MkdirTemp("", "vigil-faults-")
+	bin, cleanup, err := proctest.BuildVigil()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "vigil")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/vigil-gw/vigil/cmd/vigil")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "faults: building vigil:", err)
-		return 1
-	}
+	defer cleanup()
 	vigilBin = bin
 	return m.Run()
 }

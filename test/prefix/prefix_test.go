@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,19 +34,12 @@ var vigilBin string
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "vigil-prefix-")
+	bin, cleanup, err := proctest.BuildVigil()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "prefix:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "vigil")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/vigil-gw/vigil/cmd/vigil")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "prefix: building vigil:", err)
-		return 1
-	}
+	defer cleanup()
 	vigilBin = bin
 	return m.Run()
 }

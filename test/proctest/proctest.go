@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -215,4 +216,23 @@ func WithoutOTEL(env []string) []string {
 		}
 	}
 	return out
+}
+
+// BuildVigil builds the vigil command into a new temporary folder, without
+// the race detector (the processes under test are the product as
+// shipped), and returns the binary's path and a func that removes the
+// folder. The go command's output goes to stderr.
+func BuildVigil() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "vigil-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "vigil")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/vigil-gw/vigil/cmd/vigil")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building vigil: %w", err)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
 }
