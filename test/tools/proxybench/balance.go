@@ -16,7 +16,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -364,21 +363,14 @@ func runBalance(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
+	if err := clearReport(c, "balance"); err != nil {
 		return err
 	}
-	for _, old := range []string{"balance.md", "balance.json", "balance.png"} {
-		os.Remove(filepath.Join(c.out, old))
-	}
-	dir, err := os.MkdirTemp("", "proxybench-balance-")
+	dir, cleanup, err := workDir(c)
 	if err != nil {
 		return err
 	}
-	if c.keepWork {
-		fmt.Println("work directory (kept):", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 
 	n := 0
 	for _, cs := range cases {

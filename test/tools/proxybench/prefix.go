@@ -20,7 +20,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -360,21 +359,14 @@ func runPrefix(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
+	if err := clearReport(c, "prefix"); err != nil {
 		return err
 	}
-	for _, old := range []string{"prefix.md", "prefix.json", "prefix.png"} {
-		os.Remove(filepath.Join(c.out, old))
-	}
-	dir, err := os.MkdirTemp("", "proxybench-prefix-")
+	dir, cleanup, err := workDir(c)
 	if err != nil {
 		return err
 	}
-	if c.keepWork {
-		fmt.Println("work directory (kept):", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 
 	phase("starting %d simulated backends (vigil sim) with prefix caches", prefixBackends)
 	ps := &procs{dir: dir}

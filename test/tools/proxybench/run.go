@@ -58,12 +58,9 @@ func (l *lab) settle(ctx context.Context) time.Duration {
 // the harness failed; targets missed are a report, not an error.
 func run(ctx context.Context, c config) error {
 	began := time.Now()
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
-		return err
-	}
 	// Leftovers of an earlier run would pass for this run's profiles.
-	for _, old := range []string{"results.md", "results.json", "results.png"} {
-		os.Remove(filepath.Join(c.out, old))
+	if err := clearReport(c, "results"); err != nil {
+		return err
 	}
 	if olds, _ := filepath.Glob(filepath.Join(c.out, "vigil-full-*")); len(olds) > 0 {
 		for _, f := range olds {
@@ -191,6 +188,19 @@ func run(ctx context.Context, c config) error {
 	fmt.Println()
 	res.printChecks(os.Stdout)
 	fmt.Printf("\nwrote %s/results.md, results.json, results.png in %s\n", c.out, time.Since(began).Round(time.Second))
+	return nil
+}
+
+// clearReport makes the output directory and removes an earlier run's
+// report of the given name (name.md, .json, .png), so that a run that
+// fails leaves no stale report behind to be read as its own.
+func clearReport(c config, name string) error {
+	if err := os.MkdirAll(c.out, 0o755); err != nil {
+		return err
+	}
+	for _, ext := range []string{".md", ".json", ".png"} {
+		os.Remove(filepath.Join(c.out, name+ext))
+	}
 	return nil
 }
 
