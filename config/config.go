@@ -181,6 +181,15 @@ type Prefix struct {
 	// affinity key (requests with the same key go to the same backend);
 	// the body's prompt_cache_key takes precedence. Empty: no header.
 	SessionHeader string `yaml:"session_header"`
+	// HomeSlack bounds first placements: a prompt whose prefix no backend
+	// holds yet goes to the first backend, in rendezvous order for its
+	// anchor, that holds fewer than ⌈(1 + HomeSlack) × its weighted share⌉
+	// of the anchors in use. 0 spreads them as evenly as the weights
+	// allow. >= 0.
+	HomeSlack float64 `yaml:"home_slack"`
+	// HomeTTL is how long an anchor keeps its home backend after its last
+	// request. > 0.
+	HomeTTL time.Duration `yaml:"home_ttl"`
 }
 
 // Hash functions of balancer.prefix.hash.

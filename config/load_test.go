@@ -34,6 +34,7 @@ func TestDefault(t *testing.T) {
 			Prefix: config.Prefix{
 				BlockChars: 256, MinChars: 256, MaxChars: 65536, IndexSize: 262144,
 				Hash: "xxhash", GuardAbs: 8, GuardRel: 1.5, SessionHeader: "X-Session-Id",
+				HomeTTL: 10 * time.Minute,
 			},
 			LoadWeights: config.LoadWeights{
 				CPU: 1, Mem: 0.5, GPU: 1, GPUMem: 0, Queue: 1, KVCache: 1, Latency: 1, Errors: 1,

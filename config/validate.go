@@ -185,6 +185,12 @@ func (p *Prefix) Validate() error {
 	if !(p.GuardRel >= 1 && p.GuardRel <= 1e6) {
 		l.add("guard_rel", fmt.Errorf("must be in [1, 1000000], got %v", p.GuardRel))
 	}
+	if !(p.HomeSlack >= 0 && p.HomeSlack <= 100) {
+		l.add("home_slack", fmt.Errorf("must be in [0, 100], got %v", p.HomeSlack))
+	}
+	if p.HomeTTL <= 0 {
+		l.add("home_ttl", fmt.Errorf("must be > 0, got %v", p.HomeTTL))
+	}
 	if p.SessionHeader != "" && !validHeaderName(p.SessionHeader) {
 		l.add("session_header", fmt.Errorf("not a valid header name: %q", p.SessionHeader))
 	}

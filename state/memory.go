@@ -130,6 +130,26 @@ func (m *Memory) Acquire(_ context.Context, key, owner string, ttl time.Duration
 	return true, nil
 }
 
+// Claim implements Store.
+func (m *Memory) Claim(_ context.Context, docs map[string][]byte, ttl time.Duration) (map[string][]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	out := make(map[string][]byte, len(docs))
+	for k, v := range docs {
+		d, ok := m.docs[k]
+		if !ok || (!d.expires.IsZero() && !now.Before(d.expires)) {
+			d = memDoc{value: append([]byte(nil), v...)}
+		}
+		if ttl > 0 {
+			d.expires = now.Add(ttl)
+		}
+		m.docs[k] = d
+		out[k] = d.value
+	}
+	return out, nil
+}
+
 // SetMany implements Store.
 func (m *Memory) SetMany(ctx context.Context, docs map[string][]byte, ttl time.Duration) error {
 	for k, v := range docs {

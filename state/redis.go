@@ -169,6 +169,39 @@ func (r *Redis) SetMany(ctx context.Context, docs map[string][]byte, ttl time.Du
 	return err
 }
 
+// Claim implements Store in one pipeline: SET NX GET, which returns the
+// document already there (Redis 7.0 and later), and PEXPIRE, which keeps
+// the key for ttl whoever holds it.
+func (r *Redis) Claim(ctx context.Context, docs map[string][]byte, ttl time.Duration) (map[string][]byte, error) {
+	if len(docs) == 0 {
+		return map[string][]byte{}, nil
+	}
+	pipe := r.c.Pipeline()
+	cmds := make(map[string]*redis.StatusCmd, len(docs))
+	for k, v := range docs {
+		key := r.docKey(k)
+		cmds[k] = pipe.SetArgs(ctx, key, v, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+		pipe.PExpire(ctx, key, ttl)
+	}
+	// Exec reports the first command's error, redis.Nil for a key that
+	// was free: each command is read on its own below.
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(docs))
+	for k, c := range cmds {
+		switch v, err := c.Result(); {
+		case errors.Is(err, redis.Nil):
+			out[k] = docs[k]
+		case err != nil:
+			return nil, err
+		default:
+			out[k] = []byte(v)
+		}
+	}
+	return out, nil
+}
+
 // acquire takes the lease if it is free or already owner's (renewal).
 var acquire = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])

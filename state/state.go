@@ -50,6 +50,11 @@ type Store interface {
 	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
 	// SetMany stores several documents with one ttl, in one round trip.
 	SetMany(ctx context.Context, docs map[string][]byte, ttl time.Duration) error
+	// Claim stores each of docs unless its key holds a document already,
+	// keeps every key for ttl from now either way, and returns each key's
+	// stored document: the first claim wins, in one round trip where the
+	// store can.
+	Claim(ctx context.Context, docs map[string][]byte, ttl time.Duration) (map[string][]byte, error)
 	// Acquire takes or renews the lease key for owner; it reports whether
 	// owner holds it for ttl from now.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)

@@ -207,3 +207,49 @@ func TestDocsAndLeases(t *testing.T) {
 		})
 	})
 }
+
+// TestClaim: the first claim of a key wins and every later claimer gets
+// it back; claims of free keys in the same call are each their own; a
+// claimed key outlives its ttl only while claimed again.
+func TestClaim(t *testing.T) {
+	stores(t, func(t *testing.T, s state.Store) {
+		ctx := context.Background()
+		got, err := s.Claim(ctx, map[string][]byte{"home:a": []byte("b0"), "home:b": []byte("b1")}, time.Minute)
+		if err != nil || string(got["home:a"]) != "b0" || string(got["home:b"]) != "b1" {
+			t.Fatalf("first claims: %q, %v", got, err)
+		}
+		got, err = s.Claim(ctx, map[string][]byte{"home:a": []byte("b2"), "home:c": []byte("b2")}, time.Minute)
+		if err != nil || string(got["home:a"]) != "b0" || string(got["home:c"]) != "b2" || len(got) != 2 {
+			t.Fatalf("second claims: %q, %v; want a kept at b0, c taken", got, err)
+		}
+		if got, err := s.Claim(ctx, map[string][]byte{}, time.Minute); err != nil || len(got) != 0 {
+			t.Errorf("no claims: %q, %v", got, err)
+		}
+		// A short ttl, not claimed again: the key expires and a new claim
+		// takes it. (Each claim renews the ttl, the loser's too.)
+		if _, err := s.Claim(ctx, map[string][]byte{"home:x": []byte("b0")}, 200*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, "a claim to expire", func() bool {
+			_, err := s.Get(ctx, "home:x")
+			return errors.Is(err, state.ErrNotFound)
+		})
+		if got, err := s.Claim(ctx, map[string][]byte{"home:x": []byte("b1")}, time.Minute); err != nil || string(got["home:x"]) != "b1" {
+			t.Errorf("claim after expiry: %q, %v", got, err)
+		}
+	})
+}
+
+// TestClaimHomes: Weights shares prefix homes by anchor through Claim.
+func TestClaimHomes(t *testing.T) {
+	ctx := context.Background()
+	s := state.NewMemory()
+	a := &state.Weights{Store: s, Replica: "a", MaxAge: time.Minute}
+	b := &state.Weights{Store: s, Replica: "b", MaxAge: time.Minute}
+	if got, err := a.ClaimHomes(ctx, map[uint64]string{1: "x", 0xffffffffffffffff: "y"}, time.Minute); err != nil || got[1] != "x" || got[0xffffffffffffffff] != "y" {
+		t.Fatalf("a: %v, %v", got, err)
+	}
+	if got, err := b.ClaimHomes(ctx, map[uint64]string{1: "z", 2: "z"}, time.Minute); err != nil || got[1] != "x" || got[2] != "z" || len(got) != 2 {
+		t.Fatalf("b: %v, %v; want 1 at a's x, 2 at z", got, err)
+	}
+}

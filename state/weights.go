@@ -3,12 +3,15 @@ package state
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
-// Weights shares the balancer's backend weights among replicas (it is a
-// gateway/balance.Store): each replica publishes its weights with the time,
-// and uses the mean over the replicas that published within MaxAge.
+// Weights shares the balancer's state among replicas (it is a
+// gateway/balance.Store and HomeStore): each replica publishes its backend
+// weights with the time, and uses the mean over the replicas that
+// published within MaxAge; and the prefix strategy's homes go through
+// Claim, the first replica to claim an anchor deciding its home.
 type Weights struct {
 	Store   Store
 	Replica string
@@ -21,6 +24,32 @@ type Weights struct {
 type published struct {
 	At      time.Time          `json:"at"`
 	Weights map[string]float64 `json:"weights"`
+}
+
+// homeKey is the document key of a prefix anchor's home.
+func homeKey(anchor uint64) string { return "prefix:home:" + strconv.FormatUint(anchor, 16) }
+
+// ClaimHomes shares the prefix strategy's homes among replicas (it is a
+// gateway/balance.HomeStore): each anchor's first claim in the store wins
+// and is returned, and every claim keeps its anchor's home for ttl.
+func (w *Weights) ClaimHomes(ctx context.Context, claims map[uint64]string, ttl time.Duration) (map[uint64]string, error) {
+	docs := make(map[string][]byte, len(claims))
+	keys := make(map[string]uint64, len(claims))
+	for a, name := range claims {
+		k := homeKey(a)
+		docs[k], keys[k] = []byte(name), a
+	}
+	got, err := w.Store.Claim(ctx, docs, ttl)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]string, len(got))
+	for k, v := range got {
+		if a, ok := keys[k]; ok {
+			out[a] = string(v)
+		}
+	}
+	return out, nil
 }
 
 // weightsSignal names the one-bucket series the weights live in.

@@ -62,6 +62,7 @@ package balance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -115,6 +116,14 @@ type Store interface {
 	ShareWeights(ctx context.Context, local map[string]float64) (map[string]float64, error)
 }
 
+// A HomeStore shares the prefix strategy's homes among gateway replicas
+// (a Store may be one): ClaimHomes stores each claim (anchor → backend
+// name) unless the anchor has a home there already, keeps it for ttl from
+// now, and returns the stored home of each anchor claimed.
+type HomeStore interface {
+	ClaimHomes(ctx context.Context, claims map[uint64]string, ttl time.Duration) (map[uint64]string, error)
+}
+
 // A Balancer picks backends from a pool. It is safe for concurrent use:
 // Pick takes no lock and does not allocate; Update is meant to be called
 // from one goroutine.
@@ -141,7 +150,20 @@ type Balancer struct {
 	names              []uint64
 	minChars           int
 	guardAbs, guardRel float64
+	homes              *prefix.Homes
+	homeSlack          float64
+	homeTTL            time.Duration
+	homeStore          HomeStore // nil: homes are this replica's own
 }
+
+// maxHomes is the most anchors the prefix strategy remembers homes for
+// (about 100 bytes each): far more tenants, sessions and conversations
+// than a fleet's prefix caches hold at once.
+const maxHomes = 1 << 16
+
+// maxClaims is the most homes one Update publishes; the rest wait for the
+// next.
+const maxClaims = 4096
 
 type weighted struct {
 	Scorer
@@ -179,6 +201,10 @@ func New(pool *upstream.Pool, o Options) (*Balancer, error) {
 		}
 		b.hasher, b.index = h, prefix.NewIndex(p.IndexSize)
 		b.minChars, b.guardAbs, b.guardRel = p.MinChars, p.GuardAbs, p.GuardRel
+		b.homes, b.homeSlack, b.homeTTL = prefix.NewHomes(maxHomes, len(pool.Backends()), p.HomeTTL), p.HomeSlack, p.HomeTTL
+		if hs, ok := o.Store.(HomeStore); ok {
+			b.homeStore = hs
+		}
 		for _, be := range pool.Backends() {
 			b.names = append(b.names, h.HashString(be.Name))
 		}
@@ -284,7 +310,46 @@ func (b *Balancer) Update(ctx context.Context, now time.Time) error {
 		err = b.share(ctx, backends, states)
 	}
 	b.snap.Store(&Snapshot{At: now, Backends: states})
+	if b.homes != nil {
+		b.homes.Sweep(now)
+		if b.homeStore != nil {
+			err = errors.Join(err, b.shareHomes(ctx, backends, now))
+		}
+	}
 	return err
+}
+
+// shareHomes publishes the homes this replica placed or used since the
+// last call and adopts the store's: the first replica to claim an anchor
+// wins, and the others send its prompts there from then on. A replica
+// that starts cold learns each anchor's home at its first Update after
+// the anchor's first request.
+func (b *Balancer) shareHomes(ctx context.Context, backends []*upstream.Backend, now time.Time) error {
+	claims := b.homes.Drain(nil, maxClaims, now)
+	if len(claims) == 0 {
+		return nil
+	}
+	m := make(map[uint64]string, len(claims))
+	for _, c := range claims {
+		if c.Backend >= 0 && c.Backend < len(backends) {
+			m[c.Anchor] = backends[c.Backend].Name
+		}
+	}
+	won, err := b.homeStore.ClaimHomes(ctx, m, b.homeTTL)
+	if err != nil {
+		b.homes.Requeue(claims)
+		return fmt.Errorf("sharing prefix homes: %w", err)
+	}
+	for anchor, name := range won {
+		i := slices.IndexFunc(backends, func(be *upstream.Backend) bool { return be.Name == name })
+		if i < 0 {
+			continue // a backend this replica is not configured with: keep its own
+		}
+		if first, prev, changed := b.homes.Adopt(anchor, i); changed {
+			b.index.Forget(first, prev)
+		}
+	}
+	return nil
 }
 
 func (b *Balancer) fresh(at, now time.Time) bool {
@@ -505,10 +570,15 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 	}
 	held, ok = held[:len(cands)], ok[:len(cands)]
 	b.index.Match(key.Chain(), cands, held)
-	pref, most := b.best(backends, cands, held, nil, key.Anchor)
+	home, hasHome := b.homes.Lookup(key.Anchor, now)
+	pref, most := b.best(backends, cands, held, nil, key.Anchor, home)
 	d.Reason, d.Matched = ReasonPlacement, most
 	if most > 0 {
 		d.Reason = ReasonMatch
+	} else if !hasHome {
+		pref = b.homes.Place(key.Anchor, key.Blocks[0], cands, b.homeSlack,
+			func(c int32) float64 { return backends[c].Weight },
+			func(c int32) float64 { return prefix.Score(key.Anchor, b.names[c], backends[c].Weight) }, now)
 	}
 	d.Preferred = backends[pref]
 	chosen := pref
@@ -535,7 +605,7 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 				others = append(others, c)
 			}
 		}
-		if alt, n := b.best(backends, cands, held, ok, key.Anchor); n > 0 {
+		if alt, n := b.best(backends, cands, held, ok, key.Anchor, home); n > 0 {
 			chosen = alt
 		} else if chosen = others[0]; len(others) > 1 {
 			chosen = b.twoChoices(backends, others, now)
@@ -548,21 +618,24 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 
 // best returns the candidate (among those ok allows; nil: all) that holds
 // the most leading blocks of the prompt, and how many. Ties go to the
-// higher rendezvous score for the anchor, not to the lower load: every
-// replica breaks them alike, and once the guard has spilled a tenant to a
-// second backend (which the index then records as a holder too) its
-// requests go back to the first as soon as the guard allows, rather than
-// alternating between the two and filling both caches with it. With no
-// holder at all the result is the anchor's rendezvous home (placement).
-func (b *Balancer) best(backends []*upstream.Backend, cands []int32, held []int, ok []bool, anchor uint64) (int32, int) {
+// anchor's home (pool index; -1: none), then to the higher rendezvous
+// score for the anchor, not to the lower load: every replica breaks them
+// alike, and once the guard has spilled a tenant to a second backend
+// (which the index then records as a holder too) its requests go back to
+// the first as soon as the guard allows, rather than alternating between
+// the two and filling both caches with it. With no holder at all the
+// result is the anchor's home, else its rendezvous choice.
+func (b *Balancer) best(backends []*upstream.Backend, cands []int32, held []int, ok []bool, anchor uint64, home int) (int32, int) {
 	pick, most, score := int32(-1), -1, math.Inf(-1)
+	isHome := false
 	for k, c := range cands {
 		if ok != nil && !ok[k] {
 			continue
 		}
+		h := int(c) == home
 		sc := prefix.Score(anchor, b.names[c], backends[c].Weight)
-		if held[k] > most || held[k] == most && sc > score {
-			pick, most, score = c, held[k], sc
+		if held[k] > most || held[k] == most && (h && !isHome || h == isHome && sc > score) {
+			pick, most, score, isHome = c, held[k], sc, h
 		}
 	}
 	return pick, most

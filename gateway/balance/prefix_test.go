@@ -10,6 +10,7 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/balance/prefix"
 	"github.com/vigil-gw/vigil/gateway/upstream"
+	"github.com/vigil-gw/vigil/state"
 )
 
 func prefixBalancer(t testing.TB, p *upstream.Pool) *Balancer {
@@ -207,9 +208,25 @@ func TestPrefixGuard(t *testing.T) {
 	}
 }
 
+// tenantKey renders tenant i's chat request (a long system prompt, then
+// turns user messages) into a key.
+func tenantKey(t testing.TB, h *prefix.Hasher, i, turns int) *prefix.Key {
+	t.Helper()
+	msgs := fmt.Sprintf(`{"role":"system","content":"tenant %d: %s"},{"role":"user","content":"hello"}`, i, longText)
+	for j := 1; j < turns; j++ {
+		msgs += fmt.Sprintf(`,{"role":"assistant","content":"answer %d"},{"role":"user","content":"more %d"}`, j, j)
+	}
+	var k prefix.Key
+	if !h.Compute(&k, exchange.OpChat, []byte(`{"messages":[`+msgs+`]}`), "") {
+		t.Fatal("Compute failed")
+	}
+	return &k
+}
+
 // TestReplicaAgreement: two balancers that share nothing but the pool's
-// configuration place the same anchors on the same backends, spread
-// evenly; and each learns the same placements, so that follow-ups agree.
+// configuration, seeing the same anchors in the same order, place them on
+// the same backends, spread evenly; and each learns the same placements,
+// so that follow-ups agree.
 func TestReplicaAgreement(t *testing.T) {
 	a := prefixBalancer(t, newPool(t, 3, nil))
 	b := prefixBalancer(t, newPool(t, 3, nil))
@@ -217,34 +234,122 @@ func TestReplicaAgreement(t *testing.T) {
 	counts := map[string]int{}
 	const n = 1000
 	for i := range n {
-		body := fmt.Sprintf(`{"messages":[{"role":"system","content":"tenant %d: %s"},{"role":"user","content":"hello"}]}`, i, longText)
-		var k prefix.Key
-		if !h.Compute(&k, exchange.OpChat, []byte(body), "") {
-			t.Fatal("Compute failed")
-		}
-		ga, da, _ := a.PickFor("m", nil, &k)
-		gb, db, _ := b.PickFor("m", nil, &k)
+		k := tenantKey(t, h, i, 1)
+		ga, da, _ := a.PickFor("m", nil, k)
+		gb, db, _ := b.PickFor("m", nil, k)
 		if ga.Name != gb.Name || da.Reason != ReasonPlacement || db.Reason != ReasonPlacement {
 			t.Fatalf("anchor %d: %s (%v) and %s (%v)", i, ga.Name, da.Reason, gb.Name, db.Reason)
 		}
 		counts[ga.Name]++
 		// A later turn, on either replica, by match.
-		body = fmt.Sprintf(`{"messages":[{"role":"system","content":"tenant %d: %s"},{"role":"user","content":"hello"},{"role":"assistant","content":"hi"},{"role":"user","content":"more"}]}`, i, longText)
-		if !h.Compute(&k, exchange.OpChat, []byte(body), "") {
-			t.Fatal("Compute failed")
-		}
-		if gb2, d, _ := b.PickFor("m", nil, &k); gb2 != gb || d.Reason != ReasonMatch {
+		if gb2, d, _ := b.PickFor("m", nil, tenantKey(t, h, i, 2)); gb2 != gb || d.Reason != ReasonMatch {
 			t.Fatalf("tenant %d's next turn went to %s (%v), not %s", i, gb2.Name, d.Reason, gb.Name)
 		}
 	}
-	// Binomial, p = 1/3: σ ≈ 15 for 1000; ±75 is 5σ.
+	// Bounded placement, slack 0: as even as can be.
 	for name, c := range counts {
-		if c < n/3-75 || c > n/3+75 {
+		if c < n/3 || c > n/3+1 {
 			t.Errorf("%s got %d of %d anchors: %v", name, c, n, counts)
 		}
 	}
-	if len(counts) != 3 {
-		t.Errorf("anchors went to %d backends: %v", len(counts), counts)
+}
+
+// TestBoundedPlacement: twelve tenants over three backends, each backend
+// the home of four, whichever way rendezvous hashing alone would have
+// split them; a tenant's later turns stay home.
+func TestBoundedPlacement(t *testing.T) {
+	for seed := range 20 {
+		b := prefixBalancer(t, newPool(t, 3, nil))
+		h := b.Hasher()
+		homes := map[int]*upstream.Backend{}
+		counts := map[string]int{}
+		for i := range 12 {
+			tenant := seed*100 + i
+			got, d, _ := b.PickFor("m", nil, tenantKey(t, h, tenant, 1))
+			if d.Reason != ReasonPlacement {
+				t.Fatalf("tenant %d: %v, want placement", tenant, d.Reason)
+			}
+			homes[tenant], counts[got.Name] = got, counts[got.Name]+1
+		}
+		for name, c := range counts {
+			if c != 4 {
+				t.Fatalf("seed %d: %s is home to %d tenants: %v", seed, name, c, counts)
+			}
+		}
+		for tenant, home := range homes {
+			if got, _, _ := b.PickFor("m", nil, tenantKey(t, h, tenant, 3)); got != home {
+				t.Fatalf("tenant %d's later turn went to %s, its home is %s", tenant, got.Name, home.Name)
+			}
+		}
+	}
+}
+
+// TestReplicasShareHomes: two replicas over one shared store see the same
+// tenants in opposite orders, so their local placements disagree; after
+// each has published (Update), the first claim of each anchor wins and
+// both send every tenant's prompts, first turn and later ones, to the
+// same backend, though the losing replica's index had recorded its own
+// choice. A third replica that starts cold agrees after one Update.
+func TestReplicasShareHomes(t *testing.T) {
+	ctx := context.Background()
+	store := state.NewMemory()
+	replica := func(name string) *Balancer {
+		o := defaults()
+		o.Strategy = Prefix
+		o.Store = &state.Weights{Store: store, Replica: name, MaxAge: time.Minute}
+		return mustNew(t, newPool(t, 3, nil), o)
+	}
+	a, b := replica("a"), replica("b")
+	h := a.Hasher()
+	const n = 30
+	placedA, placedB := map[int]string{}, map[int]string{}
+	for i := range n {
+		ga, _, _ := a.PickFor("m", nil, tenantKey(t, h, i, 1))
+		gb, _, _ := b.PickFor("m", nil, tenantKey(t, h, n-1-i, 1))
+		placedA[i], placedB[n-1-i] = ga.Name, gb.Name
+	}
+	disagree := 0
+	for i := range n {
+		if placedA[i] != placedB[i] {
+			disagree++
+		}
+	}
+	if disagree == 0 {
+		t.Fatal("the replicas agreed before sharing; the test shows nothing")
+	}
+	now := time.Now()
+	if err := a.Update(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	c := replica("c")
+	if err := c.Update(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		for turns := 1; turns <= 3; turns++ {
+			k := tenantKey(t, h, i, turns)
+			ga, _, _ := a.PickFor("m", nil, k)
+			gb, _, _ := b.PickFor("m", nil, k)
+			if ga.Name != placedA[i] || gb.Name != placedA[i] {
+				t.Fatalf("tenant %d, %d turns: a → %s, b → %s; a claimed it first for %s", i, turns, ga.Name, gb.Name, placedA[i])
+			}
+		}
+	}
+	// c has seen none of them: its first request places locally and
+	// claims; the store answers with a's home at c's next Update.
+	for i := range n {
+		c.PickFor("m", nil, tenantKey(t, h, i, 1))
+	}
+	if err := c.Update(ctx, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if gc, _, _ := c.PickFor("m", nil, tenantKey(t, h, i, 2)); gc.Name != placedA[i] {
+			t.Fatalf("cold replica: tenant %d → %s, want %s", i, gc.Name, placedA[i])
+		}
 	}
 }
 

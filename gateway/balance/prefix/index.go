@@ -154,6 +154,22 @@ func (x *Index) record(h, bit uint64, now uint32) {
 	w.used.Store(now)
 }
 
+// Forget clears the backend's bit on block h: from then on the backend
+// holds no prompt that starts with that block, as far as the index knows.
+func (x *Index) Forget(h uint64, backend int) {
+	if backend < 0 || backend >= MaxBackends {
+		return
+	}
+	set := x.set(h)
+	for i := range set {
+		w := &set[i]
+		if w.hash.Load() == h {
+			w.mask.And(^(uint64(1) << backend))
+			return
+		}
+	}
+}
+
 // Match returns, in held (len(held) >= len(cands)), the number of leading
 // blocks of chain that each backend of cands (pool indexes) served: the
 // length of the prefix of chain it holds, as far as the index knows. It

@@ -201,7 +201,8 @@ func parseFlags(args []string) (config, error) {
 		c.jaeger, c.nginx, c.wrk, c.redis = "", "", "", ""
 		errs = append(errs, c.balance.validate())
 	case suitePrefix:
-		c.jaeger, c.nginx, c.wrk, c.redis = "", "", "", ""
+		// Redis: the replicas case's gateways share state through it.
+		c.jaeger, c.nginx, c.wrk = "", "", ""
 		errs = append(errs, c.prefix.validate())
 	default:
 		errs = append(errs, fmt.Errorf("-suite: want proxy, balance, prefix or soak, got %q", c.suite))

@@ -246,6 +246,10 @@ type prefixFleet struct {
 	prompts      []string
 	promptTokens []int // system prompt alone, as the simulator counts
 	cacheBlocks  int   // each backend's prefix_cache_blocks
+	// redis is the host:port of the redis-server that replicas share
+	// state through, as a deployment of several gateways does; "" when
+	// no case has replicas.
+	redis string
 }
 
 // startPrefixFleet starts the backends on free ports, waits until each
@@ -332,7 +336,7 @@ func (f *prefixFleet) cacheCounters() (queries, hits float64, ok bool) {
 // metrics endpoint, the strategy under test (with set's balancer.prefix
 // settings for the prefix strategy) and nothing that costs CPU the
 // backends could use.
-func prefixGatewayConf(listen string, f *prefixFleet, strategy, set string) string {
+func prefixGatewayConf(listen string, f *prefixFleet, strategy, set, redisPrefix string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %s\nbackends:\n", listen)
 	for i := range f.sims {
@@ -342,6 +346,9 @@ func prefixGatewayConf(listen string, f *prefixFleet, strategy, set string) stri
 	fmt.Fprintf(&b, "balancer:\n  strategy: %s\n", strategy)
 	if strategy == prefixStrategyID {
 		b.WriteString(set)
+	}
+	if redisPrefix != "" {
+		fmt.Fprintf(&b, "state:\n  redis:\n    url: redis://%s/0\n    prefix: %s\n", f.redis, redisPrefix)
 	}
 	b.WriteString(quietConf)
 	return b.String()
@@ -374,6 +381,21 @@ func runPrefix(ctx context.Context, c config) error {
 	f, err := startPrefixFleet(ctx, c, ps)
 	if err != nil {
 		return err
+	}
+	if slices.ContainsFunc(cases, func(cs prefixCase) bool { return cs.replicas > 1 }) {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		rd, err := ps.start("redis", c.redis, []string{"--port", portOf(ports[0]), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--daemonize", "no"}, cleanEnv(), nil)
+		if err != nil {
+			return err
+		}
+		if err := rd.waitReady(10*time.Second, func() bool { return tcpUp(ports[0]) }); err != nil {
+			return err
+		}
+		f.redis = ports[0]
 	}
 	res := newPrefixResults(c, began, f)
 	fmt.Printf("   %d tenants, system prompts of %d–%d tokens; each backend's cache holds %d blocks of %d tokens\n",
@@ -424,10 +446,16 @@ func runPrefixCase(ctx context.Context, c config, f *prefixFleet, dir string, cs
 	}
 	gw := &lab{ps: &procs{dir: dir}}
 	defer gw.ps.stopAll()
+	// Replicas share state through Redis, each run under its own key
+	// prefix so that no run inherits another's prefix homes.
+	redisPrefix := ""
+	if cs.replicas > 1 {
+		redisPrefix = fmt.Sprintf("bench-%s-%s-%d", cs.id, strategy, time.Now().UnixNano())
+	}
 	var urls []string
 	for i, addr := range ports {
 		name := fmt.Sprintf("vigil-%s-%s-%d", cs.id, strategy, i+1)
-		if _, err := gw.startVigil(c, dir, name, addr, prefixGatewayConf(addr, f, strategy, set), cleanEnv(), false); err != nil {
+		if _, err := gw.startVigil(c, dir, name, addr, prefixGatewayConf(addr, f, strategy, set, redisPrefix), cleanEnv(), false); err != nil {
 			return nil, err
 		}
 		// /readyz answers once one backend is healthy; a strategy that
