@@ -185,6 +185,10 @@ type prefixCacheJSON struct {
 	// read from the cache.
 	PromptTokens int64 `json:"prompt_tokens"`
 	CachedTokens int64 `json:"cached_tokens"`
+	// Homes is the number of prompt anchors (tenants, conversations,
+	// affinity keys) in use whose home this backend is, as this replica
+	// knows them; absent unless the strategy is prefix.
+	Homes *int `json:"homes,omitempty"`
 }
 
 // prefixCacheOf is b's prefix-cache figures: the last scrape's window and
@@ -243,6 +247,7 @@ func (a *API) getBackends(c *gin.Context) {
 		}
 		return &v
 	}
+	homes := a.homes()
 	out := make([]backendJSON, 0, len(a.o.Pool.Backends()))
 	for i, b := range a.o.Pool.Backends() {
 		st := &snap.Backends[i]
@@ -254,6 +259,9 @@ func (a *API) getBackends(c *gin.Context) {
 		}
 		j.Load = loadOf(st)
 		j.PrefixCache = prefixCacheOf(b)
+		if homes != nil {
+			j.PrefixCache.Homes = &homes[i]
+		}
 		if m := b.DiscoveredModels(); m != nil {
 			j.DiscoveredModels = m.IDs()
 		}
@@ -282,8 +290,16 @@ func (a *API) getPrefixCache(c *gin.Context) {
 		fleet.HitRate = &f.HitRate
 	}
 	backends := map[string]prefixCacheJSON{}
-	for _, b := range a.o.Pool.Backends() {
+	homes := a.homes()
+	if homes != nil {
+		fleet.Homes = new(int)
+	}
+	for i, b := range a.o.Pool.Backends() {
 		j := prefixCacheOf(b)
+		if homes != nil {
+			j.Homes = &homes[i]
+			*fleet.Homes += homes[i]
+		}
 		fleet.PromptTokens += j.PromptTokens
 		fleet.CachedTokens += j.CachedTokens
 		backends[b.Name] = j
@@ -292,6 +308,15 @@ func (a *API) getPrefixCache(c *gin.Context) {
 		prefixCacheJSON
 		Backends map[string]prefixCacheJSON `json:"backends"`
 	}{fleet, backends})
+}
+
+// homes is the prefix strategy's home count per backend (pool order), nil
+// for other strategies.
+func (a *API) homes() []int {
+	if h := a.o.Balancer.Homes(); h != nil {
+		return h.Counts()
+	}
+	return nil
 }
 
 // loadOf is a backend's fresh load signals in [0, 1], by name.

@@ -483,6 +483,10 @@ func (b *Balancer) Strategy() string { return strategyNames[b.strategy] }
 // which need no prompt key.
 func (b *Balancer) Hasher() *prefix.Hasher { return b.hasher }
 
+// Homes returns the prefix strategy's anchor homes (nil for other
+// strategies), for tests and the admin API.
+func (b *Balancer) Homes() *prefix.Homes { return b.homes }
+
 // Index returns the prefix strategy's index (nil for other strategies),
 // for tests and the admin API.
 func (b *Balancer) Index() *prefix.Index { return b.index }

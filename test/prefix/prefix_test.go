@@ -19,9 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/config"
-	"github.com/vigil-gw/vigil/exchange"
-	bprefix "github.com/vigil-gw/vigil/gateway/balance/prefix"
 	"github.com/vigil-gw/vigil/test/proctest"
 )
 
@@ -55,7 +52,7 @@ const (
 	blockSize   = 16
 	// cacheShare is each backend's cache room as a share of all the
 	// tenants' system prompts: 2.4 tenants of six. The prefix strategy
-	// places two on each (tenantSeed) and keeps them there, while round
+	// places two on each (bounded placement) and keeps them there, while round
 	// robin, which sends every tenant everywhere, finds each cache too
 	// small for six.
 	cacheShare = 0.4
@@ -66,10 +63,10 @@ const (
 	model       = "m"
 	// requests per strategy, the first warmup of them not counted: every
 	// tenant's first request is cold under any strategy.
-	requests = 150
-	warmup   = 30
-	clients  = 6
-	seed     = 20261202
+	requests        = 150
+	warmup          = 30
+	clients         = 6
+	seed     uint64 = 20261202
 )
 
 const startAttempts = 3
@@ -86,43 +83,6 @@ func tenantPrompt(seed uint64, t int) string {
 		b.WriteString(". ")
 	}
 	return b.String()
-}
-
-// tenantSeed picks the tenants' prompts: the first seed from seed on
-// whose six prompts rendezvous hashing, as every gateway computes the
-// prefix strategy's first placement, puts two to a backend. Six tenants
-// over three backends split unevenly more often than not (3/2/1, 3/3/0),
-// and then the share target would measure the hash rather than the
-// balancer; the benchmark's twelve tenants take whatever the hash gives.
-func tenantSeed(t *testing.T) uint64 {
-	t.Helper()
-	o := config.Default().Balancer.Prefix
-	h, err := bprefix.NewHasher(bprefix.Options{BlockChars: o.BlockChars, MaxChars: o.MaxChars, Hash: o.Hash})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := [3]uint64{h.HashString("b1"), h.HashString("b2"), h.HashString("b3")}
-	for s := uint64(seed); s < seed+1000; s++ {
-		var placed [3]int
-		for i := range tenants {
-			var k bprefix.Key
-			if !h.Compute(&k, exchange.OpChat, []byte(chatBody(tenantPrompt(s, i), "hello", true)), "") {
-				t.Fatalf("tenant %d's request has no prefix key", i)
-			}
-			home, best := 0, math.Inf(-1)
-			for j, n := range names {
-				if sc := bprefix.Score(k.Anchor, n, 1); sc > best {
-					home, best = j, sc
-				}
-			}
-			placed[home]++
-		}
-		if placed == [3]int{2, 2, 2} {
-			return s
-		}
-	}
-	t.Fatal("no seed in 1000 places the tenants evenly")
-	return 0
 }
 
 var vocabulary = strings.Fields(`account answer billing cache customer deploy error gateway invoice latency
@@ -178,7 +138,8 @@ analyzers:
   precision: {enabled: false}
 health: {interval: 1s, timeout: 500ms}
 log: {level: warn, access: false}
-`, strategy)
+admin: {token: %s}
+`, strategy, adminToken)
 	return proctest.Start(t, startAttempts, func() (string, error) {
 		ports, err := proctest.FreePorts(1)
 		if err != nil {
@@ -416,7 +377,7 @@ func drive(t *testing.T, url string, prompts []string) result {
 // while round robin spreads every tenant over every backend and thrashes
 // the caches; the prefix strategy still spreads the tenants.
 func TestPrefixRouting(t *testing.T) {
-	ts := tenantSeed(t)
+	ts := seed
 	prompts := make([]string, tenants)
 	for i := range prompts {
 		prompts[i] = tenantPrompt(ts, i)
@@ -465,7 +426,57 @@ func TestPrefixRouting(t *testing.T) {
 		}
 	}
 
+	// Each backend is home to two of the six tenants, whichever way the
+	// hash alone would have split them (bounded placement).
+	homes := adminHomes(t, prefixGW)
+	for b, n := range homes {
+		if n != 2 {
+			t.Errorf("prefix: homes by backend %v, want 2 each (%s has %d)", homes, b, n)
+			break
+		}
+	}
+	if len(homes) != 3 {
+		t.Errorf("prefix: homes by backend %v, want 3 backends", homes)
+	}
+
 	t.Run("bad input", func(t *testing.T) { badInput(t, prefixGW) })
+}
+
+const adminToken = "prefix-test"
+
+// adminHomes reads each backend's home count from /admin/prefix_cache.
+func adminHomes(t *testing.T, gw string) map[string]int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, gw+"/admin/prefix_cache", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Homes    *int `json:"homes"`
+		Backends map[string]struct {
+			Homes *int `json:"homes"`
+		} `json:"backends"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/admin/prefix_cache: %d, %v", resp.StatusCode, err)
+	}
+	out := map[string]int{}
+	for name, b := range got.Backends {
+		if b.Homes == nil {
+			t.Fatalf("/admin/prefix_cache: no homes for %s", name)
+		}
+		out[name] = *b.Homes
+	}
+	if got.Homes == nil || *got.Homes != tenants {
+		t.Errorf("/admin/prefix_cache: fleet homes %v, want %d", got.Homes, tenants)
+	}
+	return out
 }
 
 // badInput sends what a prefix index must survive: each gets an answer
@@ -502,7 +513,7 @@ func badInput(t *testing.T, gw string) {
 			t.Logf("%s (backend %q): %.120s", resp.Status, resp.Header.Get("X-Vigil-Backend"), b)
 		})
 	}
-	a, err := stream(t.Context(), gw, chatBody(tenantPrompt(tenantSeed(t), 0), "still there?", true))
+	a, err := stream(t.Context(), gw, chatBody(tenantPrompt(seed, 0), "still there?", true))
 	if err != nil {
 		t.Fatalf("a normal request after the bad ones: %v", err)
 	}

@@ -2,6 +2,7 @@ package prefix
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -94,8 +95,16 @@ func (h *Homes) Lookup(anchor uint64, now time.Time) (backend int, ok bool) {
 // the anchors are spread as evenly as the weights allow, whatever the
 // hash puts together.
 func (h *Homes) Place(anchor, first uint64, cands []int32, slack float64, weight func(int32) float64, score func(int32) float64, now time.Time) int32 {
+	t := now.UnixNano()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// Two first requests of one anchor at once: the second takes the
+	// home the first just placed, not a second one.
+	if e, ok := h.m[anchor]; ok && t-e.seen <= h.ttl && slices.Contains(cands, int32(e.backend)) {
+		e.seen = t
+		h.m[anchor] = e
+		return int32(e.backend)
+	}
 	total, wsum := 0, 0.0
 	for _, c := range cands {
 		total += h.live(c)
@@ -118,7 +127,7 @@ func (h *Homes) Place(anchor, first uint64, cands []int32, slack float64, weight
 	if pick < 0 {
 		pick = top
 	}
-	h.put(anchor, first, int(pick), now.UnixNano())
+	h.put(anchor, first, int(pick), t)
 	return pick
 }
 
