@@ -3,7 +3,6 @@ package gateway
 import (
 	"math"
 	"math/bits"
-	"slices"
 	"sync"
 	"time"
 
@@ -24,21 +23,24 @@ import (
 // choices is counted but not timed.
 const maxChoiceTimes = 64
 
-// maxGaps bounds the gaps kept per response; later gaps still count
-// towards the maximum.
-const maxGaps = 8192
-
 // chunkCounter counts the content chunks of one stream and times the gaps
 // between them. Its zero value is ready; it is used by one goroutine.
+//
+// The gaps go into a fixed log-linear histogram (gapHist) rather than a
+// list: a long stream costs the same few hundred bytes as a short one,
+// where keeping every gap cost 8 bytes a token (64 KiB for 8,192 tokens)
+// for as long as the stream lasted. Quantiles come out within half a
+// bucket, 6.25 %, clamped to the exact minimum and maximum, so a stream of
+// even gaps reports them exactly.
 type chunkCounter struct {
 	tokens int
 	// When each choice's last content chunk arrived, since the request
 	// started (zero: none yet); choices after the first only for n > 1.
-	last0 time.Duration
-	last  *[maxChoiceTimes]time.Duration
-	gaps  []time.Duration // at most maxGaps, from gapBufs
-	ngaps int
-	max   time.Duration
+	last0    time.Duration
+	last     *[maxChoiceTimes]time.Duration
+	hist     *gapHist // from gapHists, on the first gap
+	ngaps    int
+	min, max time.Duration
 }
 
 // add counts the content of one chunk that arrived at the time at (since
@@ -76,46 +78,101 @@ func (c *chunkCounter) stamp(last *time.Duration, at time.Duration) {
 }
 
 func (c *chunkCounter) gap(d time.Duration) {
+	d = max(d, 0)
+	if c.ngaps == 0 || d < c.min {
+		c.min = d
+	}
 	c.ngaps++
 	c.max = max(c.max, d)
-	if len(c.gaps) < maxGaps {
-		if c.gaps == nil {
-			c.gaps = (*gapBufs.Get().(*[]time.Duration))[:0]
-		}
-		c.gaps = append(c.gaps, d)
+	if c.hist == nil {
+		c.hist = gapHists.Get().(*gapHist)
 	}
+	c.hist.add(d)
 }
 
-// summary returns the gaps' P50, P95 (nearest rank) and maximum, and
-// releases the gap buffer.
+// summary returns the gaps' P50, P95 (nearest rank, within half a bucket)
+// and maximum, and releases the histogram.
 func (c *chunkCounter) summary() (n int, p50, p95, mx time.Duration) {
 	if c.ngaps == 0 {
 		return 0, 0, 0, 0
 	}
-	g := c.gaps
-	slices.Sort(g)
-	p50, p95 = nearestRank(g, 0.5), nearestRank(g, 0.95)
+	h := c.hist
+	p50 = min(max(h.quantile(0.5), c.min), c.max)
+	p95 = min(max(h.quantile(0.95), c.min), c.max)
 	n, mx = c.ngaps, c.max
 	c.release()
 	return n, p50, p95, mx
 }
 
 func (c *chunkCounter) release() {
-	if c.gaps != nil {
-		g := c.gaps[:0]
-		gapBufs.Put(&g)
-		c.gaps = nil
+	if c.hist != nil {
+		clear(c.hist[:])
+		gapHists.Put(c.hist)
+		c.hist = nil
 	}
 }
 
-// nearestRank returns the q-quantile of sorted by the nearest-rank method.
-func nearestRank(sorted []time.Duration, q float64) time.Duration {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
+// gapHist is a log-linear histogram of durations: gapSub buckets per
+// power of two from 2^gapMinExp ns (about 1 µs; shorter gaps count there)
+// to 2^(gapMinExp+gapOctaves) ns (about 4.6 minutes; longer gaps count in
+// the last bucket). A bucket's width is an eighth of its octave, so its
+// midpoint is within 6.25 % of any value in it. Counts halve together
+// before one would overflow, which keeps the shape.
+type gapHist [gapOctaves * gapSub]uint16
+
+const (
+	gapSub     = 8
+	gapSubBits = 3
+	gapMinExp  = 10
+	gapOctaves = 28
+)
+
+func gapBucket(d time.Duration) int {
+	v := uint64(max(d, 1<<gapMinExp))
+	e := bits.Len64(v) - 1
+	if e >= gapMinExp+gapOctaves {
+		return len(gapHist{}) - 1
+	}
+	sub := int(v>>(e-gapSubBits)) & (gapSub - 1)
+	return (e-gapMinExp)*gapSub + sub
 }
 
-// gapBufs pools the gap buffers of streams.
-var gapBufs = sync.Pool{New: func() any { b := make([]time.Duration, 0, 256); return &b }}
+// gapMid is the midpoint of bucket b.
+func gapMid(b int) time.Duration {
+	e, sub := b/gapSub+gapMinExp, b%gapSub
+	width := uint64(1) << (e - gapSubBits)
+	return time.Duration(uint64(gapSub+sub)*width + width/2)
+}
+
+func (h *gapHist) add(d time.Duration) {
+	b := gapBucket(d)
+	if h[b] == math.MaxUint16 {
+		for i := range h {
+			h[i] /= 2
+		}
+	}
+	h[b]++
+}
+
+// quantile returns the midpoint of the bucket holding the q-quantile by
+// the nearest-rank method.
+func (h *gapHist) quantile(q float64) time.Duration {
+	total := 0
+	for _, n := range h {
+		total += int(n)
+	}
+	rank := max(int(math.Ceil(q*float64(total))), 1)
+	seen := 0
+	for b, n := range h {
+		if seen += int(n); seen >= rank {
+			return gapMid(b)
+		}
+	}
+	return gapMid(len(h) - 1)
+}
+
+// gapHists pools the gap histograms of streams.
+var gapHists = sync.Pool{New: func() any { return new(gapHist) }}
 
 // contentChoices scans one stream event (a JSON document) without
 // allocating and reports which choices it carries generated content for:

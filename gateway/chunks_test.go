@@ -2,8 +2,12 @@ package gateway
 
 import (
 	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestContentChoices(t *testing.T) {
@@ -165,14 +169,80 @@ func TestChunkCounterGaps(t *testing.T) {
 	if n != 19+4 || p50 != 10*ms || mx != 200*ms {
 		t.Errorf("gaps: n %d p50 %v p95 %v max %v; want 23, 10ms, -, 200ms", n, p50, p95, mx)
 	}
-	if p95 != 30*ms { // ranks: 15 × 10 ms, 4 × 30 ms... nearest rank 22 of 23
-		t.Errorf("p95 = %v, want 30ms", p95)
+	// Ranks: 15 × 10 ms, 4 × 30 ms... nearest rank 22 of 23, read from
+	// its histogram bucket's midpoint: within 6.25 %.
+	if math.Abs(float64(p95-30*ms)) > 0.0625*float64(30*ms) {
+		t.Errorf("p95 = %v, want about 30ms", p95)
 	}
-	if c.gaps != nil {
-		t.Error("summary kept the gap buffer")
+	if c.hist != nil {
+		t.Error("summary kept the gap histogram")
 	}
 	var empty chunkCounter
 	if n, _, _, _ := empty.summary(); n != 0 {
 		t.Errorf("empty summary: %d gaps", n)
+	}
+}
+
+// TestGapHistogram: the histogram's quantiles are within 6.25 % of the
+// exact nearest-rank quantiles of the same gaps, over gaps from
+// microseconds to minutes; an even stream's are exact; a long stream
+// costs no more memory than a short one, and counts that would overflow
+// halve without changing the answer.
+func TestGapHistogram(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 200 {
+		n := 1 + rng.IntN(3000)
+		scale := math.Pow(10, 3+rng.Float64()*7) // 1 µs to 10 s
+		var c chunkCounter
+		gaps := make([]time.Duration, n)
+		for i := range gaps {
+			gaps[i] = time.Duration(scale * rng.ExpFloat64())
+			c.gap(gaps[i])
+		}
+		slices.Sort(gaps)
+		exact := func(q float64) time.Duration {
+			i := int(math.Ceil(q*float64(n))) - 1
+			return gaps[min(max(i, 0), n-1)]
+		}
+		_, p50, p95, mx := c.summary()
+		for _, x := range []struct {
+			name      string
+			got, want time.Duration
+		}{{"p50", p50, exact(0.5)}, {"p95", p95, exact(0.95)}} {
+			// Gaps below the first bucket (1.024 µs) all read as it.
+			if x.want < 1<<gapMinExp {
+				continue
+			}
+			if d := math.Abs(float64(x.got-x.want)) / float64(x.want); d > 0.0625 {
+				t.Fatalf("trial %d (%d gaps): %s %v, exact %v (%.1f %% off)", trial, n, x.name, x.got, x.want, 100*d)
+			}
+		}
+		if mx != gaps[n-1] {
+			t.Fatalf("max %v, want %v", mx, gaps[n-1])
+		}
+	}
+
+	var even chunkCounter
+	for range 500 {
+		even.gap(20 * time.Millisecond)
+	}
+	if _, p50, p95, _ := even.summary(); p50 != 20*time.Millisecond || p95 != 20*time.Millisecond {
+		t.Errorf("even stream: p50 %v p95 %v, want 20ms", p50, p95)
+	}
+
+	// 200,000 gaps in one bucket: the counts halve rather than wrap.
+	var long chunkCounter
+	for i := range 200_000 {
+		d := 10 * time.Millisecond
+		if i%10 == 0 {
+			d = 40 * time.Millisecond
+		}
+		long.gap(d)
+	}
+	if n, p50, p95, _ := long.summary(); n != 200_000 || p50 != 10*time.Millisecond || math.Abs(float64(p95-40*time.Millisecond)) > 0.0625*float64(40*time.Millisecond) {
+		t.Errorf("long stream: %d gaps, p50 %v p95 %v; want 10ms and about 40ms", n, p50, p95)
+	}
+	if size := unsafe.Sizeof(gapHist{}); size > 512 {
+		t.Errorf("a gap histogram takes %d bytes", size)
 	}
 }

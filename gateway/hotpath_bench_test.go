@@ -349,7 +349,7 @@ func BenchmarkMicroTapSSE(b *testing.B) {
 					default:
 					}
 				}
-				if len(x.resp.chunks.gaps) > 1000 {
+				if x.resp.chunks.ngaps > 1000 {
 					x.resp.chunks.release()
 					x.resp.chunks = chunkCounter{}
 				}

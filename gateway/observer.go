@@ -60,11 +60,14 @@ type batch struct {
 	n    int
 }
 
-// A batch is queued when it holds maxBatchEvents payloads or
-// maxBatchBytes bytes, and when the request ends.
+// A batch is queued when it holds maxBatchEvents payloads, when the next
+// payload would not fit in its batchBytes buffer, and when the request
+// ends. A stream holds its batch between events, so the buffer is sized
+// for several events of a few hundred bytes and never grows for ordinary
+// ones: memory per stream is what bounds concurrent streams.
 const (
-	maxBatchEvents = 32
-	maxBatchBytes  = 16 << 10
+	maxBatchEvents = 16
+	batchBytes     = 2 << 10
 )
 
 // dispatcher moves events from request goroutines to the Observer over a
@@ -81,7 +84,7 @@ type dispatcher struct {
 
 func newDispatcher(obs Observer, size int, dropped func(n int)) *dispatcher {
 	d := &dispatcher{obs: obs, queue: make(chan event, size), size: int64(size), dropped: dropped}
-	d.bufs.New = func() any { b := make([]byte, 0, 4<<10); return &b }
+	d.bufs.New = func() any { b := make([]byte, 0, batchBytes); return &b }
 	return d
 }
 
@@ -114,6 +117,9 @@ func (d *dispatcher) request(b *batch) { b.open = true }
 // chunk copies an SSE payload into the request's batch, and queues the
 // batch when it is full.
 func (d *dispatcher) chunk(r *exchange.Request, b *batch, data []byte) {
+	if b.data != nil && b.n > 0 && len(*b.data)+4+len(data) > cap(*b.data) {
+		d.flush(r, b, nil)
+	}
 	if b.data == nil {
 		b.data = d.bufs.Get().(*[]byte)
 		*b.data = (*b.data)[:0]
@@ -121,7 +127,7 @@ func (d *dispatcher) chunk(r *exchange.Request, b *batch, data []byte) {
 	buf := binary.LittleEndian.AppendUint32(*b.data, uint32(len(data)))
 	*b.data = append(buf, data...)
 	b.n++
-	if b.n >= maxBatchEvents || len(*b.data) >= maxBatchBytes {
+	if b.n >= maxBatchEvents {
 		d.flush(r, b, nil)
 	}
 }

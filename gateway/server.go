@@ -191,6 +191,11 @@ func New(opts Options) (*Server, error) {
 		t.ResponseHeaderTimeout = cfg.Limits.UpstreamTimeout
 		// Bodies go to the client as the backend encoded them.
 		t.DisableCompression = true
+		// The write buffer lives as long as the connection, idle while a
+		// stream is answered on it; a request body larger than it is
+		// written straight to the connection (bufio's ReadFrom) after
+		// the headers, so 1 KiB costs at most one more write.
+		t.WriteBufferSize = 1 << 10
 		if cfg.BackendTLS.CAFile != "" {
 			roots, err := rootCAs(cfg.BackendTLS.CAFile)
 			if err != nil {
@@ -241,7 +246,7 @@ func New(opts Options) (*Server, error) {
 		Transport:      transport,
 		ModifyResponse: s.modifyResponse,
 		ErrorHandler:   s.proxyError,
-		BufferPool:     newBufferPool(32 << 10),
+		BufferPool:     newBufferPool(copyBufferSize),
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.engine = s.routes()
@@ -1073,6 +1078,14 @@ func (s *Server) readyz(c *gin.Context) {
 	c.String(http.StatusServiceUnavailable, "no healthy backend\n")
 }
 
+// copyBufferSize is the size of the buffer that carries a response body
+// from the backend to the client. A stream holds its buffer for its whole
+// life, blocked in a read between events of a few hundred bytes, so the
+// buffer is most of what a long stream costs: 4 KiB, as nginx's
+// proxy_buffer_size, where net/http's ReverseProxy would take 32 KiB (a
+// large non-streamed body takes eight reads where it took one).
+const copyBufferSize = 4 << 10
+
 // bufferPool implements httputil.BufferPool over sync.Pool.
 type bufferPool struct{ p sync.Pool }
 
@@ -1086,7 +1099,7 @@ func (bp *bufferPool) Get() []byte { return bp.p.Get().([]byte) }
 
 // Put returns b to the pool. httputil.BufferPool's signature takes the
 // slice itself: its header is boxed on the way in, one small allocation
-// per proxied response against a 32 KiB buffer kept.
+// per proxied response against a pooled buffer kept.
 //
 //lint:ignore SA6002 the interface hands out slices, not pointers
 func (bp *bufferPool) Put(b []byte) { bp.p.Put(b) }

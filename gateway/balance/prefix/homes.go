@@ -58,7 +58,9 @@ type Claim struct {
 // backends backends; an anchor unused for ttl is forgotten.
 func NewHomes(size, backends int, ttl time.Duration) *Homes {
 	size = max(size, 1)
-	return &Homes{m: make(map[uint64]home, size), max: size, ttl: int64(ttl), count: make([]int, backends)}
+	// The map grows with the anchors in use rather than being sized for
+	// the most it may hold: an idle gateway should not carry megabytes.
+	return &Homes{m: make(map[uint64]home, min(size, 1024)), max: size, ttl: int64(ttl), count: make([]int, backends)}
 }
 
 // Lookup returns the anchor's home and marks it used at now. An anchor
