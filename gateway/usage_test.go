@@ -204,8 +204,11 @@ func TestUsageCountedWhenCut(t *testing.T) {
 	}
 	line := lastAccess(t, gw, 1)
 	tokens := line["completion_tokens"].(float64)
-	if line["usage_source"] != "counted" || tokens < n-1 || tokens > n+1 {
-		t.Errorf("access log: usage_source %v, completion_tokens %v; want counted, %d±1", line["usage_source"], tokens, n)
+	// The gateway counts the chunks it relayed, which may run a few past
+	// what the client read before its cancel reached the gateway (20 ms
+	// apart; more on a loaded machine), never fewer than it read.
+	if line["usage_source"] != "counted" || tokens < n-1 || tokens > n+5 {
+		t.Errorf("access log: usage_source %v, completion_tokens %v; want counted, %d to %d", line["usage_source"], tokens, n-1, n+5)
 	}
 	if line["error_class"] != string(exchange.ClassClientCancel) {
 		t.Errorf("error_class %v, want client_cancel", line["error_class"])
