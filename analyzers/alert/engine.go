@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,7 +218,10 @@ type series struct {
 	since    time.Time
 	started  time.Time // first breaching period of the current run
 	notified time.Time // last firing notification (sent by whichever replica led)
-	episode  bool      // the current episode notified: it needs a resolution
+	// notifiedExcess is how far past its threshold the value was when
+	// notified, relative to the threshold (excess); NaN when unknown.
+	notifiedExcess float64
+	episode        bool // the current episode notified: it needs a resolution
 	value    float64
 	thresh   float64
 	source   ThresholdSource
@@ -437,7 +441,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		return Notification{}, false
 	}
 	s.held = s.held[:0] // an incident: never learnt
-	if !s.notified.IsZero() && now.Sub(s.notified) < e.cfg.Silence {
+	if !s.notified.IsZero() && now.Sub(s.notified) < e.cfg.Silence && !farther(s) {
 		switch {
 		case !s.notified.Before(s.started):
 			// Notified during this run, possibly by another replica: firing,
@@ -450,9 +454,40 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		return Notification{}, false
 	}
 	set(Firing)
-	s.notified, s.episode = now, true
+	s.notified, s.notifiedExcess, s.episode = now, excess(v, s.thresh), true
 	e.saveNotified(ctx, s)
 	return e.notification(s, now, false), true
+}
+
+// renotifyFactor: a new episode within the silence is notified anyway
+// when it is past its threshold by more than this many times as far as
+// the notified one was (farther).
+const renotifyFactor = 2
+
+// farther reports whether the series' current run, a new episode (it
+// began after the last notification), is past its threshold by more than
+// renotifyFactor times the notified episode's excess. The silence is
+// meant to keep one cause from paging twice in half an hour; a breach
+// twice as deep as the one that paged is not the same episode coming
+// back, and a marginal false positive must not hide it. A run that was
+// notified itself, or whose notified excess is unknown (a notification
+// recorded by an older version), is not.
+func farther(s *series) bool {
+	if !s.notified.Before(s.started) {
+		return false
+	}
+	x := excess(s.value, s.thresh)
+	return x > renotifyFactor*s.notifiedExcess // false for NaN
+}
+
+// excess is how far v is past the threshold t, relative to t's size (the
+// absolute excess when t is 0), so that excesses of one series compare
+// across periods whose adaptive thresholds differ.
+func excess(v, t float64) float64 {
+	if t == 0 {
+		return v
+	}
+	return (v - t) / math.Abs(t)
 }
 
 // consecutive is the number of breaching periods that fire rule.
@@ -547,8 +582,12 @@ func (e *Engine) load(ctx context.Context, s *series) {
 	// The last notification time is shared too, so that a replica that
 	// restarts, or becomes the sender, keeps the silence.
 	if b, err := e.store.Get(ctx, notifiedKey(s)); err == nil {
-		if t, err := time.Parse(time.RFC3339Nano, string(b)); err == nil && t.After(s.notified) {
-			s.notified = t
+		at, x, _ := strings.Cut(string(b), " ")
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil && t.After(s.notified) {
+			s.notified, s.notifiedExcess = t, math.NaN()
+			if f, err := strconv.ParseFloat(x, 64); err == nil {
+				s.notifiedExcess = f
+			}
 		}
 	}
 }
@@ -562,7 +601,10 @@ func (e *Engine) saveNotified(ctx context.Context, s *series) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := e.store.Set(ctx, notifiedKey(s), []byte(s.notified.UTC().Format(time.RFC3339Nano)), 2*e.cfg.Silence); err != nil {
+	// "time excess": the excess lets a replica that takes over judge a
+	// deeper episode as the sender would have (farther).
+	doc := s.notified.UTC().Format(time.RFC3339Nano) + " " + strconv.FormatFloat(s.notifiedExcess, 'g', -1, 64)
+	if err := e.store.Set(ctx, notifiedKey(s), []byte(doc), 2*e.cfg.Silence); err != nil {
 		e.storeFails.Add(1)
 	}
 }

@@ -268,6 +268,54 @@ func TestSilenceAndResolution(t *testing.T) {
 	}
 }
 
+// TestDeeperEpisodeNotifies: within the silence, a new episode that
+// breaches twice as deep as the one that paged is notified anyway (a
+// marginal false positive must not hide a real incident), while one no
+// deeper stays silenced; the rule holds across engines sharing a store.
+func TestDeeperEpisodeNotifies(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		second float64
+		want   []time.Duration // firing notifications, from the first breach
+	}{
+		// The threshold sits a little under 130 (from a history of 100s):
+		// 500 is far more than twice as far past it as 130, 135 is not.
+		{"deeper", 500, []time.Duration{10 * time.Minute, 30 * time.Minute}},
+		{"as deep", 135, []time.Duration{10 * time.Minute, 40 * time.Minute}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := state.NewMemory()
+			e, c := newTest(Config{}, store)
+			feed(e, c, RuleTTFT, repeat(100, warm)...)
+			// A marginal episode fires at +10m and resolves at +15m; the
+			// second breaches from +20m and would fire at +30m.
+			seq := append([]float64{130, 130, 130, 100}, repeat(tt.second, 5)...)
+			// The second episode runs on another engine over the same
+			// store: the notified excess is shared with the time.
+			var got []time.Duration
+			for i, v := range seq {
+				eng := e
+				if i >= 4 {
+					if i == 4 {
+						e2, c2 := newTest(Config{}, store)
+						c2.t = c.t
+						e, c = e2, c2
+					}
+					eng = e
+				}
+				for _, n := range feed(eng, c, RuleTTFT, v)[0] {
+					if !n.Resolved() {
+						got = append(got, time.Duration(i)*5*time.Minute)
+					}
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("firing notifications (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
 func TestStates(t *testing.T) {
 	e, c := newTest(Config{}, nil)
 	feed(e, c, RuleTTFT, repeat(100, warm)...)
