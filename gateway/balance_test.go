@@ -208,7 +208,9 @@ type adminBackend struct {
 	Health struct {
 		Active              bool       `json:"active"`
 		ConsecutiveFailures int64      `json:"consecutive_failures"`
+		Ejected             bool       `json:"ejected"`
 		EjectedUntil        *time.Time `json:"ejected_until"`
+		FailedProbes        int64      `json:"failed_probes"`
 	} `json:"health"`
 }
 

@@ -232,7 +232,7 @@ type requestsJSON struct {
 
 type healthJSON struct {
 	// Active is the last active check's result (true before any).
-	Active              bool       `json:"active"`
+	Active              bool  `json:"active"`
 	ConsecutiveFailures int64 `json:"consecutive_failures"`
 	// Ejected: passively ejected; EjectedUntil is then the end of the
 	// current back-off, before which no readmission probe is sent (past
