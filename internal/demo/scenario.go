@@ -233,11 +233,13 @@ func newIncident(scale float64, short bool) *scenario {
 			says:    "sim-b answers every request with HTTP 500",
 			inject:  turnKnobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
 			restore: restoreKnobs("sim-b"),
-			// No alert is expected: the gateway retries each failed attempt
-			// on another backend, so clients see no error, and the error
-			// rate counts only failures clients saw.
+			// No error-rate alert is expected: the gateway retries each
+			// failed attempt on another backend, so clients see no error,
+			// and the error rate counts only failures clients saw. Once
+			// sim-b has been out a whole alert period, VigilBackendDown
+			// fires, until a readmission probe passes after the restore.
 			restored: "sim-b answers again",
-			expect:   []expectation{{sigEjection, nil}},
+			expect:   []expectation{{sigEjection, []string{"VigilBackendDown"}}},
 			duration: dur(30 * time.Second),
 			report: func(c phaseCounters) string {
 				s, e := c.start, c.end
