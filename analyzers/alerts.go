@@ -122,7 +122,10 @@ func (p *Pipeline) labelsOf(backend string) map[string]string {
 // series per rule; the error rate makes one per backend, and for the
 // requests the gateway answered itself (no healthy backend) one per
 // configured model, and one without a model for the others; precision one
-// per compared backend; the SLO one per window pair.
+// per compared backend; the SLO one per window pair; backend_down one per
+// backend the gateway reports. A backend out of service (unhealthy or
+// ejected) for a whole period without a request ends its error-rate
+// alert, and backend_down fires for as long as it stays out.
 func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	s := p.peek()
 	var values []alert.Value
@@ -131,7 +134,9 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		values = append(values, v)
 	}
 	now := p.now()
-	for backend, c := range p.errs.Since(now.Add(-p.alertPeriod), now) {
+	rates := p.errs.Since(now.Add(-p.alertPeriod), now)
+	out := p.backendsOut(now)
+	for backend, c := range rates {
 		if c[0] == 0 {
 			continue
 		}
@@ -149,6 +154,19 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 		}
 		values = append(values, v)
 	}
+	for name, whole := range out {
+		down := 0.0
+		if whole {
+			down = 1
+			if rates[name][0] == 0 {
+				// Out for a whole period without a request: its error
+				// rate has nothing left to measure, and its alert gives
+				// way to backend_down.
+				values = append(values, alert.Value{Rule: alert.RuleErrorRate, Labels: p.labelsOf(name), Idle: true})
+			}
+		}
+		values = append(values, alert.Value{Rule: alert.RuleBackendDown, V: down, Labels: p.labelsOf(name)})
+	}
 	values = append(values, p.burnRates(now)...)
 	if pr := s.Precision; pr != nil {
 		for _, pair := range pr.Pairs {
@@ -160,6 +178,37 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	}
 	p.alerts.ObserveValues(ctx, values)
 	p.alertPeriods.Add(1)
+}
+
+// backendsOut returns every backend the gateway reports (none without
+// Options.BackendStates), each with whether it has been out of service
+// (unhealthy or ejected) for a whole alert period: since a call at least
+// a period before now, which first saw it out.
+func (p *Pipeline) backendsOut(now time.Time) map[string]bool {
+	if p.backendStates == nil {
+		return nil
+	}
+	states := p.backendStates()
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	if p.outSince == nil {
+		p.outSince = map[string]time.Time{}
+	}
+	out := make(map[string]bool, len(states))
+	for _, b := range states {
+		if b.Healthy {
+			delete(p.outSince, b.Name)
+			out[b.Name] = false
+			continue
+		}
+		since, ok := p.outSince[b.Name]
+		if !ok {
+			since = now
+			p.outSince[b.Name] = now
+		}
+		out[b.Name] = now.Sub(since) >= p.alertPeriod
+	}
+	return out
 }
 
 // AlertPeriods returns how many alert periods the alert engine has

@@ -119,10 +119,14 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 		if p.models[r.Model] {
 			key = errrate.ModelKey(r.Model)
 		}
-		p.errs.Add(t, key, resp.ErrorClass.Failed())
+		if !clientError(resp) {
+			p.errs.Add(t, key, resp.ErrorClass.Failed())
+		}
 		return
 	}
-	p.errs.Add(t, r.Backend, resp.ErrorClass.Failed())
+	if !clientError(resp) {
+		p.errs.Add(t, r.Backend, resp.ErrorClass.Failed())
+	}
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {
 		defer func() { p.postprocessSpan(r, attrs) }()
@@ -236,4 +240,21 @@ func sample(r *exchange.Request, resp *exchange.Response, s *logprob.Summary) la
 		smp.MeanLogprob = s.MeanLogprob
 	}
 	return smp
+}
+
+// clientError reports whether resp is the client's own error (a 4xx: bad
+// request, unknown model, prompt too long, the backend's 4xx answer, the
+// client gone): the error rates and the error budget count neither it nor
+// it as a request, since they measure what the service did wrong among the
+// requests it could have served, and a client sending many bad requests
+// must not dilute a backend's failures.
+func clientError(resp *exchange.Response) bool {
+	switch resp.ErrorClass {
+	case exchange.ClassBadRequest, exchange.ClassPromptTooLong, exchange.ClassUnknownModel,
+		exchange.ClassUpstream4xx, exchange.ClassClientCancel:
+		return true
+	case exchange.ClassNone:
+		return resp.Status >= 400 && resp.Status < 500
+	}
+	return false
 }

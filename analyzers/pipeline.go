@@ -7,6 +7,7 @@ package analyzers
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,7 +85,11 @@ type Pipeline struct {
 	backendStates func() []exchange.BackendState
 	alertPeriod   time.Duration
 	alertPeriods  atomic.Int64 // ObserveAlerts calls, for AlertPeriods
-	m             *metrics
+	// outMu guards outSince: when ObserveAlerts first saw each backend
+	// out of service (unhealthy or ejected), while it stays out.
+	outMu    sync.Mutex
+	outSince map[string]time.Time
+	m        *metrics
 
 	// Requests and failures by backend (or by model, for requests the
 	// gateway answered itself), for the error rates and the SLO.

@@ -126,8 +126,7 @@ func TestGatewayLabels(t *testing.T) {
 
 // TestGatewayAnsweredErrors: requests the gateway answered itself (no
 // healthy backend) count in the error rate of their model, without a
-// backend label; unknown models (a client's error) count as no failure
-// and go to the series without a model.
+// backend label; unknown models (a client's error) are not counted.
 func TestGatewayAnsweredErrors(t *testing.T) {
 	cfg := config.Default()
 	cfg.Alerts.Consecutive = 1

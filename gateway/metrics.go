@@ -45,6 +45,8 @@ type metrics struct {
 	cancels *prometheus.CounterVec
 	// ejections counts passive ejections by backend.
 	ejections *prometheus.CounterVec
+	// failedProbes counts failed readmission probes of ejected backends.
+	failedProbes *prometheus.CounterVec
 	// scrapeErrors counts failed reads of agents and metrics endpoints.
 	scrapeErrors *prometheus.CounterVec
 	models       modelLabels
@@ -125,6 +127,10 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 			Name: "vigil_backend_ejections_total",
 			Help: "Passive ejections of the backend after consecutive failed requests.",
 		}, []string{"backend"}),
+		failedProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_backend_failed_probes_total",
+			Help: "Failed readmission probes of the passively ejected backend (each doubles its back-off, up to health.max_backoff).",
+		}, []string{"backend"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vigil_balancer_scrape_errors_total",
 			Help: "Failed reads of a backend's load agent, metrics endpoint or model list (/v1/models), by source (agent, metrics, models).",
@@ -142,7 +148,7 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 	hitRatio := prometheus.NewDesc("vigil_backend_prefix_cache_hit_ratio", "The backend's prefix-cache hit rate over the last minute: hits/queries of its own vllm:prefix_cache_* counters when it exports them, else of the cached prompt tokens its answers reported; absent when no prompt tokens were seen in the minute.", []string{"backend"}, nil)
 	fleetRatio := prometheus.NewDesc("vigil_prefix_cache_hit_ratio", "The fleet's prefix-cache hit rate over the last minute: the backends' hits summed over their queries summed; absent when no prompt tokens were seen in the minute.", nil, nil)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.usage, m.maxGap, m.dropped, m.injections, m.usageInjections, m.cacheHits, m.cacheMiss,
-		m.retries, m.cancels, m.ejections, m.scrapeErrors,
+		m.retries, m.cancels, m.ejections, m.failedProbes, m.scrapeErrors,
 		collectorFunc{descs: []*prometheus.Desc{healthy, inflight, weight, load, promptTok, cachedTok, hitRatio, fleetRatio}, collect: func(ch chan<- prometheus.Metric) {
 			snap := bal.Snapshot()
 			for i, b := range pool.Backends() {

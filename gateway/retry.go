@@ -107,7 +107,7 @@ func (x *call) settle() {
 func (s *Server) recordFailure(b *upstream.Backend) {
 	if ejected, until := b.RecordFailure(time.Now()); ejected {
 		s.metrics.ejections.WithLabelValues(b.Name).Inc()
-		s.log.Warn("backend ejected after consecutive failures", "backend", b.Name,
+		s.log.Warn("backend ejected", "backend", b.Name,
 			"failures", b.ConsecutiveFailures(), "until", until.Format(time.RFC3339Nano))
 		s.backendDown(b)
 	}
@@ -115,7 +115,7 @@ func (s *Server) recordFailure(b *upstream.Backend) {
 
 func (s *Server) recordSuccess(b *upstream.Backend) {
 	if b.RecordSuccess(time.Now()) {
-		s.log.Info("ejected backend re-admitted after a successful request", "backend", b.Name)
+		s.log.Info("backend readmitted", "backend", b.Name, "by", "request", "failed_probes", b.FailedProbes())
 	}
 }
 
@@ -171,9 +171,12 @@ func (s *Server) refreshWeights(ctx context.Context) {
 		return
 	}
 	now := time.Now()
-	s.pool.Sweep(now, func(b *upstream.Backend) {
-		s.log.Info("ejected backend re-admitted after its back-off, on probation", "backend", b.Name)
-	})
+	if s.checker.Interval <= 0 {
+		// Nothing probes an ejected backend: its back-off's end readmits it.
+		s.pool.Sweep(now, func(b *upstream.Backend) {
+			s.log.Info("backend readmitted", "backend", b.Name, "by", "backoff")
+		})
+	}
 	uctx, cancel := context.WithTimeout(ctx, s.cfg.Balancer.ScrapeInterval)
 	defer cancel()
 	if err := s.balancer.Update(uctx, now); err != nil {

@@ -232,6 +232,9 @@ func New(opts Options) (*Server, error) {
 				s.backendDown(b)
 			}
 		},
+		OnProbeFailed: func(b *upstream.Backend, _ int64, _ time.Time) {
+			s.metrics.failedProbes.WithLabelValues(b.Name).Inc()
+		},
 	}
 	s.scraper = &upstream.Scraper{
 		Pool: pool, Client: s.client, Timeout: cfg.Balancer.ScrapeInterval,

@@ -127,6 +127,11 @@ type Value struct {
 	// normal level sits above the floor must not alert, nor be kept from
 	// learning that level, for want of a history.
 	Verdict *bool
+	// Idle says that the series had nothing to measure this period (the
+	// error rate of a backend that no request reached): V is ignored, a
+	// firing alert resolves, a pending run ends, and the history learns
+	// nothing from the period.
+	Idle bool
 }
 
 // ThresholdSource says which threshold is in force for a series.
@@ -222,9 +227,9 @@ type series struct {
 	// notified, relative to the threshold (excess); NaN when unknown.
 	notifiedExcess float64
 	episode        bool // the current episode notified: it needs a resolution
-	value    float64
-	thresh   float64
-	source   ThresholdSource
+	value          float64
+	thresh         float64
+	source         ThresholdSource
 	// held are the values of the current pending run, kept out of the
 	// history until the run is known: noise (it ends before firing) joins
 	// the history late, an incident (it fires) never does.
@@ -312,7 +317,7 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 	}
 	var todo []keyed
 	for _, v := range values {
-		if math.IsNaN(v.V) || math.IsInf(v.V, 0) || v.Rule == "" {
+		if (!v.Idle && (math.IsNaN(v.V) || math.IsInf(v.V, 0))) || v.Rule == "" {
 			continue
 		}
 		s := e.seriesOf(v.Rule, v.Labels)
@@ -385,6 +390,9 @@ func historyKey(s *series) string { return "alert/history/" + fingerprint(s.labe
 func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, val Value) (Notification, bool) {
 	v := val.V
 	e.load(ctx, s)
+	if val.Idle {
+		return e.idle(s, p, now)
+	}
 	if s.observed >= 0 && p-s.observed > 1 && s.state != Firing && s.state != Silenced {
 		s.streak = 0 // a gap breaks consecutiveness
 	}
@@ -488,6 +496,25 @@ func excess(v, t float64) float64 {
 		return v
 	}
 	return (v - t) / math.Abs(t)
+}
+
+// idle runs a period with nothing to measure (Value.Idle): the alert, if
+// any, ends; its resolution is notified as a value back inside the
+// threshold would have it.
+func (e *Engine) idle(s *series, p int64, now time.Time) (Notification, bool) {
+	s.observed, s.streak = p, 0
+	s.held = s.held[:0]
+	switch s.state {
+	case Firing, Silenced:
+		s.state, s.since = Resolved, now
+		if s.episode {
+			s.episode = false
+			return e.notification(s, now, true), true
+		}
+	case Pending:
+		s.state, s.since = "", time.Time{}
+	}
+	return Notification{}, false
 }
 
 // consecutive is the number of breaching periods that fire rule.

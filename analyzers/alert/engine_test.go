@@ -780,3 +780,34 @@ func TestConfigDefaultsAreConfigs(t *testing.T) {
 		t.Errorf("withDefaults changed set values (-want +got):\n%s", diff)
 	}
 }
+
+// TestIdleResolves: a period with nothing to measure (Value.Idle) resolves
+// a firing alert with a notification, ends a pending run without firing,
+// and leaves the history as it was.
+func TestIdleResolves(t *testing.T) {
+	e, c := newTest(Config{Fixed: map[string]float64{RuleErrorRate: 0.1}}, nil)
+	lbl := map[string]string{"backend": "a", "model": "m"}
+	idle := func() []Notification {
+		defer func() { c.t = c.t.Add(5 * time.Minute) }()
+		return e.ObserveValues(context.Background(), []Value{{Rule: RuleErrorRate, Labels: lbl, Idle: true}})
+	}
+	s := e.seriesOf(RuleErrorRate, lbl)
+	if f, _ := count(feed(e, c, RuleErrorRate, 0.05, 0.5, 0.5, 0.5)); f != 1 {
+		t.Fatalf("%d firing notifications, want 1", f)
+	}
+	learnt := len(s.hist.values)
+	ns := idle()
+	if len(ns) != 1 || !ns[0].Resolved() || s.state != Resolved {
+		t.Errorf("an idle period after firing: %+v, state %q; want one resolution", ns, s.state)
+	}
+	feed(e, c, RuleErrorRate, 0.5, 0.5) // pending: two of three
+	if ns := idle(); len(ns) != 0 || s.state != "" {
+		t.Errorf("an idle period while pending: %+v, state %q; want nothing, no state", ns, s.state)
+	}
+	if f, _ := count(feed(e, c, RuleErrorRate, 0.5, 0.5)); f != 0 {
+		t.Error("the idle period did not break the pending run")
+	}
+	if len(s.hist.values) != learnt {
+		t.Errorf("history grew from %d to %d values over idle and breaching periods", learnt, len(s.hist.values))
+	}
+}

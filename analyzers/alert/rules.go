@@ -45,6 +45,13 @@ const (
 	// Value.Fixed threshold) when both are. One series per window pair,
 	// told apart by the label "window" (e.g. "1h/5m"); one period fires.
 	RuleErrorBudget = "error_budget_burn"
+	// RuleBackendDown is 1 for a backend that has been out of service
+	// (failing its health checks, or ejected) for a whole alert period and
+	// is still out, else 0; its threshold is fixed at 0.5, one period
+	// fires, and it resolves when the backend is back. It takes over from
+	// the backend's error rate, which has nothing to measure once no
+	// request reaches the backend.
+	RuleBackendDown = "backend_down"
 )
 
 // MinQuantileValues is the fewest values a window needs for its P95 to be
@@ -54,7 +61,7 @@ const MinQuantileValues = 20
 
 // DefaultFixed are the rules whose threshold is fixed unless Config.Fixed
 // names them.
-var DefaultFixed = map[string]float64{RulePerplexity: 3}
+var DefaultFixed = map[string]float64{RulePerplexity: 3, RuleBackendDown: 0.5}
 
 // DefaultConsecutive are the rules that fire after their own number of
 // breaching periods rather than Config.Consecutive. The perplexity band's
@@ -62,7 +69,7 @@ var DefaultFixed = map[string]float64{RulePerplexity: 3}
 // (the design's "±3σ for 5 minutes"): one period with it fires. Three
 // periods would be too late, not only slow: a rolling baseline takes in
 // the minutes after a lasting step, widens and swallows it.
-var DefaultConsecutive = map[string]int{RulePerplexity: 1, RuleErrorBudget: 1}
+var DefaultConsecutive = map[string]int{RulePerplexity: 1, RuleErrorBudget: 1, RuleBackendDown: 1}
 
 // DefaultFloor are the least adaptive thresholds of the rules whose
 // values hover around zero: the PSI "watch" level for drift, a 5 % fall of
@@ -88,6 +95,7 @@ var rules = map[string]ruleInfo{
 	RulePerplexity:     {"VigilOutputDrift", "output", "Perplexity outside its baseline band"},
 	RulePrecision:      {"VigilPrecisionDivergence", "precision", "Precision divergence above its threshold"},
 	RuleErrorBudget:    {"VigilErrorBudgetBurn", "errors", "Error budget burning faster than its SLO allows"},
+	RuleBackendDown:    {"VigilBackendDown", "backend", "Backend out of service (unhealthy or ejected) for a whole alert period"},
 }
 
 // info returns the description of rule; an unknown rule name is its own

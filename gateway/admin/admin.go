@@ -232,9 +232,15 @@ type requestsJSON struct {
 
 type healthJSON struct {
 	// Active is the last active check's result (true before any).
-	Active              bool       `json:"active"`
-	ConsecutiveFailures int64      `json:"consecutive_failures"`
-	EjectedUntil        *time.Time `json:"ejected_until,omitempty"`
+	Active              bool  `json:"active"`
+	ConsecutiveFailures int64 `json:"consecutive_failures"`
+	// Ejected: passively ejected; EjectedUntil is then the end of the
+	// current back-off, before which no readmission probe is sent (past
+	// while one is due), and FailedProbes the readmission probes failed
+	// since the ejection (kept after the readmission until the next one).
+	Ejected      bool       `json:"ejected"`
+	EjectedUntil *time.Time `json:"ejected_until,omitempty"`
+	FailedProbes int64      `json:"failed_probes"`
 }
 
 func (a *API) getBackends(c *gin.Context) {
@@ -255,7 +261,7 @@ func (a *API) getBackends(c *gin.Context) {
 			Name: b.Name, URL: b.URL.String(), Kind: b.Kind, Models: b.Models(),
 			Healthy: b.Healthy(), Weight: st.Weight, Base: b.Weight, Inflight: b.Inflight(), Picks: b.Picks(),
 			Load: map[string]float64{}, LoadBlend: st.Load, Cost: a.o.Balancer.Cost(i, now), WeightShared: st.Shared,
-			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures()},
+			Health: healthJSON{Active: b.ActiveHealthy(), ConsecutiveFailures: b.ConsecutiveFailures(), FailedProbes: b.FailedProbes()},
 		}
 		j.Load = loadOf(st)
 		j.PrefixCache = prefixCacheOf(b)
@@ -272,7 +278,7 @@ func (a *API) getBackends(c *gin.Context) {
 		}
 		if until := b.EjectedUntil(); !until.IsZero() {
 			u := until.UTC()
-			j.Health.EjectedUntil = &u
+			j.Health.Ejected, j.Health.EjectedUntil = true, &u
 		}
 		out = append(out, j)
 	}

@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -11,21 +13,23 @@ import (
 // Health has two parts. Active: the Checker probes each backend's health
 // path; a failed probe takes the backend out, a passing one brings it back.
 // Passive: requests report their outcome; Pool.Passive.Failures consecutive
-// failures eject the backend for a back-off that doubles with each ejection
-// (Backoff, 2·Backoff, … up to MaxBackoff) until a request succeeds. An
-// ejected backend comes back when its back-off ends (on probation: its next
-// failure ejects it again at once, for twice as long) or when an active probe
-// passes. Every flip is made by compare-and-swap, so exactly one caller
-// sees it and reports it.
+// failures eject the backend. An ejected backend gets no client traffic,
+// only probes: once its back-off has run out, the Checker sends it a
+// readmission probe (the health path and a one-token generation, since a
+// server can pass its health path and fail every request). A passing probe
+// readmits it; a failed one doubles the back-off (Backoff, 2·Backoff, … up
+// to MaxBackoff) and is counted. A readmitted backend is on probation until
+// a request succeeds: its next failure ejects it again at once, with the
+// back-off where it left off. Without active checks (health.interval 0)
+// nothing probes, and the back-off's end readmits on probation
+// (Pool.Sweep). Every flip is made by compare-and-swap, so exactly one
+// caller sees it and reports it: one log line per ejection and one per
+// readmission, however long the backend stays out.
 
 // Healthy reports whether requests may go to the backend: its last active
 // check passed and it is not ejected.
 func (b *Backend) Healthy() bool {
-	if !b.healthy.Load() {
-		return false
-	}
-	until := b.ejectedUntil.Load()
-	return until == 0 || time.Now().UnixNano() >= until
+	return b.healthy.Load() && b.ejectedUntil.Load() == 0
 }
 
 // ActiveHealthy reports the result of the last active check (true before any).
@@ -36,22 +40,44 @@ func (b *Backend) ActiveHealthy() bool { return b.healthy.Load() }
 func (b *Backend) SetHealthy(v bool) bool { return b.healthy.CompareAndSwap(!v, v) }
 
 // ConsecutiveFailures returns the number of failed requests since the last
-// successful one.
+// successful one, up to the one that ejected the backend: failures of
+// requests still in flight when it was ejected are not counted.
 func (b *Backend) ConsecutiveFailures() int64 { return b.fails.Load() }
 
-// EjectedUntil returns when the backend's current ejection ends; the zero
-// time when it is not ejected.
+// Ejected reports whether the backend is passively ejected.
+func (b *Backend) Ejected() bool { return b.ejectedUntil.Load() != 0 }
+
+// EjectedUntil returns the end of the current back-off of an ejected
+// backend: no readmission probe is sent before it. It may lie in the past
+// while the probe is due (the Checker sends it on its next round). The zero
+// time when the backend is not ejected.
 func (b *Backend) EjectedUntil() time.Time {
 	until := b.ejectedUntil.Load()
-	if until == 0 || time.Now().UnixNano() >= until {
+	if until == 0 {
 		return time.Time{}
 	}
 	return time.Unix(0, until)
 }
 
+// FailedProbes returns the number of failed readmission probes since the
+// backend was last ejected (kept after its readmission, reset by its next
+// ejection).
+func (b *Backend) FailedProbes() int64 { return b.failedProbes.Load() }
+
+// backoff returns the back-off after steps earlier ones since the last
+// successful request: Backoff doubled steps times, at most MaxBackoff.
+func (p *Passive) backoff(steps int64) time.Duration {
+	d := p.Backoff
+	for i := int64(0); i < steps && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
 // RecordSuccess records a request the backend answered without failing. It
 // ends any ejection and the probation after one, and reports whether it
-// re-admitted an ejected backend.
+// readmitted an ejected backend (a request in flight when it was ejected
+// can still succeed).
 func (b *Backend) RecordSuccess(now time.Time) (readmitted bool) {
 	b.errRate.observe(0, errorAlpha, now)
 	if b.fails.Load() != 0 {
@@ -60,16 +86,20 @@ func (b *Backend) RecordSuccess(now time.Time) (readmitted bool) {
 	if b.ejections.Load() != 0 {
 		b.ejections.Store(0)
 	}
-	return b.clearEjection()
+	return b.readmit()
 }
 
 // RecordFailure records a failed request (connect error, timeout, 5xx
 // answer, broken stream). It reports whether this failure ejected the
-// backend, and until when; only the caller whose compare-and-swap ejected it
-// gets true. Failures while the backend is already ejected (requests that
-// were in flight) do not extend the ejection.
+// backend, and until when its back-off runs; only the caller whose
+// compare-and-swap ejected it gets true. Failures while the backend is
+// already ejected (requests that were in flight) neither count nor extend
+// the ejection.
 func (b *Backend) RecordFailure(now time.Time) (ejected bool, until time.Time) {
 	b.errRate.observe(1, errorAlpha, now)
+	if b.ejectedUntil.Load() != 0 {
+		return false, time.Time{}
+	}
 	n := b.fails.Add(1)
 	pp := &b.pool.passive
 	if pp.Failures <= 0 {
@@ -79,34 +109,44 @@ func (b *Backend) RecordFailure(now time.Time) (ejected bool, until time.Time) {
 	if n < int64(pp.Failures) && prior == 0 {
 		return false, time.Time{}
 	}
-	old := b.ejectedUntil.Load()
-	nowNs := now.UnixNano()
-	if old != 0 && nowNs < old {
-		return false, time.Time{} // already ejected
+	u := now.UnixNano() + int64(pp.backoff(prior))
+	if !b.ejectedUntil.CompareAndSwap(0, u) {
+		return false, time.Time{} // another failure ejected it first
 	}
-	d := pp.Backoff
-	for i := int64(0); i < prior && d < pp.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, pp.MaxBackoff)
-	u := nowNs + int64(d)
-	if !b.ejectedUntil.CompareAndSwap(old, u) {
-		return false, time.Time{}
-	}
+	b.failedProbes.Store(0)
 	b.ejections.Add(1)
 	return true, time.Unix(0, u)
 }
 
-// clearEjection ends an ejection (current or elapsed) and reports whether
-// this call did.
-func (b *Backend) clearEjection() bool {
+// ProbeFailed records a failed readmission probe of an ejected backend:
+// the back-off doubles from now. It returns the probes failed in this
+// ejection and the new end of the back-off; ok is false when the backend
+// is no longer ejected (a request readmitted it meanwhile) or another
+// caller moved the back-off first.
+func (b *Backend) ProbeFailed(now time.Time) (failed int64, until time.Time, ok bool) {
+	old := b.ejectedUntil.Load()
+	if old == 0 {
+		return 0, time.Time{}, false
+	}
+	u := now.UnixNano() + int64(b.pool.passive.backoff(b.ejections.Load()))
+	if !b.ejectedUntil.CompareAndSwap(old, u) {
+		return 0, time.Time{}, false
+	}
+	b.ejections.Add(1)
+	return b.failedProbes.Add(1), time.Unix(0, u), true
+}
+
+// readmit ends an ejection and reports whether this call did; the backend
+// stays on probation until a request succeeds.
+func (b *Backend) readmit() bool {
 	old := b.ejectedUntil.Load()
 	return old != 0 && b.ejectedUntil.CompareAndSwap(old, 0)
 }
 
 // Sweep ends the ejections whose back-off has run out, calling readmit (if
-// not nil) once for each backend it re-admits. The backends stay on
-// probation until a request succeeds.
+// not nil) once for each backend it readmits. The backends stay on
+// probation until a request succeeds. It is for a gateway without active
+// checks; with them, the Checker's probes readmit.
 func (p *Pool) Sweep(now time.Time, readmit func(*Backend)) {
 	nowNs := now.UnixNano()
 	for _, b := range p.backends {
@@ -117,7 +157,8 @@ func (p *Pool) Sweep(now time.Time, readmit func(*Backend)) {
 	}
 }
 
-// A Checker probes every backend's health path on an interval.
+// A Checker probes every backend's health path on an interval, and sends
+// each ejected backend whose back-off has run out a readmission probe.
 type Checker struct {
 	Pool     *Pool
 	Client   *http.Client
@@ -127,9 +168,13 @@ type Checker struct {
 	Log      *slog.Logger
 	// OnChange, if set, is called when a backend's active health flips.
 	OnChange func(b *Backend, healthy bool)
-	// OnReadmit, if set, is called when a passing probe ends a passive
-	// ejection.
-	OnReadmit func(b *Backend)
+	// OnReadmit, if set, is called once when a passing probe ends a
+	// passive ejection, with the probes that failed before it.
+	OnReadmit func(b *Backend, failedProbes int64)
+	// OnProbeFailed, if set, is called for each failed readmission probe
+	// with the failed probes of this ejection so far and the new end of
+	// the back-off.
+	OnProbeFailed func(b *Backend, failed int64, until time.Time)
 }
 
 // Run checks all backends at once every Interval until ctx is done. It
@@ -167,19 +212,43 @@ func (c *Checker) CheckAll(ctx context.Context) {
 					c.OnChange(b, ok)
 				}
 			}
-			// A passing probe re-admits an ejected backend at once; it stays
-			// on probation (ejections is kept) until a request succeeds.
-			if ok && b.clearEjection() {
-				if c.Log != nil {
-					c.Log.Info("ejected backend re-admitted by a passing health check", "backend", b.Name)
-				}
-				if c.OnReadmit != nil {
-					c.OnReadmit(b)
-				}
+			if until := b.EjectedUntil(); !until.IsZero() && !time.Now().Before(until) {
+				c.readmission(ctx, b, ok)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// readmission sends the readmission probe of an ejected backend whose
+// back-off has run out; healthOK is the health path's answer of this
+// round. A passing health path alone does not readmit: the server that
+// answered it may fail every generation.
+func (c *Checker) readmission(ctx context.Context, b *Backend, healthOK bool) {
+	pass := healthOK && c.probe(ctx, b)
+	if ctx.Err() != nil {
+		return
+	}
+	if pass {
+		failed := b.FailedProbes()
+		if b.readmit() {
+			if c.Log != nil {
+				c.Log.Info("backend readmitted", "backend", b.Name, "by", "probe", "failed_probes", failed)
+			}
+			if c.OnReadmit != nil {
+				c.OnReadmit(b, failed)
+			}
+		}
+		return
+	}
+	if n, until, ok := b.ProbeFailed(time.Now()); ok {
+		if c.Log != nil {
+			c.Log.Debug("readmission probe failed", "backend", b.Name, "failed_probes", n, "until", until.Format(time.RFC3339Nano))
+		}
+		if c.OnProbeFailed != nil {
+			c.OnProbeFailed(b, n, until)
+		}
+	}
 }
 
 func (c *Checker) check(ctx context.Context, b *Backend) bool {
@@ -189,10 +258,58 @@ func (c *Checker) check(ctx context.Context, b *Backend) bool {
 	if err != nil {
 		return false
 	}
+	return c.do(req)
+}
+
+// probe asks the backend for one generated token, the least request that
+// goes the way client requests go. It passes on any answer below 500: a
+// 4xx (a model that cannot complete, say) is an answer, as for the
+// passive side, which counts only 5xx, timeouts and connect errors.
+func (c *Checker) probe(ctx context.Context, b *Backend) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	path, body := "/generate", map[string]any{"inputs": "ping", "parameters": map[string]any{"max_new_tokens": 1}}
+	if b.Kind != KindTGI {
+		path, body = "/v1/completions", map[string]any{"prompt": "ping", "max_tokens": 1}
+		if m := b.probeModel(); m != "" {
+			body["model"] = m
+		}
+	}
+	buf, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.JoinPath(path).String(), bytes.NewReader(buf))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Client.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode < 500
+}
+
+// do sends a health check and reports whether it got a 2xx.
+func (c *Checker) do(req *http.Request) bool {
 	resp, err := c.Client.Do(req)
 	if err != nil {
 		return false
 	}
 	resp.Body.Close()
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+// probeModel names a model the backend serves: the first configured one,
+// else the first it listed; "" when neither is known (the server then
+// picks its own, as vLLM does for a request without a model).
+func (b *Backend) probeModel() string {
+	if ms := b.Models(); len(ms) > 0 {
+		return ms[0]
+	}
+	if d := b.DiscoveredModels(); d != nil {
+		if ids := d.IDs(); len(ids) > 0 {
+			return ids[0]
+		}
+	}
+	return ""
 }

@@ -56,8 +56,9 @@ type Backend struct {
 
 	// Passive health (health.go).
 	fails        atomic.Int64 // consecutive failed requests
-	ejections    atomic.Int64 // ejections since the last successful request
-	ejectedUntil atomic.Int64 // unix nanoseconds; 0: not ejected
+	ejections    atomic.Int64 // back-offs (ejections, failed probes) since the last successful request
+	ejectedUntil atomic.Int64 // unix nanoseconds: the back-off's end; 0: not ejected
+	failedProbes atomic.Int64 // failed readmission probes since the last ejection
 
 	agentLoad  atomic.Pointer[AgentLoad]
 	serverLoad atomic.Pointer[ServerLoad]

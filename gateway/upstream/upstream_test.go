@@ -134,7 +134,8 @@ func TestScraperAgesRepeatedSamples(t *testing.T) {
 
 // TestPassiveBackoff: ejection after Failures consecutive failures, back-off
 // doubling per ejection up to the cap, failures while ejected not extending
-// it, and a success clearing all.
+// it, the back-off's end not readmitting by itself, and a success clearing
+// all.
 func TestPassiveBackoff(t *testing.T) {
 	h := config.Default().Health
 	h.Failures, h.Backoff, h.MaxBackoff = 3, time.Second, 3*time.Second
@@ -156,16 +157,24 @@ func TestPassiveBackoff(t *testing.T) {
 	if ej, _ := b.RecordFailure(t0.Add(500 * time.Millisecond)); ej {
 		t.Error("a failure while ejected ejected again")
 	}
-	// Probation: the next failure after the back-off ejects at once, for 2s,
-	// then 3s (the cap).
+	if ej, _ := b.RecordFailure(until.Add(time.Millisecond)); ej || !b.Ejected() {
+		t.Error("a failure after the back-off's end, with no probe yet, ejected again or readmitted")
+	}
+	// Probation: once readmitted (by a probe), the next failure ejects at
+	// once, for 2s, then 3s (the cap).
 	for _, want := range []time.Duration{2 * time.Second, 3 * time.Second, 3 * time.Second} {
 		t0 = until.Add(time.Millisecond)
+		if !b.readmit() {
+			t.Fatal("readmit found the backend not ejected")
+		}
 		ej, until = b.RecordFailure(t0)
 		if !ej || until.Sub(t0) != want {
 			t.Errorf("on probation: ejected %v for %v, want %v", ej, until.Sub(t0), want)
 		}
 	}
-	b.RecordSuccess(until.Add(time.Millisecond))
+	if !b.RecordSuccess(until.Add(time.Millisecond)) {
+		t.Error("a success did not readmit")
+	}
 	if b.ConsecutiveFailures() != 0 || !b.EjectedUntil().IsZero() || !b.Healthy() {
 		t.Errorf("after a success: failures %d, ejected until %v", b.ConsecutiveFailures(), b.EjectedUntil())
 	}

@@ -185,6 +185,9 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	// that the precision signal has its tokens within a minute at 2 req/s.
 	cfg.Analyzers.Precision.SampleRatio = 1
 	cfg.Health.Interval = 2 * time.Second
+	// sim-b's 500s (phase e) last 30 s: a back-off capped at 8 s has it
+	// probed, and back, within seconds of their end.
+	cfg.Health.MaxBackoff = 8 * time.Second
 	if o.timings != nil {
 		o.timings.apply(&cfg)
 		if d.recv, err = newReceiver(); err != nil {

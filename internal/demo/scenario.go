@@ -233,19 +233,22 @@ func newIncident(scale float64, short bool) *scenario {
 			says:    "sim-b answers every request with HTTP 500",
 			inject:  turnKnobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
 			restore: restoreKnobs("sim-b"),
-			// No alert is expected: the gateway retries each failed attempt
-			// on another backend, so clients see no error, and the error
-			// rate counts only failures clients saw.
+			// No error-rate alert is expected: the gateway retries each
+			// failed attempt on another backend, so clients see no error,
+			// and the error rate counts only failures clients saw. Once
+			// sim-b has been out a whole alert period, VigilBackendDown
+			// fires, until a readmission probe passes after the restore.
 			restored: "sim-b answers again",
-			expect:   []expectation{{sigEjection, nil}},
+			expect:   []expectation{{sigEjection, []string{"VigilBackendDown"}}},
 			duration: dur(30 * time.Second),
 			report: func(c phaseCounters) string {
 				s, e := c.start, c.end
-				return fmt.Sprintf("sim-b answered %d requests with HTTP 500; retries on other backends: %.0f; ejections of sim-b: %.0f; "+
-					"errors seen by clients: %d of %d requests; %s",
+				return fmt.Sprintf("sim-b answered %d requests with HTTP 500; retries on other backends: %.0f; ejections of sim-b: %.0f, "+
+					"its failed readmission probes: %.0f; errors seen by clients: %d of %d requests; %s",
 					e.sims["sim-b"].Errors-s.sims["sim-b"].Errors,
 					e.metric("vigil_retries_total", "")-s.metric("vigil_retries_total", ""),
 					e.metric("vigil_backend_ejections_total", `backend="sim-b"`)-s.metric("vigil_backend_ejections_total", `backend="sim-b"`),
+					e.metric("vigil_backend_failed_probes_total", `backend="sim-b"`)-s.metric("vigil_backend_failed_probes_total", `backend="sim-b"`),
 					e.tally.Failed-s.tally.Failed, e.tally.Sent-s.tally.Sent, c.shareNote("sim-b"))
 			},
 		},
@@ -650,7 +653,6 @@ func (s *story) active(rd reading) []string {
 func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 	rd := s.d.read(ctx)
 	now := time.Now()
-	shown := s.last.state[sigEjection]
 	for k := range numSignals {
 		st, was := rd.state[k], s.last.state[k]
 		if res != nil && k == sigOutput && res.expects(k) && st == alarmStates[k] && res.seen[k] < 0 && rd.evaluated.Truncate(time.Minute).After(res.start) {
@@ -665,15 +667,6 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		if st == was {
 			continue
 		}
-		if k == sigEjection && res != nil && res.seen[k] >= 0 {
-			// A passing health probe re-admits an ejected backend at once
-			// and its next failures eject it again: print the first
-			// ejection of the phase, its report counts them all.
-			continue
-		}
-		if k == sigEjection {
-			shown = st
-		}
 		line := fmt.Sprintf("  %s: %s", signalNames[k], st)
 		if k == sigEjection && st == alarmStates[k] {
 			line += " (" + strings.Join(rd.ejected, ", ") + ")"
@@ -685,7 +678,6 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		s.printf("%s", line)
 	}
 	s.last = rd
-	s.last.state[sigEjection] = shown
 	// Alerts() lists the series with a state; one that went back to
 	// inactive without firing (pending noise) leaves the list.
 	as, _ := s.d.app.Pipeline().Alerts(ctx)
@@ -788,7 +780,7 @@ func (d *demo) read(ctx context.Context) reading {
 	}
 	rd.state[sigEjection] = "ok"
 	for _, b := range d.app.Gateway().Pool().Backends() {
-		if !b.EjectedUntil().IsZero() {
+		if b.Ejected() {
 			rd.ejected = append(rd.ejected, b.Name)
 			rd.state[sigEjection] = alarmStates[sigEjection]
 		}
@@ -826,7 +818,8 @@ func (d *demo) counters(ctx context.Context) counters {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "vigil_retries_total") && !strings.HasPrefix(line, "vigil_backend_ejections_total") {
+		if !strings.HasPrefix(line, "vigil_retries_total") && !strings.HasPrefix(line, "vigil_backend_ejections_total") &&
+			!strings.HasPrefix(line, "vigil_backend_failed_probes_total") {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,6 +76,15 @@ func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) 
 					pr.phase.label, pr.phase.name, signalNames[e.signal], alarmStates[e.signal], fmtSeconds(pr.end.Sub(pr.start)))
 			}
 		}
+	}
+	// One line per state change of the ejection: sim-b goes out once, in
+	// phase (e), and comes back once, after a readmission probe.
+	story := out.String()
+	if n := strings.Count(story, "passive ejection: ejected ("); n != 1 {
+		t.Errorf("the story tells %d ejections, want 1", n)
+	}
+	if i := strings.Index(story, "passive ejection: ejected ("); i < 0 || strings.Count(story[i:], "passive ejection: ok") != 1 {
+		t.Error("the story does not tell sim-b's readmission once after its ejection")
 	}
 	firing := 0
 	for _, r := range res.receipts {

@@ -296,7 +296,11 @@
       const ej = parseTime(hl.ejected_until);
       h.appendChild(pill(b.healthy ? "healthy" : "unhealthy", b.healthy ? "ok" : "alarm"));
       const notes = [];
-      if (ej && ej > new Date()) notes.push("ejected until " + clock(ej));
+      if (hl.ejected) {
+        let n = ej && ej > new Date() ? "ejected, next probe at " + clock(ej) : "ejected, probe due";
+        if (hl.failed_probes > 0) n += " (" + hl.failed_probes + " failed)";
+        notes.push(n);
+      }
       if (hl.active === false) notes.push("active check failing");
       if (hl.consecutive_failures > 0) notes.push(hl.consecutive_failures + " failures in a row");
       if (notes.length) h.appendChild(el("div", notes.join(", "), "labels"));

@@ -83,7 +83,7 @@ var breakages = []struct {
 	// Prometheus rules.
 	{"rules unknown field", "prometheus/rules.yaml", "    interval: 5m", "    intervals: 5m", "field intervals not found"},
 	{"rules bad PromQL", "prometheus/rules.yaml", "expr: max by (job) (vigil_drift_alarm) == 1", "expr: max by (job) (vigil_drift_alarm) ==", "parse error"},
-	{"rules bad template", "prometheus/rules.yaml", "summary: Backend {{ $labels.backend }} is unhealthy", "summary: Backend {{ $labels.backend } is unhealthy", `annotation "summary"`},
+	{"rules bad template", "prometheus/rules.yaml", "summary: Backend {{ $labels.backend }} is out of service", "summary: Backend {{ $labels.backend } is out of service", `annotation "summary"`},
 	{"rules unknown metric", "prometheus/rules.yaml", "vigil_state_store_up == 0", "vigil_state_store_healthy == 0", "vigil_state_store_healthy is not a metric Vigil exports"},
 	{"rules bucket of a gauge", "prometheus/rules.yaml", "max by (job) (vigil_drift_score)\n", "max by (job) (vigil_drift_score_bucket)\n", "vigil_drift_score_bucket is not a metric Vigil exports"},
 	{"rules unknown recording rule", "prometheus/rules.yaml", "expr: job:vigil_request_error_ratio:rate5m > 0.05", "expr: job:vigil_request_error_rate:rate5m > 0.05", "job:vigil_request_error_rate:rate5m is not a metric"},
@@ -91,6 +91,8 @@ var breakages = []struct {
 	{"rules severity", "prometheus/rules.yaml", "labels: {severity: info, signal: drift}", "labels: {severity: page, signal: drift}", `label severity "page"`},
 	{"rules signal label", "prometheus/rules.yaml", "labels: {severity: warning, signal: state}", "labels: {severity: warning}", "no signal label"},
 	{"rules summary", "prometheus/rules.yaml", "          summary: Analyzer queue overflowing\n", "", "no summary annotation"},
+	{"rules backend down missing", "prometheus/rules.yaml", "- alert: VigilBackendDown", "- alert: VigilBackendOut", "no alert VigilBackendDown"},
+	{"rules burn rate missing", "prometheus/rules.yaml", "labels: {severity: critical, signal: errors, window: 1h/5m}", "labels: {severity: critical, signal: errors}", "VigilErrorBudgetBurn: no window label"},
 }
 
 // TestChecksCatchBreakage runs every check on a copy of deploy/ with one

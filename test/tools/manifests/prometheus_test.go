@@ -61,6 +61,7 @@ func checkPrometheus(deploy string) (f findings) {
 		}
 	}
 	used := map[string]bool{}
+	alerts := map[string]bool{}
 	rules := 0
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
@@ -90,6 +91,10 @@ func checkPrometheus(deploy string) (f findings) {
 			if r.Alert == "" {
 				continue
 			}
+			alerts[r.Alert] = true
+			if r.Alert == "VigilErrorBudgetBurn" && r.Labels["window"] == "" {
+				f.errorf("%s: no window label (the window pair, as Vigil's own alert has it)", where)
+			}
 			if !slices.Contains(alertSeverities, r.Labels["severity"]) {
 				f.errorf("%s: label severity %q, want one of %v", where, r.Labels["severity"], alertSeverities)
 			}
@@ -103,9 +108,20 @@ func checkPrometheus(deploy string) (f findings) {
 			}
 		}
 	}
+	for _, a := range mirroredAlerts {
+		if !alerts[a] {
+			f.errorf("prometheus/rules.yaml: no alert %s (one of Vigil's own alerts, which the rules mirror)", a)
+		}
+	}
 	f.logf("prometheus/rules.yaml: %d rules in %d groups; Vigil metrics read: %v", rules, len(groups.Groups), slices.Sorted(maps.Keys(used)))
 	return f
 }
+
+// mirroredAlerts are Vigil's own alerts (analyzers/alert) that
+// rules.yaml defines too, under the same name, for a deployment that
+// alerts from Prometheus: a backend out of service, and the error
+// budget's burn rate.
+var mirroredAlerts = []string{"VigilBackendDown", "VigilErrorBudgetBurn"}
 
 // selectorName is the metric a selector reads: its name, or an equality
 // matcher on __name__.
