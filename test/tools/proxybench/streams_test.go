@@ -222,3 +222,39 @@ func TestStreamsSummary(t *testing.T) {
 		t.Errorf("verdicts %v, want %v", got, want)
 	}
 }
+
+// TestProxyChecksAgainstGoProxy checks the proxy suite's request-path
+// targets against go-proxy: vigil-full ≥ 0.9× its req/s, vigil-min ≥
+// 1.2×, added p99 ≤ its + 0.5 ms, added TTFT ≤ its + 0.1 ms.
+func TestProxyChecksAgainstGoProxy(t *testing.T) {
+	rates := func(p99 float64) []rateSummary { return []rateSummary{{Rate: 1000, AddedP99Ms: p99}} }
+	r := &results{Targets: []targetSummary{
+		{Name: direct, Rates: rates(0)},
+		{Name: nginx, Rates: rates(0.4)},
+		{Name: goProxy, MaxRPS: 20000, Rates: rates(1.0), StreamAddedTTFTMs: 0.3},
+		{Name: vigilMin, VsGoProxy: 1.1, Rates: rates(1.4), StreamAddedTTFTMs: 0.35},
+		{Name: vigilFull, VsGoProxy: 0.95, Rates: rates(1.6), StreamAddedTTFTMs: 0.45},
+	}}
+	got := map[string]bool{}
+	for _, c := range r.checks(config{rates: []int{1000}}) {
+		if strings.Contains(c.Name, "go-proxy") {
+			got[c.Target+": "+c.Name] = c.NowPass
+		}
+	}
+	want := map[string]bool{
+		"vigil-full: max throughput vs go-proxy":          true,
+		"vigil-full: added p99 at 1000 req/s vs go-proxy": false,
+		"vigil-full: stream: added TTFT p50 vs go-proxy":  false,
+		"vigil-min: max throughput vs go-proxy":           false,
+		"vigil-min: added p99 at 1000 req/s vs go-proxy":  true,
+		"vigil-min: stream: added TTFT p50 vs go-proxy":   true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("checks against go-proxy: %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: pass %v, want %v", k, got[k], v)
+		}
+	}
+}
