@@ -183,7 +183,8 @@ func runStreamsSuite(ctx context.Context, c config) error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return err
 	}
-	l.nofile = lim.Max
+	// Capped: an unlimited hard limit is not a number nginx takes.
+	l.nofile = min(lim.Max, 1<<20)
 	// Every process here gets the hard limit: Go raises its own soft limit
 	// to it, and nginx is told (worker_rlimit_nofile). A level a proxy
 	// cannot hold under it is lowered for every peer, so that they stay
@@ -210,6 +211,7 @@ func runStreamsSuite(ctx context.Context, c config) error {
 		return err
 	}
 	res := newStreamsResults(c, began, levels, peers, l)
+	res.Settings.RequestedLevels, _ = parseLevels(s.levels)
 
 	for r := range s.rounds {
 		for _, level := range levels {
@@ -273,7 +275,9 @@ func (l *streamsLab) start() error {
 		return err
 	}
 	l.jaegerAPI = full.jaegerAPI
-	l.pprof, err = pprofSupported(c.vigil, l.dir, l.vigilYAML(vigilFull, "127.0.0.1:1"))
+	// Asked of the plain config: pprofSupported appends the key at the
+	// end, which must be the admin section.
+	l.pprof, err = pprofSupported(c.vigil, l.dir, fmt.Sprintf(vigilFullConf, "127.0.0.1:1", l.mockAddr, l.redisAddr))
 	return err
 }
 
