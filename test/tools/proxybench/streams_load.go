@@ -263,7 +263,7 @@ func rawStreamClient(ctx context.Context, cfg streamLoadConfig, i int, at time.T
 		reuse, err := oneRawStream(conn, br, lines, req, lp, cfg, s)
 		s.lastDone = time.Now()
 		if err != nil {
-			s.fail(err)
+			s.fail(fmt.Errorf("stream %d of the client: %w", k+1, err))
 		}
 		if err != nil || !reuse {
 			conn.Close()
@@ -340,7 +340,7 @@ func oneRawStream(conn net.Conn, br, lines *bufio.Reader, req []byte, lp bool, c
 			break
 		}
 		if err != nil && !midLine {
-			return false, fmt.Errorf("read events: %w", err)
+			return false, fmt.Errorf("read events after %d of %d content events: %w", content, want, err)
 		}
 	}
 	switch {

@@ -416,7 +416,7 @@ func (r *streamsResults) markdownTables() string {
 				continue
 			}
 			vs := ""
-			if peer != nginx && s.VsNginx > 0 {
+			if peer != nginx && peer != direct && s.VsNginx > 0 {
 				vs = fmt.Sprintf(" (%.2f×)", s.VsNginx)
 			}
 			added := fmt.Sprintf("%s / %s ms", signed(s.AddedGapP50Ms, 2), signed(s.AddedGapP99Ms, 2))
