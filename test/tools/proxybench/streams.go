@@ -213,26 +213,47 @@ func runStreamsSuite(ctx context.Context, c config) error {
 	res := newStreamsResults(c, began, levels, peers, l)
 	res.Settings.RequestedLevels, _ = parseLevels(s.levels)
 
-	for r := range s.rounds {
-		for _, level := range levels {
+	// Levels outside, rounds inside: a run cut short still has whole
+	// levels, every round of them. The report is written after every run
+	// (marked partial until the end), so that an interrupted run leaves
+	// what it measured.
+	total := len(levels) * s.rounds * len(peers)
+	for _, level := range levels {
+		for r := range s.rounds {
 			// Each round starts with another peer, so that none is always
 			// measured right after the same one.
 			order := make([]string, 0, len(peers))
 			for i := range peers {
 				order = append(order, peers[(i+r)%len(peers)])
 			}
-			phase("round %d/%d: %s concurrent streams, %d each, %d chunks %v apart", r+1, s.rounds, thousands(float64(level)),
+			phase("%s concurrent streams, round %d/%d: %d each, %d chunks %v apart", thousands(float64(level)), r+1, s.rounds,
 				s.perClient, s.chunks, s.gap)
 			for _, peer := range order {
 				run, err := l.measure(ctx, peer, level, r+1)
 				if err != nil {
-					return fmt.Errorf("round %d, %d streams, %s: %w", r+1, level, peer, err)
+					res.Partial = fmt.Sprintf("partial: %d of %d runs, then %v", len(res.Runs), total, err)
+					if ctx.Err() != nil {
+						res.Partial = fmt.Sprintf("partial: %d of %d runs, then interrupted", len(res.Runs), total)
+					}
+					res.finish(began, l.notes)
+					if len(res.Runs) > 0 {
+						if werr := res.write(c.out); werr == nil {
+							fmt.Printf("wrote the %s report to %s/streams.md\n", res.Partial, c.out)
+						}
+					}
+					return fmt.Errorf("%d streams, round %d, %s: %w", level, r+1, peer, err)
 				}
 				run.print()
 				res.Runs = append(res.Runs, run)
+				res.Partial = fmt.Sprintf("partial: %d of %d runs so far", len(res.Runs), total)
+				res.finish(began, l.notes)
+				if err := res.write(c.out); err != nil {
+					return err
+				}
 			}
 		}
 	}
+	res.Partial = ""
 	if c.profile && l.pprof && slices.Contains(peers, vigilFull) {
 		phase("profiles of vigil-full at %s streams (a run of its own, not in the figures)", thousands(float64(levels[0])))
 		files, notes := l.profile(ctx, levels[0])

@@ -46,6 +46,10 @@ type streamsResults struct {
 	Runs        []*streamsRun       `json:"runs"`
 	Profiles    []string            `json:"profiles,omitempty"`
 	Notes       []string            `json:"notes,omitempty"`
+	// Partial says how much of the suite ran when the report was written
+	// before its end (after each run, or when a run failed); "" once it
+	// is whole.
+	Partial string `json:"partial,omitempty"`
 }
 
 // streamsSettingsJSON are the knobs a run used.
@@ -186,7 +190,8 @@ func newStreamsResults(c config, began time.Time, levels []int, peers []string, 
 func (r *streamsResults) finish(began time.Time, notes []string) {
 	r.Machine.LoadAfter = loadAvg()
 	r.WallSeconds = time.Since(began).Seconds()
-	r.Notes = append(r.Notes, notes...)
+	// Rebuilt each time: finish runs after every run.
+	r.Notes = slices.Clone(notes)
 	r.summarize()
 	r.Checks = r.checks()
 	for _, run := range r.Runs {
@@ -441,6 +446,9 @@ func (r *streamsResults) markdown() string {
 	var b strings.Builder
 	s, m := r.Settings, r.Machine
 	b.WriteString("# Long streams: Vigil against nginx and go-proxy\n\n")
+	if r.Partial != "" {
+		fmt.Fprintf(&b, "**This report is %s.**\n\n", r.Partial)
+	}
 	fmt.Fprintf(&b, "`%s`; %s; %d cores (%s), %d GiB, Linux %s, load average %s before, %s after; %s, %s; wall time %s.\n\n",
 		r.Command, r.Started, m.Cores, m.CPU, m.MemGiB, m.Kernel, m.LoadBefore, m.LoadAfter, orDash(m.Vigil), m.Go,
 		(time.Duration(r.WallSeconds) * time.Second).String())
