@@ -703,6 +703,9 @@ func (run *streamsRun) print() {
 		run.Peer, thousands(float64(run.Load.Events)), run.CPUPer1kMs, run.Load.GapP50Ms, run.Load.GapP99Ms,
 		run.Load.DurationP50Ms/1000, mib(run.RSSIdle), mib(run.RSSPeak), mib(run.RSSHeld), mib(run.RSSAfter),
 		run.MemPerStreamKiB, g, run.Load.Errors)
+	if len(run.Load.ErrorExamples) > 0 {
+		fmt.Printf("              errors, e.g.: %s\n", strings.Join(run.Load.ErrorExamples, "; "))
+	}
 	for _, n := range run.Notes {
 		fmt.Printf("              note: %s\n", n)
 	}
