@@ -297,8 +297,10 @@ func oneRawStream(conn net.Conn, br, lines *bufio.Reader, req []byte, lp bool, c
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// The start of the answer says why (an error's JSON).
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, 160))
 		io.Copy(io.Discard, resp.Body)
-		return !resp.Close, fmt.Errorf("status %d", resp.StatusCode)
+		return !resp.Close, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(head))
 	}
 	lines.Reset(resp.Body)
 	want := cfg.chunks
