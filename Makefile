@@ -44,7 +44,7 @@ bench-prefix:
 
 # Thousands of long SSE streams at once through nginx, go-proxy, vigil-min
 # and vigil-full (1,000, 5,000, 10,000): CPU per event, added gaps, memory
-# and goroutines per stream, written to test/bench/out/streams.*; ~25 min.
+# and goroutines per stream, written to test/bench/out/streams.*; ~1.5 h on 2 cores.
 # Quick: test/bench/run -suite streams -streams-levels 200 -streams-chunks 50
 # -streams-rounds 1. See test/bench/README.md.
 bench-streams:
