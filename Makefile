@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # keeping Go's default flags; test/run sets the same.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build test fuzz bench bench-proxy bench-balance bench-prefix soak lint demo clean
+.PHONY: build test fuzz bench bench-proxy bench-balance bench-prefix bench-streams soak lint demo clean
 
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/vigil ./cmd/vigil
@@ -41,6 +41,14 @@ bench-balance:
 # -prefix-duration 5s. See test/bench/README.md.
 bench-prefix:
 	./test/bench/run -suite prefix
+
+# Thousands of long SSE streams at once through nginx, go-proxy, vigil-min
+# and vigil-full (1,000, 5,000, 10,000): CPU per event, added gaps, memory
+# and goroutines per stream, written to test/bench/out/streams.*; ~1.5 h on 2 cores.
+# Quick: test/bench/run -suite streams -streams-levels 200 -streams-chunks 50
+# -streams-rounds 1. See test/bench/README.md.
+bench-streams:
+	./test/bench/run -suite streams
 
 # vigil-full alone under 4 minutes of mixed load (about a million requests):
 # RSS, heap, goroutines and open files sampled every 10 s, written to

@@ -15,7 +15,8 @@
 // With -suite balance it compares Vigil's balancing strategies against
 // simulated backends instead (balance.go); with -suite prefix, against
 // simulated backends with prefix caches, many tenants sending long system
-// prompts (prefix.go).
+// prompts (prefix.go); with -suite streams, nginx, go-proxy and both
+// Vigils holding thousands of long SSE streams at once (streams.go).
 //
 // test/bench/run installs what it needs, builds Vigil and runs it; see
 // test/bench/README.md. Flags default to the BENCH_* environment variables.
@@ -24,6 +25,8 @@
 //	proxybench -suite balance -vigil BIN [-out DIR] [-balance-duration D] ...
 //	proxybench -suite prefix -vigil BIN [-out DIR] [-prefix-duration D] ...
 //	proxybench -suite soak -vigil BIN -jaeger BIN [-soak-duration D] ...
+//	proxybench -suite streams -vigil BIN -jaeger BIN [-streams-levels N,...] ...
+//	proxybench streamload -addr HOST:PORT -clients N ...   the stream suite's load generator
 //	proxybench mock -listen ADDR [-chunks N] [-gap D]
 //	proxybench goproxy -listen ADDR -backend URL
 //	proxybench fastproxy -listen ADDR -backend URL
@@ -65,6 +68,9 @@ type config struct {
 	balance balanceSettings
 	prefix  prefixSettings
 	soak    soakSettings
+	// streamSuite is the stream suite's (streams.go); config.streams is
+	// the proxy suite's count of sequential streams.
+	streamSuite streamsSettings
 }
 
 // soakSettings are the soak suite's (soak.go).
@@ -76,6 +82,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "mock" {
 		if err := runMock(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "proxybench mock:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "streamload" {
+		if err := runStreamLoadCmd(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench streamload:", err)
 			os.Exit(1)
 		}
 		return
@@ -116,6 +129,8 @@ func main() {
 		runSuite = runPrefix
 	case suiteSoak:
 		runSuite = runSoak
+	case suiteStreams:
+		runSuite = runStreamsSuite
 	}
 	if err := runSuite(ctx, c); err != nil {
 		if ctx.Err() != nil {
@@ -144,6 +159,13 @@ func parseFlags(args []string) (config, error) {
 		}
 		return n
 	}
+	envFloat := func(name string, def float64) float64 {
+		f, err := strconv.ParseFloat(env(name, strconv.FormatFloat(def, 'g', -1, 64)), 64)
+		if err != nil {
+			return def
+		}
+		return f
+	}
 	envDur := func(name string, def time.Duration) time.Duration {
 		d, err := time.ParseDuration(env(name, def.String()))
 		if err != nil {
@@ -168,7 +190,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.wrkConns, "wrk-connections", envInt("BENCH_WRK_CONNECTIONS", 64), "wrk connections ($BENCH_WRK_CONNECTIONS)")
 	fs.BoolVar(&c.profile, "profile", env("BENCH_PROFILE", "1") != "0", "take CPU and heap profiles of vigil-full after the rounds ($BENCH_PROFILE=0: no)")
 	fs.BoolVar(&c.keepWork, "keep", env("BENCH_KEEP", "0") == "1", "keep the work directory (configs, logs, access log) ($BENCH_KEEP=1)")
-	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx), balance (balancing strategies against simulated backends), prefix (the strategies against simulated prefix caches) or soak (vigil-full's memory over a long run) ($BENCH_SUITE)")
+	fs.StringVar(&c.suite, "suite", env("BENCH_SUITE", "proxy"), "`suite`: proxy (Vigil against nginx), balance (balancing strategies against simulated backends), prefix (the strategies against simulated prefix caches), soak (vigil-full's memory over a long run) or streams (thousands of long streams at once) ($BENCH_SUITE)")
+	fs.StringVar(&c.streamSuite.levels, "streams-levels", env("BENCH_STREAMS_LEVELS", "1000,5000,10000"), "streams suite: concurrent streams, comma-separated ($BENCH_STREAMS_LEVELS)")
+	fs.IntVar(&c.streamSuite.chunks, "streams-chunks", envInt("BENCH_STREAMS_CHUNKS", 200), "streams suite: content chunks per stream ($BENCH_STREAMS_CHUNKS)")
+	fs.DurationVar(&c.streamSuite.gap, "streams-gap", envDur("BENCH_STREAMS_GAP", 20*time.Millisecond), "streams suite: the mock's pause between chunks ($BENCH_STREAMS_GAP)")
+	fs.Float64Var(&c.streamSuite.logprobs, "streams-logprobs", envFloat("BENCH_STREAMS_LOGPROBS", 0.5), "streams suite: share of streams that ask for logprobs ($BENCH_STREAMS_LOGPROBS)")
+	fs.IntVar(&c.streamSuite.rounds, "streams-rounds", envInt("BENCH_STREAMS_ROUNDS", 3), "streams suite: rounds, peers interleaved in each ($BENCH_STREAMS_ROUNDS)")
+	fs.IntVar(&c.streamSuite.perClient, "streams-per-client", envInt("BENCH_STREAMS_PER_CLIENT", 3), "streams suite: streams each client sends back to back ($BENCH_STREAMS_PER_CLIENT)")
+	fs.StringVar(&c.streamSuite.peers, "streams-peers", env("BENCH_STREAMS_PEERS", ""), "streams suite: peers, comma-separated, among direct,nginx,go-proxy,vigil-min,vigil-full; empty: all ($BENCH_STREAMS_PEERS)")
 	fs.DurationVar(&c.soak.duration, "soak-duration", envDur("BENCH_SOAK_DURATION", 4*time.Minute), "soak suite: length of the load after the warm-up ($BENCH_SOAK_DURATION)")
 	fs.DurationVar(&c.soak.warmup, "soak-warmup", envDur("BENCH_SOAK_WARMUP", 10*time.Second), "soak suite: warm-up before the first sample ($BENCH_SOAK_WARMUP)")
 	fs.DurationVar(&c.balance.duration, "balance-duration", envDur("BENCH_BALANCE_DURATION", 10*time.Second), "balance suite: measured part of each run; case d's slow phase lasts twice as long ($BENCH_BALANCE_DURATION)")
@@ -204,8 +233,16 @@ func parseFlags(args []string) (config, error) {
 		// Redis: the replicas case's gateways share state through it.
 		c.jaeger, c.nginx, c.wrk = "", "", ""
 		errs = append(errs, c.prefix.validate())
+	case suiteStreams:
+		// nginx, Redis and Jaeger are peers or vigil-full's; wrk is not
+		// used.
+		c.wrk = ""
+		if c.jaeger == "" {
+			errs = append(errs, errors.New("-jaeger (or $VIGIL_JAEGER_BIN) is required: test/toolbin jaeger builds it"))
+		}
+		errs = append(errs, c.streamSuite.validate())
 	default:
-		errs = append(errs, fmt.Errorf("-suite: want proxy, balance, prefix or soak, got %q", c.suite))
+		errs = append(errs, fmt.Errorf("-suite: want proxy, balance, prefix, soak or streams, got %q", c.suite))
 	}
 	if c.rounds < 1 {
 		errs = append(errs, errors.New("-rounds must be at least 1"))

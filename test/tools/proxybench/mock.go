@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -38,6 +39,7 @@ var modelsBody = []byte(`{"object":"list","data":[{"id":"` + mockModel + `","obj
 // mockRequest holds the only fields of a chat request the mock reads.
 type mockRequest struct {
 	Stream        bool `json:"stream"`
+	Logprobs      bool `json:"logprobs"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -49,8 +51,13 @@ type mock struct {
 	// events are the SSE events of a stream, in order: one per content
 	// chunk (the last one with finish_reason), without usage or [DONE].
 	events [][]byte
-	gap    time.Duration // between content chunks
-	usage  []byte        // usage event, sent when the client asks for it
+	// logprobEvents are events with each token's logprob and its
+	// mockTopLogprobs alternatives, for a request with "logprobs": true
+	// (the stream suite asks for them on a share of its streams, so that
+	// the confidence analyzer has its real work).
+	logprobEvents [][]byte
+	gap           time.Duration // between content chunks
+	usage         []byte        // usage event, sent when the client asks for it
 }
 
 func newMock(chunks int, gap time.Duration) *mock {
@@ -63,6 +70,9 @@ func newMock(chunks int, gap time.Duration) *mock {
 		m.events = append(m.events, fmt.Appendf(nil,
 			`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"%s","choices":[{"index":0,"delta":{"content":"tok%d "},"logprobs":null,"finish_reason":%s}]}`+"\n\n",
 			mockModel, i, finish))
+		m.logprobEvents = append(m.logprobEvents, fmt.Appendf(nil,
+			`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"%s","choices":[{"index":0,"delta":{"content":"tok%d "},"logprobs":%s,"finish_reason":%s}]}`+"\n\n",
+			mockModel, i, mockLogprobs(i), finish))
 	}
 	m.usage = fmt.Appendf(nil,
 		`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"%s","choices":[],"usage":{"prompt_tokens":14,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n",
@@ -70,7 +80,43 @@ func newMock(chunks int, gap time.Duration) *mock {
 	return m
 }
 
+// benchChunksHeader shortens a stream to its value's chunks.
+const benchChunksHeader = "X-Bench-Chunks"
+
 var doneEvent = []byte("data: [DONE]\n\n")
+
+// mockTopLogprobs is how many alternatives each token's logprobs list,
+// whatever top_logprobs asked: the mock's answers are fixed.
+const mockTopLogprobs = 5
+
+// mockLogprobs is the logprobs object of token i: the chosen token first
+// with a logprob that varies with i (confidence sees neither a constant
+// nor noise), then its alternatives, less likely.
+func mockLogprobs(i int) string {
+	tok := fmt.Sprintf("tok%d ", i)
+	lp := -0.05 - 0.6*float64(i%7)/7
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"content":[{"token":%q,"logprob":%.4f,"bytes":%s,"top_logprobs":[`, tok, lp, byteList(tok))
+	for k := range mockTopLogprobs {
+		alt := tok
+		if k > 0 {
+			alt = fmt.Sprintf("alt%d_%d ", k, i)
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"token":%q,"logprob":%.4f,"bytes":%s}`, alt, lp-1.5*float64(k), byteList(alt))
+	}
+	b.WriteString("]}],\"refusal\":null}")
+	return b.String()
+}
+
+// byteList is s's UTF-8 bytes as a JSON array.
+func byteList(s string) string {
+	parts := make([]string, len(s))
+	for i := range len(s) {
+		parts[i] = strconv.Itoa(int(s[i]))
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
 
 func (m *mock) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -106,7 +152,16 @@ func (m *mock) chat(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	rc := http.NewResponseController(w)
-	for i, ev := range m.events {
+	events := m.events
+	if req.Logprobs {
+		events = m.logprobEvents
+	}
+	// The stream suite's warm-up asks for short streams: a header, not
+	// max_tokens, so that no other suite's request changes meaning.
+	if n, err := strconv.Atoi(r.Header.Get(benchChunksHeader)); err == nil && n > 0 && n < len(events) {
+		events = events[:n]
+	}
+	for i, ev := range events {
 		if i > 0 {
 			select {
 			case <-time.After(m.gap):
