@@ -29,19 +29,8 @@ func (r *results) plot(path string) error {
 		p := plot.New()
 		p.Title.Text = title
 		p.Y.Label.Text = ylabel
-		w := vg.Points(60 / float64(len(series)))
-		for i, s := range series {
-			b, err := plotter.NewBarChart(s, w)
-			if err != nil {
-				return nil, err
-			}
-			b.Color = plotutil.Color(i)
-			b.LineStyle.Width = 0
-			b.Offset = w * vg.Length(float64(i)-float64(len(series)-1)/2)
-			p.Add(b)
-			if legend != nil {
-				p.Legend.Add(legend[i], b)
-			}
+		if err := addBars(p, 60, series, legend); err != nil {
+			return nil, err
 		}
 		p.Legend.Top, p.Legend.Left = true, true
 		p.NominalX(names...)
@@ -77,11 +66,42 @@ func (r *results) plot(path string) error {
 	if err != nil {
 		return err
 	}
-	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, 20*vg.Centimeter), vgimg.UseDPI(110))
+	return writeGrid(path, 20*vg.Centimeter, [][]*plot.Plot{{rps, lat}, {cpu, ttft}})
+}
+
+// addBars adds one bar per value of each series, the series side by
+// side within a group of total points' width, in plotutil's colours,
+// each named in the legend by legend[i] (nil: no legend). A nil series
+// keeps its place and colour empty, so that a name has the same colour
+// in every chart of a report.
+func addBars(p *plot.Plot, total float64, series []plotter.Values, legend []string) error {
+	w := vg.Points(total / float64(len(series)))
+	for i, s := range series {
+		if s == nil {
+			continue
+		}
+		b, err := plotter.NewBarChart(s, w)
+		if err != nil {
+			return err
+		}
+		b.Color = plotutil.Color(i)
+		b.LineStyle.Width = 0
+		b.Offset = w * vg.Length(float64(i)-float64(len(series)-1)/2)
+		p.Add(b)
+		if legend != nil {
+			p.Legend.Add(legend[i], b)
+		}
+	}
+	return nil
+}
+
+// writeGrid draws plots in rows and columns on a PNG 30 cm wide and
+// height high, at path.
+func writeGrid(path string, height vg.Length, plots [][]*plot.Plot) error {
+	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, height), vgimg.UseDPI(110))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter,
+	tiles := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadX: vg.Centimeter, PadY: vg.Centimeter,
 		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	plots := [][]*plot.Plot{{rps, lat}, {cpu, ttft}}
 	canvases := plot.Align(plots, tiles, dc)
 	for j := range plots {
 		for i := range plots[j] {

@@ -13,10 +13,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // The prefix suite's targets.
@@ -353,8 +350,8 @@ func (r *prefixResults) plot(path string) error {
 		p := plot.New()
 		p.Title.Text = title
 		p.Y.Label.Text = ylabel
-		w := vg.Points(100 / float64(len(prefixStrategies)))
-		for i, strategy := range prefixStrategies {
+		var series []plotter.Values
+		for _, strategy := range prefixStrategies {
 			var v plotter.Values
 			for _, id := range cases {
 				x := 0.0
@@ -363,15 +360,10 @@ func (r *prefixResults) plot(path string) error {
 				}
 				v = append(v, x)
 			}
-			b, err := plotter.NewBarChart(v, w)
-			if err != nil {
-				return nil, err
-			}
-			b.Color = plotutil.Color(i)
-			b.LineStyle.Width = 0
-			b.Offset = w * vg.Length(float64(i)-float64(len(prefixStrategies)-1)/2)
-			p.Add(b)
-			p.Legend.Add(strategy, b)
+			series = append(series, v)
+		}
+		if err := addBars(p, 100, series, prefixStrategies); err != nil {
+			return nil, err
 		}
 		p.Legend.Top = true
 		p.NominalX(cases...)
@@ -389,22 +381,5 @@ func (r *prefixResults) plot(path string) error {
 	if err != nil {
 		return err
 	}
-	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, 12*vg.Centimeter), vgimg.UseDPI(110))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter,
-		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	plots := [][]*plot.Plot{{ttft, hits}}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots[0] {
-		plots[0][i].Draw(canvases[0][i])
-	}
-	out, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return writeGrid(path, 12*vg.Centimeter, [][]*plot.Plot{{ttft, hits}})
 }

@@ -11,10 +11,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // The stream suite's targets, for vigil-full.
@@ -537,12 +534,13 @@ func (r *streamsResults) plot(path string) error {
 		p := plot.New()
 		p.Title.Text = title
 		p.Y.Label.Text = ylabel
-		w := vg.Points(100 / float64(len(peers)))
-		for i, peer := range peers {
+		var series []plotter.Values
+		for _, peer := range peers {
 			if skipDirect && peer == direct {
+				series = append(series, nil)
 				continue
 			}
-			var v plotter.Values
+			v := plotter.Values{}
 			for _, level := range r.Settings.Levels {
 				x := 0.0
 				if s, ok := r.summary(level, peer); ok {
@@ -550,15 +548,10 @@ func (r *streamsResults) plot(path string) error {
 				}
 				v = append(v, x)
 			}
-			b, err := plotter.NewBarChart(v, w)
-			if err != nil {
-				return nil, err
-			}
-			b.Color = plotutil.Color(i)
-			b.LineStyle.Width = 0
-			b.Offset = w * vg.Length(float64(i)-float64(len(peers)-1)/2)
-			p.Add(b)
-			p.Legend.Add(peer, b)
+			series = append(series, v)
+		}
+		if err := addBars(p, 100, series, peers); err != nil {
+			return nil, err
 		}
 		p.Legend.Top = true
 		p.NominalX(levels...)
@@ -584,24 +577,5 @@ func (r *streamsResults) plot(path string) error {
 	if err != nil {
 		return err
 	}
-	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, 20*vg.Centimeter), vgimg.UseDPI(110))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter,
-		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	plots := [][]*plot.Plot{{cpu, mem}, {gap, held}}
-	canvases := plot.Align(plots, tiles, dc)
-	for j := range plots {
-		for i := range plots[j] {
-			plots[j][i].Draw(canvases[j][i])
-		}
-	}
-	out, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return writeGrid(path, 20*vg.Centimeter, [][]*plot.Plot{{cpu, mem}, {gap, held}})
 }
