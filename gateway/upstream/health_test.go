@@ -126,8 +126,8 @@ func TestEjectionProbes(t *testing.T) {
 		// On probation: one failure ejects it again, the back-off going on
 		// from where it was (4s, the cap); a success would have ended it.
 		ej, until := b.RecordFailure(time.Now())
-		if !ej || until.Sub(time.Now()) != 4*time.Second || b.FailedProbes() != 0 {
-			t.Errorf("a failure on probation: ejected %v for %v, %d failed probes; want true, 4s, 0", ej, until.Sub(time.Now()), b.FailedProbes())
+		if !ej || time.Until(until) != 4*time.Second || b.FailedProbes() != 0 {
+			t.Errorf("a failure on probation: ejected %v for %v, %d failed probes; want true, 4s, 0", ej, time.Until(until), b.FailedProbes())
 		}
 		b.RecordSuccess(time.Now())
 		if !b.Healthy() || b.ConsecutiveFailures() != 0 {
