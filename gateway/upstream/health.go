@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -200,9 +201,20 @@ func (c *Checker) CheckAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, b := range c.Pool.backends {
 		wg.Go(func() {
-			ok := c.check(ctx, b)
+			ok, timedOut := c.check(ctx, b)
 			if ctx.Err() != nil {
 				return
+			}
+			if !ok && timedOut && c.answering(b, time.Now()) {
+				// A server saturated by the traffic it is serving answers
+				// its health path late; taking it out would refuse the
+				// requests it is still serving well (with one backend,
+				// every request). A refusal or an error status still
+				// counts, and so does a timeout without recent answers.
+				ok = true
+				if c.Log != nil {
+					c.Log.Debug("health check timed out; the backend is answering requests", "backend", b.Name)
+				}
 			}
 			if b.SetHealthy(ok) {
 				if c.Log != nil {
@@ -251,14 +263,30 @@ func (c *Checker) readmission(ctx context.Context, b *Backend, healthOK bool) {
 	}
 }
 
-func (c *Checker) check(ctx context.Context, b *Backend) bool {
+// check asks the backend's health path; it reports whether it passed and,
+// when not, whether it ran out of time (rather than being refused or
+// answered with an error).
+func (c *Checker) check(ctx context.Context, b *Backend) (ok, timedOut bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.JoinPath(c.Path).String(), nil)
 	if err != nil {
-		return false
+		return false, false
 	}
-	return c.do(req)
+	resp, err := c.Client.Do(req)
+	if err != nil {
+		return false, errors.Is(err, context.DeadlineExceeded)
+	}
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 300, false
+}
+
+// answering reports whether the backend gave a request through the
+// gateway a good first byte within the last check interval and timeout,
+// as of now: it is serving, whatever its health path says in time.
+func (c *Checker) answering(b *Backend, now time.Time) bool {
+	_, at := b.Latency(now)
+	return !at.IsZero() && now.Sub(at) <= c.Interval+c.Timeout
 }
 
 // probe asks the backend for one generated token, the least request that
@@ -287,16 +315,6 @@ func (c *Checker) probe(ctx context.Context, b *Backend) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode < 500
-}
-
-// do sends a health check and reports whether it got a 2xx.
-func (c *Checker) do(req *http.Request) bool {
-	resp, err := c.Client.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }
 
 // probeModel names a model the backend serves: the first configured one,

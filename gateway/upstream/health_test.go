@@ -135,3 +135,58 @@ func TestEjectionProbes(t *testing.T) {
 		}
 	})
 }
+
+// TestHealthTimeoutWhileAnswering: a health check that times out does not
+// take out a backend that gave a request a good first byte within the
+// last interval and timeout (a server saturated by its streams answers
+// its health path late); without such an answer it does, and a refusal by
+// status does whatever the traffic.
+func TestHealthTimeoutWhileAnswering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var status atomic.Int64 // 0: hang past the timeout
+		var net testutil.Network
+		url := net.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s := status.Load(); s != 0 {
+				w.WriteHeader(int(s))
+				return
+			}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
+		}))
+		p, err := NewPool([]config.Backend{{Name: "a", URL: url, Kind: KindOpenAI, Weight: 1}}, config.Default().Health, config.Default().Balancer.LatencyDecay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := p.Backends()[0]
+		c := &Checker{Pool: p, Client: net.Client(), Path: "/health", Interval: 5 * time.Second, Timeout: 2 * time.Second}
+
+		// Answering: a good first byte a second ago.
+		b.ObserveLatency(50*time.Millisecond, time.Now())
+		time.Sleep(time.Second)
+		c.CheckAll(t.Context())
+		if !b.Healthy() {
+			t.Fatal("a backend answering requests was taken out by a health check that timed out")
+		}
+		// An error status takes it out, answering or not.
+		status.Store(http.StatusServiceUnavailable)
+		b.ObserveLatency(50*time.Millisecond, time.Now())
+		c.CheckAll(t.Context())
+		if b.Healthy() {
+			t.Fatal("a health path answering 503 left the backend in")
+		}
+		status.Store(http.StatusOK)
+		c.CheckAll(t.Context())
+		if !b.Healthy() {
+			t.Fatal("a passing check did not bring the backend back")
+		}
+		// No answer for longer than interval + timeout: a timeout counts.
+		status.Store(0)
+		time.Sleep(8 * time.Second)
+		c.CheckAll(t.Context())
+		if b.Healthy() {
+			t.Fatal("a health check that timed out, with no recent answer, left the backend in")
+		}
+	})
+}
