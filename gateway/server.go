@@ -833,10 +833,13 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 			return errRetry // the proxy closes the body and calls proxyError
 		}
 	case !isSSE:
+		x.backend.Answered(time.Now())
 		s.recordSuccess(x.backend)
 		// A stream succeeds when it ends (observeBackend): one that
 		// breaks or stalls after its headers is a failure, and its
 		// headers must not reset the count that ejects its backend.
+	default:
+		x.backend.Answered(time.Now())
 	}
 	x.settle()
 	x.resp.status = resp.StatusCode

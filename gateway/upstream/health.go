@@ -281,12 +281,23 @@ func (c *Checker) check(ctx context.Context, b *Backend) (ok, timedOut bool) {
 	return resp.StatusCode >= 200 && resp.StatusCode < 300, false
 }
 
-// answering reports whether the backend gave a request through the
-// gateway a good first byte within the last check interval and timeout,
-// as of now: it is serving, whatever its health path says in time.
+// answering reports whether the backend answered a request through the
+// gateway (headers below 500) within the last check interval and
+// timeout, as of now: it is serving, whatever its health path says in
+// time.
 func (c *Checker) answering(b *Backend, now time.Time) bool {
-	_, at := b.Latency(now)
-	return !at.IsZero() && now.Sub(at) <= c.Interval+c.Timeout
+	at := b.answered.Load()
+	return at != 0 && now.UnixNano()-at <= int64(c.Interval+c.Timeout)
+}
+
+// Answered records that the backend answered a request with a status below
+// 500 at now (its response headers arrived): evidence that it serves,
+// which a health check that times out does not override. A stream counts
+// when it starts, not when it ends minutes later.
+func (b *Backend) Answered(now time.Time) {
+	if t := now.UnixNano(); t > b.answered.Load() {
+		b.answered.Store(t)
+	}
 }
 
 // probe asks the backend for one generated token, the least request that

@@ -59,6 +59,7 @@ type Backend struct {
 	ejections    atomic.Int64 // back-offs (ejections, failed probes) since the last successful request
 	ejectedUntil atomic.Int64 // unix nanoseconds: the back-off's end; 0: not ejected
 	failedProbes atomic.Int64 // failed readmission probes since the last ejection
+	answered     atomic.Int64 // unix nanoseconds of the last answer below 500 (its headers)
 
 	agentLoad  atomic.Pointer[AgentLoad]
 	serverLoad atomic.Pointer[ServerLoad]
