@@ -586,6 +586,14 @@ type Limits struct {
 	// MaxConnections bounds the client connections open at once; further
 	// ones wait in the listen backlog until one closes. 0: no bound.
 	MaxConnections int `yaml:"max_connections"`
+	// MemoryLimit is the Go runtime's soft memory limit in bytes, which
+	// `vigil serve` sets when GOMEMLIMIT is not in its environment: near
+	// it the collector works harder rather than let the heap grow to
+	// GOGC's target. 0: derived from MaxConnections (a base plus a
+	// budget per connection, what a held stream costs) and, in a
+	// container with a memory limit, at most 90 % of that; no limit when
+	// neither bounds it. -1: no limit.
+	MemoryLimit int64 `yaml:"memory_limit"`
 	// ShutdownDelay: on SIGTERM, /readyz answers 503 at once and the
 	// gateway keeps serving for this long (while load balancers take it
 	// out of rotation), then stops accepting connections. >= 0.

@@ -507,6 +507,9 @@ func (lim *Limits) Validate() error {
 	if lim.MaxConnections < 0 {
 		l.add("max_connections", fmt.Errorf("must be >= 0 (0: no bound), got %d", lim.MaxConnections))
 	}
+	if lim.MemoryLimit < -1 {
+		l.add("memory_limit", fmt.Errorf("must be > 0 (bytes), 0 (derived from max_connections and the container's limit) or -1 (none), got %d", lim.MemoryLimit))
+	}
 	if lim.ShutdownDelay < 0 {
 		l.add("shutdown_delay", fmt.Errorf("must be >= 0, got %v", lim.ShutdownDelay))
 	}
