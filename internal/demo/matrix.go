@@ -35,9 +35,9 @@ var MatrixSeeds = []int64{1, 2, 3}
 type needs int
 
 const (
-	needsNothing needs = iota
-	needsRedis         // a real redis-server behind the store relay
-	needsCollector     // the in-process collector behind its relay
+	needsNothing   needs = iota
+	needsRedis           // a real redis-server behind the store relay
+	needsCollector       // the in-process collector behind its relay
 )
 
 // matrixRow is one fault of the matrix, as data: what it injects and how
@@ -93,11 +93,13 @@ func newMatrixScale(scale float64) matrixScale {
 		return time.Duration(float64(d) * scale).Round(100 * time.Millisecond)
 	}
 	return matrixScale{
-		timings:   inc.timings,
-		window:    max(30*time.Second, dur(45*time.Second)),
-		settle:    max(6*time.Second, dur(10*time.Second)),
-		clean:     max(30*time.Second, dur(90*time.Second)),
-		quiet:     max(2*time.Second, dur(4*time.Second)),
+		timings: inc.timings,
+		window:  max(30*time.Second, dur(45*time.Second)),
+		settle:  max(6*time.Second, dur(10*time.Second)),
+		clean:   max(30*time.Second, dur(90*time.Second)),
+		// Long enough for minShareRequests answered requests to compare
+		// a backend's share of normal traffic with its share in a row.
+		quiet:     max(4*time.Second, dur(6*time.Second)),
 		minWarmup: inc.minWarmup,
 		maxWarmup: max(inc.minWarmup, 90*time.Second),
 		poll:      500 * time.Millisecond,
@@ -140,8 +142,8 @@ func matrixRows(ms matrixScale) []matrixRow {
 			// seconds; what still reaches it is too little to move the
 			// global latency percentiles.
 			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
-			why: "the requests sim-b answers before the balancer moves off it are slow; the global latency may notice them",
-			gap: "no per-backend latency rule: the signals watch the service as clients see it, and the balancer takes traffic off the slow backend",
+			why:    "the requests sim-b answers before the balancer moves off it are slow; the global latency may notice them",
+			gap:    "no per-backend latency rule: the signals watch the service as clients see it, and the balancer takes traffic off the slow backend",
 			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
 		},
 		{
@@ -556,7 +558,7 @@ func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, 
 			res.rows = append(res.rows, rr)
 			continue
 		}
-		dirty, err := s.waitClean(ctx, ms)
+		dirty, before, err := s.waitClean(ctx, ms)
 		if err != nil {
 			return err
 		}
@@ -568,13 +570,13 @@ func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, 
 			t := d.traffic.Tally()
 			prev.sent, prev.errors = t.Sent-prev.sent, t.Failed-prev.errors
 		}
-		if err := s.row(ctx, ms, &rr); err != nil {
+		if err := s.row(ctx, ms, &rr, before); err != nil {
 			res.rows = append(res.rows, rr)
 			return err
 		}
 		res.rows = append(res.rows, rr)
 	}
-	if _, err := s.waitClean(ctx, ms); err != nil {
+	if _, _, err := s.waitClean(ctx, ms); err != nil {
 		return err
 	}
 	if n := len(res.rows); n > 0 && res.rows[n-1].skipped == "" {
@@ -587,10 +589,13 @@ func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, 
 
 // waitClean waits until no signal is in its alarm state, no alert is
 // pending, firing or silenced, and both have stayed so for ms.quiet, at
-// most ms.clean; it returns what was still active when the wait ran out.
-func (s *story) waitClean(ctx context.Context, ms matrixScale) ([]string, error) {
+// most ms.clean; it returns what was still active when the wait ran out
+// and the counters taken when the quiet began (or at the wait's end), so
+// that a row can compare its traffic with normal traffic.
+func (s *story) waitClean(ctx context.Context, ms matrixScale) ([]string, counters, error) {
 	start := time.Now()
 	var quietSince time.Time
+	var quiet counters
 	t := time.NewTicker(ms.poll)
 	defer t.Stop()
 	for {
@@ -600,18 +605,18 @@ func (s *story) waitClean(ctx context.Context, ms matrixScale) ([]string, error)
 		case len(active) > 0:
 			quietSince = time.Time{}
 		case quietSince.IsZero():
-			quietSince = now
+			quietSince, quiet = now, s.d.counters(ctx)
 		}
 		if !quietSince.IsZero() && now.Sub(quietSince) >= ms.quiet {
-			return nil, nil
+			return nil, quiet, nil
 		}
 		if now.Sub(start) >= ms.clean {
 			s.printf("  not clean after %s: %s; the next row starts anyway", fmtDuration(ms.clean), strings.Join(active, ", "))
-			return active, nil
+			return active, s.d.counters(ctx), nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, quiet, ctx.Err()
 		case <-t.C:
 		}
 	}
@@ -631,11 +636,11 @@ func (s *story) activeAll(rd reading) []string {
 
 // row injects r's fault, watches until its window passes or, once its
 // diagonal is met, settle longer, and restores it.
-func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult) error {
+// before are the counters at the start of the quiet before it.
+func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before counters) error {
 	r := rr.row
 	p := &phase{label: "", name: r.name, expect: r.expect, duration: ms.window}
-	pc := phaseCounters{start: s.d.counters(ctx)}
-	pc.before = pc.start
+	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
 	rr.sent, rr.errors = pc.start.tally.Sent, pc.start.tally.Failed
 	exp := "nothing (" + r.gap + ")"
 	if len(r.expect) > 0 {
