@@ -119,11 +119,15 @@ func matrixRows(ms matrixScale) []matrixRow {
 			inject:  func(d *demo) error { d.traffic.setMix(shiftedMix); return nil },
 			restore: func(d *demo) error { d.traffic.setMix(normalMix); return nil },
 			expect:  []expectation{{sigDrift, []string{"VigilInputDrift"}}},
-			// Signals only: the shift's own alert is input drift.
-			allowed: []signalKind{sigDecay, sigLatency},
-			why: "the shifted prompts share one long system prompt, so the prefix balancer sends them to that anchor's home backend; " +
-				"the backends differ (sim-b: confidence 0.75, TTFT 90 ms; sim-a: 0.85, 60 ms), so the served mix, and with it the " +
-				"global confidence and latency, can move; no alert of theirs is allowed",
+			// The prompts are routed anew: the prefix balancer places
+			// the shifted prompts (one shared system prompt, new user
+			// prompts) on other backends than the normal ones, and the
+			// backends differ in speed and confidence.
+			allowed: []signalKind{sigDecay, sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
+			why: "the balancer places the new prompts (one shared system prompt) anew, and the backends differ " +
+				"(sim-b: TTFT 90 ms, ITL 20 ms, confidence 0.75; sim-a: 60 ms, 15 ms, 0.85; sim-a-int8: 50 ms, 12 ms, 0.85): " +
+				"when more of the shifted traffic lands on sim-b, clients' latency truly rises and the mean confidence falls " +
+				"(the row reports the backends' shares)",
 			report: sharesNote,
 		},
 		{
