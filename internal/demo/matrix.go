@@ -135,8 +135,11 @@ func matrixRows(ms matrixScale) []matrixRow {
 			inject:  knobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, all...),
 			restore: restore(all...),
 			expect:  []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}},
-			allowed: []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
-			why: "perplexity is exp(−mean logprob): lower confidence is higher perplexity, so output drift may follow",
+			allowed: []signalKind{sigOutput, sigPrecision}, allowedAlerts: []string{"VigilOutputDrift", "VigilPrecisionDivergence"},
+			why: "perplexity is exp(−mean logprob): lower confidence is higher perplexity, so output drift may follow; " +
+				"and the KL that the same quantization noise makes grows as the distribution flattens (for small noise ε on " +
+				"the logprobs KL ≈ ½·Var_p(ε): near zero when one token holds the mass, σ²/2 when many share it), so sim-a-int8's " +
+				"divergence may cross its adaptive alert threshold, learnt at confidence 0.85",
 		},
 		{
 			name: "TTFT ×10 (all backends)", says: "every backend's time to first token ×10",
