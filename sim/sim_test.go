@@ -449,7 +449,7 @@ func TestStatsEndpoint(t *testing.T) {
 	testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1}`)
 	testutil.Post(t, ts.URL+"/v1/completions", `{}`)
 	_, body := testutil.Get(t, ts.URL+"/sim/stats")
-	if want := `{"requests":2,"running":0,"waiting":0,"cancelled":0,"errors":1}`; string(body) != want {
+	if want := `{"requests":2,"running":0,"waiting":0,"cancelled":0,"errors":1,"hanging":0}`; string(body) != want {
 		t.Errorf("GET /sim/stats = %s, want %s", body, want)
 	}
 }
