@@ -34,10 +34,10 @@ var MatrixSeeds = []int64{1, 2, 3}
 // needs is what a matrix row needs besides the simulators.
 type needs int
 
+// The zero needs is nothing besides the simulators.
 const (
-	needsNothing   needs = iota
-	needsRedis           // a real redis-server behind the store relay
-	needsCollector       // the in-process collector behind its relay
+	needsRedis     needs = iota + 1 // a real redis-server behind the store relay
+	needsCollector                  // the in-process collector behind its relay
 )
 
 // matrixRow is one fault of the matrix, as data: what it injects and how
