@@ -45,6 +45,12 @@ type Knobs struct {
 	StallAfter int
 	// ErrorRate is the share of requests answered with HTTP 500, in [0, 1].
 	ErrorRate float64
+	// Hang makes the server accept every request but its own /sim/*
+	// routes and answer nothing, not even headers, until the client goes
+	// away: a backend whose process is wedged while its socket still
+	// accepts. Requests already in flight when it is set keep going.
+	// False means normal answers.
+	Hang bool
 	// MaxModelLen is the context length in tokens: prompt plus completion
 	// beyond it is refused as vLLM and TGI refuse it. Zero means no limit.
 	MaxModelLen int
@@ -222,6 +228,7 @@ type knobsJSON struct {
 	Stall             string  `json:"stall"`
 	StallAfter        int     `json:"stall_after"`
 	ErrorRate         float64 `json:"error_rate"`
+	Hang              bool    `json:"hang"`
 	MaxModelLen       int     `json:"max_model_len"`
 	Confidence        float64 `json:"confidence"`
 	Noise             float64 `json:"noise"`
@@ -241,6 +248,7 @@ type knobsPatch struct {
 	Stall             json.RawMessage `json:"stall"`
 	StallAfter        *int            `json:"stall_after"`
 	ErrorRate         *float64        `json:"error_rate"`
+	Hang              *bool           `json:"hang"`
 	MaxModelLen       *int            `json:"max_model_len"`
 	Confidence        *float64        `json:"confidence"`
 	Noise             *float64        `json:"noise"`
@@ -262,6 +270,7 @@ func (k Knobs) MarshalJSON() ([]byte, error) {
 		Stall:             k.Stall.String(),
 		StallAfter:        k.StallAfter,
 		ErrorRate:         k.ErrorRate,
+		Hang:              k.Hang,
 		MaxModelLen:       k.MaxModelLen,
 		Confidence:        k.Confidence,
 		Noise:             k.Noise,
@@ -310,6 +319,9 @@ func (k *Knobs) UnmarshalJSON(b []byte) error {
 	}
 	if p.ErrorRate != nil {
 		k.ErrorRate = *p.ErrorRate
+	}
+	if p.Hang != nil {
+		k.Hang = *p.Hang
 	}
 	if p.MaxModelLen != nil {
 		k.MaxModelLen = *p.MaxModelLen

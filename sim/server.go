@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,9 @@ type Stats struct {
 	// Errors is the number of requests answered with an error status,
 	// 4xx or 5xx, whether drawn by ErrorRate or caused by the request.
 	Errors int64 `json:"errors"`
+	// Hanging is the number of requests held unanswered by the Hang knob
+	// now.
+	Hanging int64 `json:"hanging"`
 }
 
 // A Server is a simulated inference backend. Its methods are safe for
@@ -74,6 +78,8 @@ type Server struct {
 	cache    *prefixCache
 
 	requests, running, waiting, cancelled, errors atomic.Int64
+	// hanging counts the requests held unanswered by the Hang knob.
+	hanging atomic.Int64
 	// draws counts error-rate decisions; see failNext.
 	draws atomic.Int64
 	// kvTokens is the number of tokens held by running requests.
@@ -137,7 +143,26 @@ func (s *Server) routes() *http.ServeMux {
 }
 
 // Handler returns the HTTP handler of every route.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+// serve routes r, or holds it unanswered while the Hang knob is on. The
+// simulator's own routes always answer, so that a hung simulator can be
+// inspected and released.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if s.Knobs().Hang && !strings.HasPrefix(r.URL.Path, "/sim/") {
+		s.hanging.Add(1)
+		defer s.hanging.Add(-1)
+		// net/http notices a client that went away only once the body
+		// is read: read it (as a server reads a request before it
+		// wedges), bounded as the handlers bound it.
+		io.Copy(io.Discard, io.LimitReader(r.Body, maxBodyBytes))
+		// The hang is the feature: nothing is written until the client
+		// gives up (its timeout, or the connection closing).
+		<-r.Context().Done()
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Knobs returns the current knobs.
 func (s *Server) Knobs() Knobs { return *s.knobs.Load() }
@@ -178,6 +203,7 @@ func (s *Server) Stats() Stats {
 		Waiting:   s.waiting.Load(),
 		Cancelled: s.cancelled.Load(),
 		Errors:    s.errors.Load(),
+		Hanging:   s.hanging.Load(),
 	}
 }
 

@@ -143,7 +143,7 @@ func TestKnobsChangeLogprobs(t *testing.T) {
 func TestKnobsAPI(t *testing.T) {
 	s, ts := newTestServer(t, DefaultKnobs())
 	status, body := testutil.Get(t, ts.URL+"/sim/knobs")
-	want := `{"ttft":"0s","prefill_per_token":"0s","itl":"0s","stall":"0s","stall_after":0,"error_rate":0,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0,"prefix_cache_blocks":0,"block_size":16}`
+	want := `{"ttft":"0s","prefill_per_token":"0s","itl":"0s","stall":"0s","stall_after":0,"error_rate":0,"hang":false,"max_model_len":0,"confidence":0.8,"noise":0,"output_tokens":32,"max_num_seqs":64,"extra_waiting":0,"kv_cache_usage":0,"prefix_cache_blocks":0,"block_size":16}`
 	if status != http.StatusOK || string(body) != want {
 		t.Errorf("GET /sim/knobs: %d %s", status, body)
 	}
@@ -449,7 +449,7 @@ func TestStatsEndpoint(t *testing.T) {
 	testutil.Post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1}`)
 	testutil.Post(t, ts.URL+"/v1/completions", `{}`)
 	_, body := testutil.Get(t, ts.URL+"/sim/stats")
-	if want := `{"requests":2,"running":0,"waiting":0,"cancelled":0,"errors":1}`; string(body) != want {
+	if want := `{"requests":2,"running":0,"waiting":0,"cancelled":0,"errors":1,"hanging":0}`; string(body) != want {
 		t.Errorf("GET /sim/stats = %s, want %s", body, want)
 	}
 }

@@ -218,6 +218,9 @@ type series struct {
 	labels   map[string]string // the alert's labels
 	hist     history
 	observed int64 // last period observed; -1: none
+	// seen is when a value of the series last arrived, counted or not
+	// (a second value in one period is not); zero: never.
+	seen     time.Time
 	streak   int
 	state    State // "": inactive
 	since    time.Time
@@ -327,12 +330,18 @@ func (e *Engine) ObserveValues(ctx context.Context, values []Value) []Notificati
 	slices.SortFunc(todo, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	for _, k := range todo {
 		if k.s.observed == p {
+			k.s.seen = now
+			if n, ok := e.stillBreaching(ctx, k.s, now, k.v); ok {
+				out = append(out, n)
+			}
 			continue
 		}
 		if n, ok := e.step(ctx, k.s, p, now, k.v); ok {
 			out = append(out, n)
 		}
+		k.s.seen = now
 	}
+	e.lapse(ctx, now)
 	e.publish()
 	// The lease is renewed every period, not only when there is news, so
 	// that the sender stays the same replica.
@@ -393,7 +402,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 	if val.Idle {
 		return e.idle(s, p, now)
 	}
-	if s.observed >= 0 && p-s.observed > 1 && s.state != Firing && s.state != Silenced {
+	if !s.seen.IsZero() && now.Sub(s.seen) > e.gap() && s.state != Firing && s.state != Silenced {
 		s.streak = 0 // a gap breaks consecutiveness
 	}
 	s.observed = p
@@ -443,10 +452,49 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		s.started = now
 	}
 	s.streak++
-	if s.streak < e.consecutive(s.rule) {
+	if !e.due(s, now) {
 		set(Pending)
 		s.held = append(s.held, heldValue{p, v})
 		return Notification{}, false
+	}
+	return e.fire(ctx, s, now, v)
+}
+
+// due reports whether a series' run has breached long enough to fire:
+// consecutive periods observed, and as long in time. Evaluations come
+// more often than once a period (every analyzers.interval): a run that
+// began at the end of one period would otherwise reach its third period
+// observed after little more than one period of breach. A tenth of a
+// period absorbs the jitter of evaluations that come once a period.
+func (e *Engine) due(s *series, now time.Time) bool {
+	c := e.consecutive(s.rule)
+	return s.streak >= c && now.Sub(s.started) >= time.Duration(c-1)*e.cfg.Period-e.cfg.Period/10
+}
+
+// stillBreaching runs a second value of a period for a pending series:
+// when it breaches the period's threshold and the run has now lasted
+// long enough, the alert fires on it (the period itself was counted by
+// its first value). It returns the notification needed.
+func (e *Engine) stillBreaching(ctx context.Context, s *series, now time.Time, val Value) (Notification, bool) {
+	if s.state != Pending || val.Idle || !e.due(s, now) {
+		return Notification{}, false
+	}
+	v := val.V
+	if !(v > s.thresh && significant(v, val.N, s.thresh) && (val.Lower == nil || *val.Lower > s.thresh) &&
+		(s.source != ColdStart || val.Verdict == nil || *val.Verdict)) {
+		return Notification{}, false
+	}
+	s.value = v
+	return e.fire(ctx, s, now, v)
+}
+
+// fire ends a run that breached long enough: notified, or silenced when
+// the same alert was notified less than Silence ago.
+func (e *Engine) fire(ctx context.Context, s *series, now time.Time, v float64) (Notification, bool) {
+	set := func(st State) {
+		if s.state != st {
+			s.state, s.since = st, now
+		}
 	}
 	s.held = s.held[:0] // an incident: never learnt
 	if !s.notified.IsZero() && now.Sub(s.notified) < e.cfg.Silence && !farther(s) {
@@ -515,6 +563,34 @@ func (e *Engine) idle(s *series, p int64, now time.Time) (Notification, bool) {
 		s.state, s.since = "", time.Time{}
 	}
 	return Notification{}, false
+}
+
+// gap is how long a series may go without a value and stay consecutive:
+// one and a half periods, so that an evaluation a little late does not
+// break a run and a missing one does.
+func (e *Engine) gap() time.Duration { return e.cfg.Period * 3 / 2 }
+
+// lapse ends the pending runs of series that have had no value for
+// longer than gap: a series that stopped reporting (a backend that gets
+// no traffic, a pair with nothing to compare) must not stay pending and
+// fire on its next breach as if the run had gone on. The run was noise:
+// its held values join the history, as when a value inside the threshold
+// ends it.
+func (e *Engine) lapse(ctx context.Context, now time.Time) {
+	capacity := max(int(e.cfg.History/e.cfg.Period), 1)
+	for _, s := range e.series {
+		if s.state != Pending || s.seen.IsZero() || now.Sub(s.seen) <= e.gap() {
+			continue
+		}
+		for _, h := range s.held {
+			s.hist.add(h.p, h.v, capacity)
+		}
+		if len(s.held) > 0 {
+			e.save(ctx, s)
+		}
+		s.held = s.held[:0]
+		s.state, s.since, s.streak = "", time.Time{}, 0
+	}
 }
 
 // consecutive is the number of breaching periods that fire rule.

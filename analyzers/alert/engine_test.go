@@ -811,3 +811,75 @@ func TestIdleResolves(t *testing.T) {
 		t.Errorf("history grew from %d to %d values over idle and breaching periods", learnt, len(s.hist.values))
 	}
 }
+
+// TestConsecutiveByTime: evaluations every minute of a 5-minute period
+// count each period once, and three consecutive periods are counted in
+// time: a breach that begins at the end of a period does not fire at the
+// start of the period after next (three periods observed, little more
+// than one period of breach) but two periods after it began.
+func TestConsecutiveByTime(t *testing.T) {
+	e, c := newTest(Config{}, nil)
+	feed(e, c, RuleDrift, repeat(0.05, warm)...)
+	// The last minute of a period.
+	c.t = c.t.Add(4 * time.Minute)
+	start := c.t
+	var firedAt time.Time
+	for range 15 {
+		for _, n := range e.Observe(context.Background(), map[string]Value{RuleDrift: {V: 0.5}}) {
+			if !n.Resolved() && firedAt.IsZero() {
+				firedAt = c.t
+			}
+		}
+		c.t = c.t.Add(time.Minute)
+	}
+	if firedAt.IsZero() {
+		t.Fatal("a breach of 15 minutes did not fire")
+	}
+	if got, want := firedAt.Sub(start), 10*time.Minute; got != want {
+		t.Errorf("fired %v after the breach began, want %v (two periods: the first breaching value counts as the first period)", got, want)
+	}
+}
+
+// TestPendingLapses: a pending run whose series stops reporting lapses
+// after one and a half periods without a value, while other series go on
+// being evaluated; its next breach starts a new run, which does not fire
+// at once.
+func TestPendingLapses(t *testing.T) {
+	e, c := newTest(Config{Fixed: map[string]float64{RuleErrorRate: 0.05, RuleTTFT: 1000}}, nil)
+	obs := func(vs map[string]Value) []Notification {
+		ns := e.Observe(context.Background(), vs)
+		c.t = c.t.Add(5 * time.Minute)
+		return ns
+	}
+	other := Value{V: 1}
+	obs(map[string]Value{RuleErrorRate: {V: 1}, RuleTTFT: other})
+	obs(map[string]Value{RuleErrorRate: {V: 1}, RuleTTFT: other})
+	state := func() State {
+		for _, a := range e.Alerts() {
+			if a.Rule == RuleErrorRate {
+				return a.State
+			}
+		}
+		return ""
+	}
+	if got := state(); got != Pending {
+		t.Fatalf("after two breaches: %q, want pending", got)
+	}
+	// One period without a value: still pending (a late evaluation is no
+	// gap); two: lapsed.
+	obs(map[string]Value{RuleTTFT: other})
+	if got := state(); got != Pending {
+		t.Errorf("one period without a value: %q, want still pending", got)
+	}
+	obs(map[string]Value{RuleTTFT: other})
+	if got := state(); got != "" {
+		t.Errorf("two periods without a value: %q, want the run lapsed", got)
+	}
+	// The next breach is a new run: pending, not firing.
+	if ns := obs(map[string]Value{RuleErrorRate: {V: 1}, RuleTTFT: other}); len(ns) != 0 {
+		t.Errorf("the first breach after the lapse notified %v", ns)
+	}
+	if got := state(); got != Pending {
+		t.Errorf("first breach after the lapse: %q, want pending", got)
+	}
+}

@@ -15,6 +15,8 @@ func TestScenarioFlags(t *testing.T) {
 	}{
 		{[]string{"--scenario", "bogus"}, `unknown --scenario "bogus"`},
 		{[]string{"--scenario", "none", "--loop"}, "--loop needs a scenario"},
+		{[]string{"--scenario", "matrix", "--loop"}, "--loop does not apply to --scenario matrix"},
+		{[]string{"--scenario", "matrix", "--scale", "0.1"}, "--scale must be in [0.25, 4]"},
 		{[]string{"--rps", "-1"}, "--rps must be in [0, 1000]"},
 		{[]string{"--rps", "NaN"}, "--rps must be in [0, 1000]"},
 		{[]string{"--rps", "0"}, "a scenario needs traffic"},

@@ -4,7 +4,7 @@
 //	vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
 //	vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--stall DUR --stall-after N] ...
 //	vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
-//	vigil demo    [--scenario incident|none] [--loop] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
+//	vigil demo    [--scenario incident|matrix|none] [--loop] [--scale F] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
 //	vigil check   --config FILE
 //	vigil version
 package main
@@ -30,7 +30,7 @@ Usage:
   vigil serve   [--config FILE] [--listen ADDR] [--backend URL]... [--redis URL]
   vigil sim     [--listen ADDR] [--model NAME] [--ttft DUR] [--itl DUR] [--stall DUR --stall-after N] [--error-rate F] ...
   vigil agent   [--listen ADDR] [--interval DUR] [--allow-override]
-  vigil demo    [--scenario incident|none] [--loop] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
+  vigil demo    [--scenario incident|matrix|none] [--loop] [--scale F] [--alertmanager URL] [--listen ADDR] [--rps N] [--duration DUR]
   vigil check   --config FILE
   vigil version
 

@@ -28,6 +28,7 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 	stall := fs.Duration("stall", d.Stall, "extra delay, once per request, before the token after --stall-after tokens of each choice (0: none)")
 	stallAfter := fs.Int("stall-after", d.StallAfter, "tokens of each choice generated before the --stall pause")
 	errRate := fs.Float64("error-rate", d.ErrorRate, "share of requests answered with HTTP 500")
+	hang := fs.Bool("hang", d.Hang, "accept every request and answer nothing until the client goes away (a wedged backend)")
 	maxLen := fs.Int("max-model-len", d.MaxModelLen, "context length in tokens; longer requests get vLLM's 400 (0: no limit)")
 	conf := fs.Float64("confidence", d.Confidence, "mean probability of the chosen token, in (0,1]")
 	noise := fs.Float64("noise", d.Noise, "std-dev of quantization-like noise on logprobs")
@@ -46,7 +47,7 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 			}
 		}
 		return sim.Options{Model: *model, Seed: *seed, Created: *created, LoRAModules: adapters, Knobs: sim.Knobs{
-			TTFT: *ttft, ITL: *itl, Stall: *stall, StallAfter: *stallAfter, ErrorRate: *errRate,
+			TTFT: *ttft, ITL: *itl, Stall: *stall, StallAfter: *stallAfter, ErrorRate: *errRate, Hang: *hang,
 			MaxModelLen: *maxLen, Confidence: *conf, Noise: *noise, OutputTokens: *outTok, MaxNumSeqs: *seqs,
 			PrefillPerToken: *prefill, PrefixCacheBlocks: *cacheBlocks, BlockSize: *blockSize,
 		}}

@@ -32,6 +32,10 @@ type Options struct {
 	Log       *slog.Logger // the gateway's and the analyzers' log; nil: none
 	AccessLog *slog.Logger // nil: no access log
 	Version   string       // the build's version, reported by the tracer
+	// Getenv reads the OTEL_* variables of the tracer (tracing.Options);
+	// nil: the process environment. Several gateways in one process (the
+	// matrix demo) each point their exporter at their own collector.
+	Getenv func(string) string
 }
 
 // App is a wired gateway with the analyzers behind it.
@@ -65,7 +69,7 @@ func Build(cfg config.Config, o Options) (_ *App, err error) {
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if a.tracing, err = tracing.New(context.Background(), tracing.Options{Config: cfg.Tracing, Version: o.Version, Log: log, Registry: reg}); err != nil {
+	if a.tracing, err = tracing.New(context.Background(), tracing.Options{Config: cfg.Tracing, Version: o.Version, Log: log, Registry: reg, Getenv: o.Getenv}); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	ao := analyzers.Options{Config: cfg.Analyzers, Registry: reg, Log: log, Tracer: a.tracing.Tracer(), Backends: cfg.Backends}

@@ -42,6 +42,9 @@ type Options struct {
 	// and again until stopped.
 	Scenario string
 	Loop     bool
+	// Scale compresses the matrix scenario's durations (1 or 0: its full
+	// run; 0.5: the test's).
+	Scale float64
 	// Alertmanager is an Alertmanager base URL to send alerts to; empty:
 	// none.
 	Alertmanager string
@@ -57,6 +60,18 @@ type Options struct {
 // or the duration passes. The options are validated by the caller (the
 // flags of `vigil demo`).
 func Run(ctx context.Context, o Options) error {
+	if o.Scenario == ScenarioMatrix {
+		if o.Duration > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, o.Duration)
+			defer cancel()
+		}
+		scale := o.Scale
+		if scale <= 0 {
+			scale = 1
+		}
+		return runMatrix(ctx, o, scale)
+	}
 	var sc *scenario
 	if o.Scenario == ScenarioIncident {
 		sc = newIncident(1, false)
@@ -120,6 +135,18 @@ type demoOptions struct {
 	// none.
 	alertmanager string
 	version      string // the build's version, reported by the tracer
+	// seed seeds the simulators, the analyzers' samplers and where the
+	// traffic starts in its cycle; 0 or 1: the demo's usual run.
+	seed int64
+	// redis is the URL of the Redis the gateway's state goes to; empty:
+	// in-memory state.
+	redis string
+	// otlp is the host:port of a plaintext OTLP/gRPC collector the spans
+	// go to; empty: none unless OTEL_EXPORTER_OTLP_* says where.
+	otlp string
+	// outOfService counts a backend failing its active health checks as
+	// out (sigEjection), not only a passively ejected one.
+	outOfService bool
 }
 
 // demoSim is one simulated backend of the demo and the knobs it starts with.
@@ -143,12 +170,18 @@ type demo struct {
 	rps     float64
 	traffic *traffic  // nil when rps is 0
 	recv    *receiver // nil without a scenario
+
+	outOfService bool // see demoOptions.outOfService
+	// infra is set when the gateway uses Redis or a collector: read then
+	// watches the store's health and the spans dropped (matrix.go).
+	infra *infraWatch
 }
 
 // newDemo opens every listener and builds the gateway; nothing serves
 // until run. Whatever it opened before a failing step is closed again.
 func newDemo(o demoOptions) (_ *demo, err error) {
-	d := &demo{rps: o.rps}
+	d := &demo{rps: o.rps, outOfService: o.outOfService}
+	seed := max(o.seed, 1)
 	var opened []io.Closer
 	defer func() {
 		if err != nil {
@@ -166,7 +199,8 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 		{name: "sim-b", base: demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)},
 		{name: "sim-a-int8", reference: "sim-a", base: int8},
 	}
-	seeds := map[string]int64{"sim-a": 1, "sim-b": 2, "sim-a-int8": 1}
+	// sim-a-int8 shares sim-a's seed: the same model, quantized.
+	seeds := map[string]int64{"sim-a": 2*seed - 1, "sim-b": 2 * seed, "sim-a-int8": 2*seed - 1}
 	cfg := config.Default()
 	cfg.Listen = o.listen
 	// The demo runs on a laptop, behind no load balancer: Ctrl-C stops it
@@ -175,8 +209,23 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	cfg.Limits.ShutdownGrace = 5 * time.Second
 	// The demo needs no collector; set OTEL_EXPORTER_OTLP_ENDPOINT to send
 	// its spans to one (e.g. Jaeger's OTLP port).
-	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	var getenv func(string) string
+	switch {
+	case o.otlp != "":
+		// This gateway's own collector, whatever the process environment
+		// says: the matrix runs several demos in one process. A short
+		// export timeout makes a collector outage show within seconds.
+		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + o.otlp, "OTEL_EXPORTER_OTLP_INSECURE": "true",
+			"OTEL_EXPORTER_OTLP_TIMEOUT": "2000", "OTEL_SERVICE_NAME": "vigil-demo"}
+		getenv = func(k string) string { return env[k] }
+	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "":
 		cfg.Tracing.Exporter = "none"
+	}
+	if o.seed > 1 {
+		cfg.Analyzers.Seed += o.seed - 1
+	}
+	if o.redis != "" {
+		cfg.State.Redis.URL = o.redis
 	}
 	// Ask for logprobs on a share of the demo's requests, so that the
 	// confidence signals have data.
@@ -213,7 +262,7 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 		return nil, fmt.Errorf("invalid demo configuration:\n%w", err)
 	}
 	d.cfg = cfg
-	if d.app, err = app.Build(cfg, app.Options{Log: o.log, AccessLog: o.access, Version: o.version}); err != nil {
+	if d.app, err = app.Build(cfg, app.Options{Log: o.log, AccessLog: o.access, Version: o.version, Getenv: getenv}); err != nil {
 		return nil, err
 	}
 	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -223,6 +272,11 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	d.base = "http://" + d.ln.Addr().String()
 	if o.rps > 0 {
 		d.traffic = newTraffic(d.base, o.rps)
+		// Each seed starts the traffic's cycle elsewhere.
+		d.traffic.start = int(7 * (seed - 1))
+	}
+	if o.redis != "" || o.otlp != "" {
+		d.infra = &infraWatch{redis: o.redis != "", otlp: o.otlp != ""}
 	}
 	return d, nil
 }
@@ -330,6 +384,7 @@ var normalMix = &promptMix{prompts: []string{
 type traffic struct {
 	base   string
 	rps    float64
+	start  int // the first request's place in the cycle of bodies
 	client *http.Client
 	mix    atomic.Pointer[promptMix]
 
@@ -436,7 +491,7 @@ func (t *traffic) run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		a, body := t.body(i)
+		a, body := t.body(t.start + i)
 		wg.Go(func() { t.send(ctx, a, body) })
 	}
 }

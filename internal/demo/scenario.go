@@ -67,14 +67,21 @@ const (
 	sigLatency
 	sigPrecision
 	sigEjection
+	// sigStore and sigSpans are the infrastructure the matrix cuts: the
+	// state store reported down (vigil_state_store_up 0) and spans
+	// dropped (vigil_tracing_spans_dropped_total rising). Demos without
+	// Redis or a collector report them "ok".
+	sigStore
+	sigSpans
 	numSignals
 )
 
 // signalNames and alarmStates name each kind and the state that is its
 // alarm (as /admin/signals says it; "ejected" is the demo's word).
 var (
-	signalNames = [numSignals]string{"input drift", "confidence decay", "output drift", "latency variance", "precision divergence", "passive ejection"}
-	alarmStates = [numSignals]string{"drift", "decay", "drift", "anomalous", "divergent", "ejected"}
+	signalNames = [numSignals]string{"input drift", "confidence decay", "output drift", "latency variance", "precision divergence", "passive ejection",
+		"state store", "spans"}
+	alarmStates = [numSignals]string{"drift", "decay", "drift", "anomalous", "divergent", "ejected", "down", "dropped"}
 )
 
 // expectation is what a phase's fault should move: a signal into its
@@ -780,10 +787,14 @@ func (d *demo) read(ctx context.Context) reading {
 	}
 	rd.state[sigEjection] = "ok"
 	for _, b := range d.app.Gateway().Pool().Backends() {
-		if b.Ejected() {
+		if b.Ejected() || (d.outOfService && !b.Healthy()) {
 			rd.ejected = append(rd.ejected, b.Name)
 			rd.state[sigEjection] = alarmStates[sigEjection]
 		}
+	}
+	rd.state[sigStore], rd.state[sigSpans] = "ok", "ok"
+	if d.infra != nil {
+		d.infra.read(ctx, d.base, &rd)
 	}
 	return rd
 }

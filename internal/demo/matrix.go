@@ -1,0 +1,794 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// ScenarioMatrix injects each fault alone on a clean baseline, one at a
+// time, with three seeds, and prints which signals left "ok" and which
+// alerts fired for each: the fault-isolation matrix.
+const ScenarioMatrix = "matrix"
+
+// MatrixSeeds are the seeds the matrix runs each row with.
+var MatrixSeeds = []int64{1, 2, 3}
+
+// needs is what a matrix row needs besides the simulators.
+type needs int
+
+// The zero needs is nothing besides the simulators.
+const (
+	needsRedis     needs = iota + 1 // a real redis-server behind the store relay
+	needsCollector                  // the in-process collector behind its relay
+)
+
+// matrixRow is one fault of the matrix, as data: what it injects and how
+// it is undone, the signals and alerts it must move (the diagonal) within
+// its deadline, and the consequences that are true of the fault and so
+// allowed to move too, each with the reason written down.
+type matrixRow struct {
+	name string
+	says string // what is injected, in words
+	// inject and restore turn the fault on and off; restore undoes
+	// exactly what inject did.
+	inject, restore func(*demo) error
+	needs           needs
+	// expect is the diagonal: each signal must leave "ok" and, when the
+	// expectation names alerts, one of them fire, within deadline of the
+	// injection (alerts within alertDeadline).
+	expect                  []expectation
+	deadline, alertDeadline time.Duration
+	// allowed are the other signals the fault truly moves, and
+	// allowedAlerts the alerts that follow from them; why says so.
+	allowed       []signalKind
+	allowedAlerts []string
+	why           string
+	// gap, when set, says what the signals cannot see of this fault
+	// (expect is then empty) and what the gateway does about it.
+	gap string
+	// report, when set, turns the counters around the row into a note.
+	report func(phaseCounters) string
+}
+
+// matrixScale is the timings and durations of a matrix run.
+type matrixScale struct {
+	timings timings
+	// window is the longest a row is watched; a row whose diagonal is
+	// met is watched settle longer for late consequences, then restored.
+	window, settle time.Duration
+	// clean bounds the wait, before each row, for every signal back to
+	// "ok" and no alert pending or firing; quiet is how long it must
+	// stay so.
+	clean, quiet time.Duration
+	minWarmup    time.Duration
+	maxWarmup    time.Duration
+	poll         time.Duration
+	rps          float64
+}
+
+// newMatrixScale returns the matrix's timings at scale (1: the demo's run;
+// smaller is faster, for tests). The perplexity band's buckets are whole
+// minutes whatever the scale.
+func newMatrixScale(scale float64) matrixScale {
+	inc := newIncident(scale, true)
+	dur := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * scale).Round(100 * time.Millisecond)
+	}
+	return matrixScale{
+		timings: inc.timings,
+		window:  max(30*time.Second, dur(45*time.Second)),
+		settle:  max(6*time.Second, dur(10*time.Second)),
+		clean:   max(30*time.Second, dur(90*time.Second)),
+		// Long enough for minShareRequests answered requests to compare
+		// a backend's share of normal traffic with its share in a row.
+		quiet:     max(4*time.Second, dur(6*time.Second)),
+		minWarmup: inc.minWarmup,
+		maxWarmup: max(inc.minWarmup, 90*time.Second),
+		poll:      500 * time.Millisecond,
+		rps:       ScenarioRPS,
+	}
+}
+
+// matrixRows returns the rows at scale: each fault alone, the order of
+// issue 29's list. Deadlines are the detection bounds the matrix asserts
+// at scale 1 and scale them down with the timings (never below what the
+// compressed windows allow).
+func matrixRows(ms matrixScale) []matrixRow {
+	all := []string{"sim-a", "sim-b", "sim-a-int8"}
+	return []matrixRow{
+		{
+			name: "prompt mix shift", says: "prompts turn long, Russian and Chinese, with code blocks and a system prompt",
+			inject:  func(d *demo) error { d.traffic.setMix(shiftedMix); return nil },
+			restore: func(d *demo) error { d.traffic.setMix(normalMix); return nil },
+			expect:  []expectation{{sigDrift, []string{"VigilInputDrift"}}},
+			// The prompts are routed anew: the prefix balancer places
+			// the shifted prompts (one shared system prompt, new user
+			// prompts) on other backends than the normal ones, and the
+			// backends differ in speed and confidence.
+			allowed: []signalKind{sigDecay, sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
+			why: "the balancer places the new prompts (one shared system prompt) anew, and the backends differ " +
+				"(sim-b: TTFT 90 ms, ITL 20 ms, confidence 0.75; sim-a: 60 ms, 15 ms, 0.85; sim-a-int8: 50 ms, 12 ms, 0.85): " +
+				"when more of the shifted traffic lands on sim-b, clients' latency truly rises and the mean confidence falls " +
+				"(the row reports the backends' shares)",
+			report: sharesNote,
+		},
+		{
+			name: "confidence drop", says: "every simulator's confidence 0.85/0.75 → 0.4",
+			inject:  knobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, all...),
+			restore: restore(all...),
+			expect:  []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}},
+			allowed: []signalKind{sigOutput, sigPrecision}, allowedAlerts: []string{"VigilOutputDrift", "VigilPrecisionDivergence"},
+			why: "perplexity is exp(−mean logprob): lower confidence is higher perplexity, so output drift may follow; " +
+				"and the KL that the same quantization noise makes grows as the distribution flattens (for small noise ε on " +
+				"the logprobs KL ≈ ½·Var_p(ε): near zero when one token holds the mass, σ²/2 when many share it), so sim-a-int8's " +
+				"divergence may cross its adaptive alert threshold, learnt at confidence 0.85",
+		},
+		{
+			name: "TTFT ×10 (all backends)", says: "every backend's time to first token ×10",
+			inject:  knobs(func(k *sim.Knobs) { k.TTFT *= 10 }, all...),
+			restore: restore(all...),
+			expect:  []expectation{{sigLatency, []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
+		},
+		{
+			name: "one backend ×30 latency", says: "sim-b's time to first token ×30 (90 ms → 2.7 s)",
+			inject:  knobs(func(k *sim.Knobs) { k.TTFT *= 30 }, "sim-b"),
+			restore: restore("sim-b"),
+			// The balancer's peak EWMA moves traffic off sim-b within
+			// seconds; what still reaches it is too little to move the
+			// global latency percentiles.
+			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
+			why:    "the requests sim-b answers before the balancer moves off it are slow; the global latency may notice them",
+			gap:    "no per-backend latency rule: the signals watch the service as clients see it, and the balancer takes traffic off the slow backend",
+			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
+		},
+		{
+			name: "quantization noise (shadowed replica)", says: "sim-a-int8's logprob noise 0.05 → 1.0",
+			inject:  knobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
+			restore: restore("sim-a-int8"),
+			expect:  []expectation{{sigPrecision, []string{"VigilPrecisionDivergence"}}},
+			allowed: []signalKind{sigDecay, sigOutput}, allowedAlerts: []string{"VigilConfidenceDecay", "VigilOutputDrift"},
+			why: "sim-a-int8 answers a third of the clients: its noisy logprobs lower their mean confidence and raise perplexity",
+		},
+		{
+			name: "one backend answers 500", says: "sim-b answers every request with HTTP 500",
+			inject:  knobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
+			restore: restore("sim-b"),
+			expect:  []expectation{{sigEjection, []string{"VigilBackendDown"}}},
+			allowed: nil, allowedAlerts: []string{"VigilErrorRate"},
+			why:    "the 500s before the ejection are the backend's own error rate (clients get a retry on another backend)",
+			report: errorsNote("sim-b"),
+		},
+		{
+			name: "one backend hangs", says: "sim-b accepts every request (health checks too) and never answers",
+			inject:  knobs(func(k *sim.Knobs) { k.Hang = true }, "sim-b"),
+			restore: restore("sim-b"),
+			expect:  []expectation{{sigEjection, []string{"VigilBackendDown"}}},
+			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E", "VigilErrorRate"},
+			why:    "requests caught on sim-b wait for its health check to fail (health.timeout) before they move: their latency is real",
+			report: errorsNote("sim-b"),
+		},
+		{
+			name: "one backend stalls mid-stream", says: "sim-b pauses 3 s after 4 tokens of every answer",
+			inject:  knobs(func(k *sim.Knobs) { k.Stall, k.StallAfter = 3*time.Second, 4 }, "sim-b"),
+			restore: restore("sim-b"),
+			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyE2E"},
+			why:    "the stalled answers sim-b gives before the balancer moves off it are slow end to end",
+			gap:    "no per-backend stream-gap rule: the balancer takes traffic off the stalling backend (its latency estimate grows)",
+			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
+		},
+		{
+			name: "Redis outage", says: "the relay to Redis is cut: connections closed, new ones refused",
+			needs:   needsRedis,
+			inject:  func(d *demo) error { d.infra.store.Cut(); return nil },
+			restore: func(d *demo) error { return d.infra.store.Restore() },
+			expect:  []expectation{{sigStore, nil}},
+			why:     "",
+		},
+		{
+			name: "collector outage", says: "the relay to the OTLP collector is cut",
+			needs:   needsCollector,
+			inject:  func(d *demo) error { d.infra.collector.Cut(); return nil },
+			restore: func(d *demo) error { return d.infra.collector.Restore() },
+			expect:  []expectation{{sigSpans, nil}},
+		},
+	}
+}
+
+// withDeadlines sets each row's deadlines from the scale: a signal within
+// a window of the injection (its current window must fill with the
+// fault), at least 15 s; an ejection within a few health checks; the
+// store within a few flushes (1 s each); dropped spans within an export
+// cycle (5 s, OTLP's schedule delay) and its retries.
+func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
+	p := ms.timings.alertPeriod
+	sig := max(ms.timings.window, 15*time.Second)
+	for i := range rows {
+		r := &rows[i]
+		switch {
+		case len(r.expect) == 0:
+		case r.expect[0].signal == sigPrecision:
+			// Comparisons finish after the shadow copy's answer: a
+			// window and a bit more.
+			r.deadline = sig + 10*time.Second
+		case r.expect[0].signal == sigEjection:
+			// Ejection after health.failures failures or a failed check
+			// (interval 2 s, timeout 2 s).
+			r.deadline = 10 * time.Second
+		case r.expect[0].signal == sigStore:
+			r.deadline = 10 * time.Second
+		case r.expect[0].signal == sigSpans:
+			r.deadline = 15 * time.Second
+		default:
+			r.deadline = sig
+		}
+		// Alerts fire alerts.consecutive (3) periods after their breach;
+		// two more for the evaluation and the poll. VigilBackendDown
+		// needs a whole period out first.
+		r.alertDeadline = r.deadline + 5*p
+	}
+	return rows
+}
+
+// knobs returns a row's inject: f applied to the named simulators' knobs.
+func knobs(f func(*sim.Knobs), names ...string) func(*demo) error {
+	return func(d *demo) error { turnKnobs(f, names...)(d); return nil }
+}
+
+// restore returns a row's restore: the named simulators' normal knobs.
+func restore(names ...string) func(*demo) error {
+	return func(d *demo) error { restoreKnobs(names...)(d); return nil }
+}
+
+// sharesNote compares every backend's share of the answered requests
+// before the row with its share in the row's second half.
+func sharesNote(c phaseCounters) string {
+	var parts []string
+	for _, b := range []string{"sim-a", "sim-b", "sim-a-int8"} {
+		parts = append(parts, fmt.Sprintf("%s %s → %s", b, fmtShare(c.start.tally.sub(c.before.tally).share(b)),
+			fmtShare(c.end.tally.sub(c.mid.tally).share(b))))
+	}
+	return "shares of the answered requests, before → second half: " + strings.Join(parts, ", ")
+}
+
+// errorsNote reports what backend's errors became for clients.
+func errorsNote(backend string) func(phaseCounters) string {
+	return func(c phaseCounters) string {
+		s, e := c.start, c.end
+		return fmt.Sprintf("%s answered %d requests with an error, %d left hanging at the end; retries on other backends: %.0f; %s",
+			backend, e.sims[backend].Errors-s.sims[backend].Errors, e.sims[backend].Hanging,
+			e.metric("vigil_retries_total", "")-s.metric("vigil_retries_total", ""), c.shareNote(backend))
+	}
+}
+
+// infraWatch is what a matrix demo has besides the simulators: Redis and
+// the collector, each behind a relay the rows cut, and what read saw of
+// them. read is called by the story's goroutine only.
+type infraWatch struct {
+	redis, otlp bool
+	store       *relay     // nil without Redis
+	collector   *relay     // nil without a collector
+	redisProc   *exec.Cmd  // the redis-server the demo started
+	coll        *collector // the in-process collector
+
+	dropped     float64   // the last vigil_tracing_spans_dropped_total read
+	droppedAt   time.Time // when it last grew
+	haveDropped bool
+}
+
+// droppedFor is how long after spans were last dropped the spans column
+// stays in its alarm: longer than an export cycle (5 s) plus its retries.
+const droppedFor = 10 * time.Second
+
+// read sets the store's and the spans' states from the gateway's
+// /metrics: vigil_state_store_up 0 is "down"; spans dropped within
+// droppedFor "dropped".
+func (w *infraWatch) read(ctx context.Context, base string, rd *reading) {
+	m := scrape(ctx, base, "vigil_state_store_up", "vigil_tracing_spans_dropped_total")
+	if v, ok := m["vigil_state_store_up"]; ok && w.redis && v == 0 {
+		rd.state[sigStore] = alarmStates[sigStore]
+	}
+	if v, ok := m["vigil_tracing_spans_dropped_total"]; ok && w.otlp {
+		if w.haveDropped && v > w.dropped {
+			w.droppedAt = time.Now()
+		}
+		w.dropped, w.haveDropped = v, true
+	}
+	if !w.droppedAt.IsZero() && time.Since(w.droppedAt) < droppedFor {
+		rd.state[sigSpans] = alarmStates[sigSpans]
+	}
+}
+
+// scrape reads the gateway's /metrics and returns the named series
+// (summed over their labels); missing when the scrape fails.
+func scrape(ctx context.Context, base string, names ...string) map[string]float64 {
+	out := map[string]float64{}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return out
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, n := range names {
+			if rest, ok := strings.CutPrefix(line, n); ok && (rest == "" || rest[0] == ' ' || rest[0] == '{') {
+				i := strings.LastIndexByte(line, ' ')
+				if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil && i > 0 {
+					out[n] += v
+				}
+			}
+		}
+	}
+	return out
+}
+
+// startInfra starts a redis-server on a free port (when one is installed;
+// redisErr says why not otherwise) and the collector, each behind a
+// relay. stop ends whatever it started.
+func startInfra(ctx context.Context) (w *infraWatch, redisErr error, err error) {
+	w = &infraWatch{}
+	defer func() {
+		if err != nil {
+			w.stop()
+		}
+	}()
+	if w.coll, err = newCollector(); err != nil {
+		return nil, nil, err
+	}
+	w.coll.Start()
+	if w.collector, err = newRelay(w.coll.Addr()); err != nil {
+		return nil, nil, err
+	}
+	w.otlp = true
+	addr, cmd, rerr := startRedis(ctx)
+	if rerr != nil {
+		return w, rerr, nil
+	}
+	w.redisProc = cmd
+	if w.store, err = newRelay(addr); err != nil {
+		return nil, nil, err
+	}
+	w.redis = true
+	return w, nil, nil
+}
+
+// stop ends the relays, the collector and redis-server.
+func (w *infraWatch) stop() {
+	if w == nil {
+		return
+	}
+	if w.store != nil {
+		w.store.Close()
+	}
+	if w.collector != nil {
+		w.collector.Close()
+	}
+	if w.coll != nil {
+		w.coll.Stop()
+	}
+	if w.redisProc != nil {
+		w.redisProc.Process.Kill()
+		w.redisProc.Wait()
+	}
+}
+
+// errNoRedis: redis-server is not installed.
+var errNoRedis = errors.New("redis-server not found in $PATH (Debian: apt-get install redis-server)")
+
+// startRedis starts a redis-server that keeps nothing on disk on a free
+// port of 127.0.0.1 and waits until it answers PING.
+func startRedis(ctx context.Context) (string, *exec.Cmd, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, errNoRedis
+	}
+	// A free port, released for redis-server to take.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("redis-server: %w", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if pingRedis(ctx, addr) == nil {
+			return addr, cmd, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return "", nil, fmt.Errorf("redis-server on %s did not answer within 5 s", addr)
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// rowResult is what one row saw with one seed, times from its injection.
+type rowResult struct {
+	row     *matrixRow
+	seed    int64
+	skipped string // why the row did not run; empty: it ran
+	phase   phaseResult
+	// dirty lists what was not back to normal when the row began (the
+	// wait for a clean baseline ran out); the row ran anyway.
+	dirty  []string
+	sent   int64 // client requests sent from the injection to the next row
+	errors int64 // of which failed
+	note   string
+	err    error // inject or restore failed
+}
+
+// matrixResult is one seed's run.
+type matrixResult struct {
+	seed   int64
+	warmup time.Duration
+	pinErr error
+	rows   []rowResult
+	start  time.Time
+	end    time.Time
+}
+
+// runMatrix runs the matrix with every seed, concurrently (one demo
+// each), prints its progress to out and the matrix at the end.
+func runMatrix(ctx context.Context, o Options, scale float64) error {
+	ms := newMatrixScale(scale)
+	if o.RPS > 0 {
+		ms.rps = o.RPS
+	}
+	rows := withDeadlines(matrixRows(ms), ms)
+	fmt.Fprintf(o.Out, "Fault-isolation matrix: %d faults, each alone on a clean baseline, seeds %v concurrently (one demo each).\n",
+		len(rows), MatrixSeeds)
+	fmt.Fprintf(o.Out, "Compressed timings: %s; %.1f req/s per demo.\n\n", ms.timings, ms.rps)
+	results, err := runSeeds(ctx, ms, rows, MatrixSeeds, o.Out, o.Log)
+	if len(results) > 0 {
+		fmt.Fprintln(o.Out)
+		printMatrix(o.Out, rows, results)
+	}
+	return err
+}
+
+// runSeeds runs the rows with each seed concurrently and returns the
+// results by seed (those that finished).
+func runSeeds(ctx context.Context, ms matrixScale, rows []matrixRow, seeds []int64, out io.Writer, log *slog.Logger) ([]*matrixResult, error) {
+	var mu sync.Mutex // guards out and results
+	results := make([]*matrixResult, len(seeds))
+	lw := &lockedWriter{w: out, mu: &mu}
+	var g errgroup.Group
+	for i, seed := range seeds {
+		g.Go(func() error {
+			res, err := runSeed(ctx, ms, rows, seed, &prefixWriter{w: lw, prefix: fmt.Sprintf("seed %d ", seed)}, log)
+			mu.Lock()
+			results[i] = res
+			mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("seed %d: %w", seed, err)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	var done []*matrixResult
+	for _, r := range results {
+		if r != nil {
+			done = append(done, r)
+		}
+	}
+	return done, err
+}
+
+// runSeed runs one demo with seed through every row.
+func runSeed(ctx context.Context, ms matrixScale, rows []matrixRow, seed int64, out io.Writer, log *slog.Logger) (*matrixResult, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	infra, redisErr, err := startInfra(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer infra.stop()
+	if redisErr != nil {
+		fmt.Fprintf(out, "no Redis: %v; the Redis row is skipped\n", redisErr)
+	}
+	do := demoOptions{listen: "127.0.0.1:0", rps: ms.rps, log: log, timings: &ms.timings, seed: seed,
+		otlp: infra.collector.Addr(), outOfService: true}
+	if infra.store != nil {
+		do.redis = "redis://" + infra.store.Addr() + "/0"
+	}
+	d, err := newDemo(do)
+	if err != nil {
+		return nil, err
+	}
+	d.infra.store, d.infra.collector = infra.store, infra.collector
+	res := &matrixResult{seed: seed, start: time.Now()}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err = d.run(ctx, func(ctx context.Context) error {
+		defer cancel() // the rows told, the demo stops
+		return tellMatrix(ctx, d, ms, rows, out, res)
+	})
+	res.end = time.Now()
+	return res, err
+}
+
+// tellMatrix warms up, pins the baseline and runs each row: wait for a
+// clean baseline, inject, watch, restore.
+func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, out io.Writer, res *matrixResult) error {
+	// The story's machinery (warm-up, observe) over a scenario whose
+	// phases are the rows' expectations.
+	sc := &scenario{timings: ms.timings, minWarmup: ms.minWarmup, maxWarmup: ms.maxWarmup, poll: ms.poll}
+	for i := range rows {
+		sc.phases = append(sc.phases, phase{name: rows[i].name, expect: rows[i].expect})
+	}
+	s := &story{sc: sc, d: d, out: out, t0: time.Now(), alerts: map[string]alert.State{}, notified: map[string]bool{}, receipts: len(d.recv.all())}
+	s.last = d.read(ctx)
+	defer restoreAll(d)
+	var wres storyResult
+	if err := s.warmup(ctx, &wres); err != nil {
+		return err
+	}
+	res.warmup = wres.warmup
+	if res.pinErr = d.app.Pipeline().PinBaseline(ctx); res.pinErr != nil {
+		s.printf("baseline NOT pinned (%v)", res.pinErr)
+	} else {
+		s.printf("baseline pinned")
+	}
+	for i := range rows {
+		r := &rows[i]
+		rr := rowResult{row: r, seed: res.seed}
+		switch {
+		case r.needs == needsRedis && d.infra.store == nil:
+			rr.skipped = "no redis-server"
+		case r.needs == needsCollector && d.infra.collector == nil:
+			rr.skipped = "no collector"
+		}
+		if rr.skipped != "" {
+			s.printf("%s: skipped (%s)", r.name, rr.skipped)
+			res.rows = append(res.rows, rr)
+			continue
+		}
+		dirty, before, err := s.waitClean(ctx, ms)
+		if err != nil {
+			return err
+		}
+		rr.dirty = dirty
+		if len(res.rows) > 0 {
+			// The previous row's client errors run to this row's start:
+			// its recovery is part of it.
+			prev := &res.rows[len(res.rows)-1]
+			t := d.traffic.Tally()
+			prev.sent, prev.errors = t.Sent-prev.sent, t.Failed-prev.errors
+		}
+		if err := s.row(ctx, ms, &rr, before); err != nil {
+			res.rows = append(res.rows, rr)
+			return err
+		}
+		res.rows = append(res.rows, rr)
+	}
+	if _, _, err := s.waitClean(ctx, ms); err != nil {
+		return err
+	}
+	if n := len(res.rows); n > 0 && res.rows[n-1].skipped == "" {
+		last := &res.rows[n-1]
+		t := d.traffic.Tally()
+		last.sent, last.errors = t.Sent-last.sent, t.Failed-last.errors
+	}
+	return nil
+}
+
+// waitClean waits until no signal is in its alarm state, no alert is
+// pending, firing or silenced, and both have stayed so for ms.quiet, at
+// most ms.clean; it returns what was still active when the wait ran out
+// and the counters taken when the quiet began (or at the wait's end), so
+// that a row can compare its traffic with normal traffic.
+func (s *story) waitClean(ctx context.Context, ms matrixScale) ([]string, counters, error) {
+	start := time.Now()
+	var quietSince time.Time
+	var quiet counters
+	t := time.NewTicker(ms.poll)
+	defer t.Stop()
+	for {
+		active := s.activeAll(s.observe(ctx, nil))
+		now := time.Now()
+		switch {
+		case len(active) > 0:
+			quietSince = time.Time{}
+		case quietSince.IsZero():
+			quietSince, quiet = now, s.d.counters(ctx)
+		}
+		if !quietSince.IsZero() && now.Sub(quietSince) >= ms.quiet {
+			return nil, quiet, nil
+		}
+		if now.Sub(start) >= ms.clean {
+			s.printf("  not clean after %s: %s; the next row starts anyway", fmtDuration(ms.clean), strings.Join(active, ", "))
+			return active, s.d.counters(ctx), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, quiet, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// activeAll is active with pending alerts too: a row must start with no
+// alert on its way to firing.
+func (s *story) activeAll(rd reading) []string {
+	out := s.active(rd)
+	for _, key := range slices.Sorted(maps.Keys(s.alerts)) {
+		if s.alerts[key] == alert.Pending {
+			out = append(out, "alert "+key+" (pending)")
+		}
+	}
+	return out
+}
+
+// row injects r's fault, watches until its window passes or, once its
+// diagonal is met, settle longer, and restores it.
+// before are the counters at the start of the quiet before it.
+func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before counters) error {
+	r := rr.row
+	p := &phase{label: "", name: r.name, expect: r.expect, duration: ms.window}
+	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
+	rr.sent, rr.errors = pc.start.tally.Sent, pc.start.tally.Failed
+	exp := "nothing (" + r.gap + ")"
+	if len(r.expect) > 0 {
+		var xs []string
+		for _, e := range r.expect {
+			x := signalNames[e.signal]
+			if len(e.alerts) > 0 {
+				x += " (alert " + strings.Join(e.alerts, " or ") + ")"
+			}
+			xs = append(xs, x)
+		}
+		exp = strings.Join(xs, ", ") + " within " + fmtDuration(r.deadline)
+	}
+	s.printf("%s: %s → expect %s", r.name, r.says, exp)
+	res := phaseResult{phase: p, start: time.Now()}
+	for k := range res.seen {
+		res.seen[k] = -1
+	}
+	if err := r.inject(s.d); err != nil {
+		rr.err = err
+		return fmt.Errorf("%s: inject: %w", r.name, err)
+	}
+	var doneAt time.Time
+	t := time.NewTicker(ms.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			res.end, res.cut = time.Now(), true
+			rr.phase = res
+			r.restore(s.d)
+			return ctx.Err()
+		case <-t.C:
+		}
+		s.observe(ctx, &res)
+		el := time.Since(res.start)
+		if pc.mid.tally.ByBackend == nil && el >= ms.window/2 {
+			pc.mid = s.d.counters(ctx)
+		}
+		if el >= ms.window {
+			break
+		}
+		if len(r.expect) > 0 && res.met(true) {
+			if doneAt.IsZero() {
+				doneAt = time.Now()
+			}
+			if time.Since(doneAt) >= ms.settle {
+				break
+			}
+		}
+	}
+	if err := r.restore(s.d); err != nil {
+		rr.err = err
+	}
+	res.end = time.Now()
+	pc.end = s.d.counters(ctx)
+	if pc.mid.tally.ByBackend == nil {
+		pc.mid = pc.start
+	}
+	if r.report != nil {
+		rr.note = r.report(pc)
+	}
+	rr.phase = res
+	s.printf("  restored")
+	if rr.err != nil {
+		return fmt.Errorf("%s: restore: %w", r.name, rr.err)
+	}
+	return nil
+}
+
+// lockedWriter serializes writes of several seeds' stories.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// prefixWriter starts every line with prefix. Each Write is whole lines
+// (the story prints a line at a time).
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var buf strings.Builder
+	for line := range strings.SplitAfterSeq(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		buf.WriteString(p.prefix)
+		buf.WriteString(line)
+	}
+	if _, err := io.WriteString(p.w, buf.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// pingRedis sends PING to the Redis at addr and wants +PONG.
+func pingRedis(ctx context.Context, addr string) error {
+	var dl net.Dialer
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	c, err := dl.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("redis answered %q to PING", strings.TrimSpace(line))
+	}
+	return nil
+}

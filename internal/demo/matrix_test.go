@@ -1,0 +1,200 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
+)
+
+// TestMatrixRows: the row table is well formed. Every row restores what
+// it injects (checked on a demo that is not served: each inject leaves
+// some knob, the mix or a relay changed and its restore brings all of
+// them back); every row has a diagonal with deadlines or a written gap;
+// no allowed consequence is on its own diagonal; every allowed
+// consequence says why.
+func TestMatrixRows(t *testing.T) {
+	for _, scale := range []float64{0.5, 1} {
+		ms := newMatrixScale(scale)
+		rows := withDeadlines(matrixRows(ms), ms)
+		if len(rows) != 10 {
+			t.Errorf("scale %v: %d rows, want the 10 faults", scale, len(rows))
+		}
+		names := map[string]bool{}
+		for _, r := range rows {
+			if names[r.name] {
+				t.Errorf("row %q twice", r.name)
+			}
+			names[r.name] = true
+			if r.inject == nil || r.restore == nil {
+				t.Errorf("%s: inject and restore are both needed", r.name)
+			}
+			if len(r.expect) == 0 && r.gap == "" {
+				t.Errorf("%s: no diagonal and no gap written down", r.name)
+			}
+			if len(r.expect) > 0 && (r.deadline <= 0 || r.alertDeadline < r.deadline || r.deadline > ms.window) {
+				t.Errorf("%s: deadlines %v / %v, want 0 < signal ≤ alert and signal within the window %v", r.name, r.deadline, r.alertDeadline, ms.window)
+			}
+			for _, k := range r.allowed {
+				if r.expectsSignal(k) {
+					t.Errorf("%s: %s is both expected and allowed", r.name, signalNames[k])
+				}
+			}
+			for _, a := range r.allowedAlerts {
+				if r.expectsAlert(a) {
+					t.Errorf("%s: alert %s is both expected and allowed", r.name, a)
+				}
+			}
+			if (len(r.allowed) > 0 || len(r.allowedAlerts) > 0) && r.why == "" {
+				t.Errorf("%s: allowed consequences without a reason", r.name)
+			}
+			for _, e := range r.expect {
+				if !slices.Contains(matrixColumns, e.signal) {
+					t.Errorf("%s: expects %s, which is no column", r.name, signalNames[e.signal])
+				}
+			}
+		}
+	}
+
+	// Inject then restore on an unserved demo with relays: everything
+	// back as it was.
+	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 1, log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.app.Close()
+	defer d.ln.Close()
+	for _, s := range d.sims {
+		defer s.ln.Close()
+	}
+	store, err := newRelay("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	coll, err := newRelay("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coll.Close()
+	d.infra = &infraWatch{store: store, collector: coll}
+	type snapshot struct {
+		knobs     []string
+		mix       *promptMix
+		cut, cutC bool
+	}
+	snap := func() snapshot {
+		var s snapshot
+		for _, x := range d.sims {
+			b, _ := x.srv.Knobs().MarshalJSON()
+			s.knobs = append(s.knobs, string(b))
+		}
+		s.mix, s.cut, s.cutC = d.traffic.mix.Load(), store.IsCut(), coll.IsCut()
+		return s
+	}
+	before := snap()
+	ms := newMatrixScale(0.5)
+	for _, r := range matrixRows(ms) {
+		if err := r.inject(d); err != nil {
+			t.Fatalf("%s: inject: %v", r.name, err)
+		}
+		if mid := snap(); slices.Equal(mid.knobs, before.knobs) && mid.mix == before.mix && mid.cut == before.cut && mid.cutC == before.cutC {
+			t.Errorf("%s: inject changed nothing", r.name)
+		}
+		if err := r.restore(d); err != nil {
+			t.Fatalf("%s: restore: %v", r.name, err)
+		}
+		if after := snap(); !slices.Equal(after.knobs, before.knobs) || after.mix != before.mix || after.cut != before.cut || after.cutC != before.cutC {
+			t.Errorf("%s: restore left %+v, want %+v", r.name, after, before)
+		}
+	}
+}
+
+// TestMatrixVerdict: a row's failures are a missing or late diagonal and
+// anything off it that is not allowed; an allowed consequence is none.
+func TestMatrixVerdict(t *testing.T) {
+	row := &matrixRow{name: "confidence drop", expect: []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}},
+		deadline: 10 * time.Second, alertDeadline: 20 * time.Second,
+		allowed: []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"}, why: "perplexity"}
+	mk := func(f func(*phaseResult)) *rowResult {
+		rr := &rowResult{row: row, seed: 1, phase: phaseResult{phase: &phase{expect: row.expect}}}
+		for k := range rr.phase.seen {
+			rr.phase.seen[k] = -1
+		}
+		f(&rr.phase)
+		return rr
+	}
+	for _, c := range []struct {
+		name string
+		f    func(*phaseResult)
+		want int
+	}{
+		{"diagonal and an allowed consequence", func(p *phaseResult) {
+			p.seen[sigDecay], p.seen[sigOutput] = 3*time.Second, 5*time.Second
+			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 6 * time.Second}, {name: "VigilOutputDrift", after: 9 * time.Second}}
+		}, 0},
+		{"nothing moved", func(p *phaseResult) {}, 2},
+		{"late signal, late alert", func(p *phaseResult) {
+			p.seen[sigDecay] = 11 * time.Second
+			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 21 * time.Second}}
+		}, 2},
+		{"off the diagonal", func(p *phaseResult) {
+			p.seen[sigDecay], p.seen[sigLatency] = 3*time.Second, 4*time.Second
+			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 6 * time.Second}, {name: "VigilLatencyE2E", after: 8 * time.Second}}
+		}, 2},
+	} {
+		if got := mk(c.f).failures(); len(got) != c.want {
+			t.Errorf("%s: failures %q, want %d", c.name, got, c.want)
+		}
+	}
+	if got := (&rowResult{row: row, skipped: "no redis-server"}).failures(); len(got) != 0 {
+		t.Errorf("a skipped row fails: %q", got)
+	}
+}
+
+// TestMatrix runs the fault-isolation matrix at half scale with the three
+// seeds concurrently and asserts it: every fault's own signal (and its
+// alert) within its deadline, nothing else but its documented
+// consequences, and no client error outside the rows whose faults are
+// errors. About 8 minutes on two cores; -short skips it.
+func TestMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the matrix takes minutes")
+	}
+	testutil.SkipStatisticalUnderRace(t)
+	ms := newMatrixScale(0.5)
+	rows := withDeadlines(matrixRows(ms), ms)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	results, err := runSeeds(ctx, ms, rows, MatrixSeeds, &out, slog.New(slog.DiscardHandler))
+	var table bytes.Buffer
+	printMatrix(&table, rows, results)
+	t.Log("\n" + out.String() + "\n" + table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(MatrixSeeds) {
+		t.Fatalf("%d seeds finished, want %d", len(results), len(MatrixSeeds))
+	}
+	for _, f := range matrixFailures(results) {
+		t.Error(f)
+	}
+	for _, res := range results {
+		for _, rr := range res.rows {
+			if rr.skipped != "" {
+				t.Logf("seed %d: %s skipped: %s", res.seed, rr.row.name, rr.skipped)
+				continue
+			}
+			inherent := strings.Contains(rr.row.name, "500") || strings.Contains(rr.row.name, "hang")
+			if rr.errors > 0 && !inherent {
+				t.Errorf("seed %d, %s: %d client errors of %d requests", res.seed, rr.row.name, rr.errors, rr.sent)
+			}
+		}
+	}
+}
