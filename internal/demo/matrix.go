@@ -9,10 +9,8 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/http"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -319,28 +317,15 @@ func (w *infraWatch) read(ctx context.Context, base string, rd *reading) {
 // scrape reads the gateway's /metrics and returns the named series
 // (summed over their labels); missing when the scrape fails.
 func scrape(ctx context.Context, base string, names ...string) map[string]float64 {
+	of := func(series, name string) bool { return series == name || strings.HasPrefix(series, name+"{") }
 	out := map[string]float64{}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return out
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	kept := metricSeries(ctx, base, func(series string) bool {
+		return slices.ContainsFunc(names, func(n string) bool { return of(series, n) })
+	})
+	for series, v := range kept {
 		for _, n := range names {
-			if rest, ok := strings.CutPrefix(line, n); ok && (rest == "" || rest[0] == ' ' || rest[0] == '{') {
-				i := strings.LastIndexByte(line, ' ')
-				if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil && i > 0 {
-					out[n] += v
-				}
+			if of(series, n) {
+				out[n] += v
 			}
 		}
 	}

@@ -814,31 +814,42 @@ func (d *demo) counters(ctx context.Context) counters {
 	for _, s := range d.sims {
 		c.sims[s.name] = s.srv.Stats()
 	}
+	c.metrics = metricSeries(ctx, d.base, func(series string) bool {
+		return strings.HasPrefix(series, "vigil_retries_total") || strings.HasPrefix(series, "vigil_backend_ejections_total") ||
+			strings.HasPrefix(series, "vigil_backend_failed_probes_total")
+	})
+	return c
+}
+
+// metricSeries reads the gateway's /metrics at base and returns the value
+// of each series that keep accepts (by its name and labels, e.g.
+// vigil_retries_total{reason="status_5xx"}); empty when the scrape fails.
+func metricSeries(ctx context.Context, base string, keep func(series string) bool) map[string]float64 {
+	out := map[string]float64{}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return c
+		return out
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return c
+		return out
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "vigil_retries_total") && !strings.HasPrefix(line, "vigil_backend_ejections_total") &&
-			!strings.HasPrefix(line, "vigil_backend_failed_probes_total") {
+		i := strings.LastIndexByte(line, ' ')
+		if i <= 0 || line[0] == '#' || !keep(line[:i]) {
 			continue
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil && i > 0 {
-			c.metrics[line[:i]] = v
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
 		}
 	}
-	return c
+	return out
 }
 
 // metric sums the series of the named metric whose labels contain label.
