@@ -500,7 +500,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	h := w.Header()
 	h["X-Request-Id"] = x.header(hdrID)
 	h["X-Vigil-Trace-Id"] = x.header(hdrTraceID)
-	defer s.finish(r.Context(), w, x)
+	defer s.finish(r.Context(), x)
 
 	// preprocess: read and check the request, choose the backend. Its
 	// span is made only under a recording server span: Vigil's samplers
@@ -979,11 +979,8 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // metrics and hands the response to the observer. A panic passing through
 // (the proxy's http.ErrAbortHandler on a broken stream) is recorded, then
 // re-raised.
-func (s *Server) finish(ctx context.Context, w http.ResponseWriter, x *call) {
+func (s *Server) finish(ctx context.Context, x *call) {
 	p := recover()
-	if p == nil {
-		sendNow(w)
-	}
 	now := time.Now()
 	x.resp.latency = now.Sub(x.req.Start)
 	status, class := x.outcome(ctx, p != nil)
@@ -1018,24 +1015,6 @@ func (s *Server) finish(ctx context.Context, w http.ResponseWriter, x *call) {
 	if p != nil {
 		panic(p)
 	}
-}
-
-// sendNow puts a complete answer on the wire before the bookkeeping
-// that ends a request. net/http flushes a response only when the handler
-// returns, so the client would otherwise also wait for the metrics, the
-// spans' end, the access log and the hand-off to the analyzers, whose
-// wake-ups of other goroutines cost more than their CPU on a busy
-// machine. Only an answer whose length the headers state is flushed: one
-// without would turn chunked, and a stream was flushed event by event
-// already.
-func sendNow(w http.ResponseWriter) {
-	if ww, ok := w.(interface{ Written() bool }); !ok || !ww.Written() {
-		return // nothing written: a flush would send a default 200
-	}
-	if w.Header().Get("Content-Length") == "" {
-		return
-	}
-	_ = http.NewResponseController(w).Flush()
 }
 
 // outcome gives the status to record and the error class of a finished request.
