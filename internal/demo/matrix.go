@@ -105,8 +105,8 @@ func newMatrixScale(scale float64) matrixScale {
 	}
 }
 
-// matrixRows returns the rows at scale: each fault alone, the order of
-// issue 29's list. Deadlines are the detection bounds the matrix asserts
+// matrixRows returns the rows at scale: each fault alone: signals first, then
+// backends, then infrastructure. Deadlines are the detection bounds the matrix asserts
 // at scale 1 and scale them down with the timings (never below what the
 // compressed windows allow).
 func matrixRows(ms matrixScale) []matrixRow {
