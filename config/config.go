@@ -177,6 +177,10 @@ type Prefix struct {
 	// GuardAbs >= 0, GuardRel >= 1.
 	GuardAbs float64 `yaml:"guard_abs"`
 	GuardRel float64 `yaml:"guard_rel"`
+	// HotGuardAbs replaces GuardAbs, when smaller, for a hot prompt: one
+	// whose anchor sends more than 1/n of the requests over n candidate
+	// backends, more than one backend's even share. >= 0.
+	HotGuardAbs float64 `yaml:"hot_guard_abs"`
 	// SessionHeader names the request header that carries an explicit
 	// affinity key (requests with the same key go to the same backend);
 	// the body's prompt_cache_key takes precedence. Empty: no header.

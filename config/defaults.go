@@ -53,7 +53,7 @@ func DefaultBalancer() Balancer {
 func DefaultPrefix() Prefix {
 	return Prefix{
 		BlockChars: 256, MinChars: 256, MaxChars: 64 << 10, IndexSize: 1 << 18,
-		Hash: PrefixHashXXH, GuardAbs: 8, GuardRel: 1.5, SessionHeader: "X-Session-Id",
+		Hash: PrefixHashXXH, GuardAbs: 8, GuardRel: 1.5, HotGuardAbs: 2, SessionHeader: "X-Session-Id",
 		HomeSlack: 0, HomeTTL: 10 * time.Minute,
 	}
 }

@@ -33,7 +33,7 @@ func TestDefault(t *testing.T) {
 			Strategy: "prefix",
 			Prefix: config.Prefix{
 				BlockChars: 256, MinChars: 256, MaxChars: 65536, IndexSize: 262144,
-				Hash: "xxhash", GuardAbs: 8, GuardRel: 1.5, SessionHeader: "X-Session-Id",
+				Hash: "xxhash", GuardAbs: 8, GuardRel: 1.5, HotGuardAbs: 2, SessionHeader: "X-Session-Id",
 				HomeTTL: 10 * time.Minute,
 			},
 			LoadWeights: config.LoadWeights{

@@ -182,6 +182,9 @@ func (p *Prefix) Validate() error {
 	if !(p.GuardAbs >= 0 && p.GuardAbs <= 1e6) {
 		l.add("guard_abs", fmt.Errorf("must be in [0, 1000000], got %v", p.GuardAbs))
 	}
+	if !(p.HotGuardAbs >= 0 && p.HotGuardAbs <= 1e6) {
+		l.add("hot_guard_abs", fmt.Errorf("must be in [0, 1000000], got %v", p.HotGuardAbs))
+	}
 	if !(p.GuardRel >= 1 && p.GuardRel <= 1e6) {
 		l.add("guard_rel", fmt.Errorf("must be in [1, 1000000], got %v", p.GuardRel))
 	}

@@ -127,6 +127,8 @@ func TestValidate(t *testing.T) {
 			`balancer.prefix.hash: "md5" is not one of xxhash, fnv`},
 		{"prefix guard_abs", func(c *config.Config) { c.Balancer.Prefix.GuardAbs = math.NaN() },
 			`balancer.prefix.guard_abs: must be in [0, 1000000], got NaN`},
+		{"prefix hot_guard_abs", func(c *config.Config) { c.Balancer.Prefix.HotGuardAbs = -1 },
+			`balancer.prefix.hot_guard_abs: must be in [0, 1000000], got -1`},
 		{"prefix guard_rel", func(c *config.Config) { c.Balancer.Prefix.GuardRel = 0.5 },
 			`balancer.prefix.guard_rel: must be in [1, 1000000], got 0.5`},
 		{"prefix home_slack", func(c *config.Config) { c.Balancer.Prefix.HomeSlack = -1 },

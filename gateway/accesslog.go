@@ -29,6 +29,7 @@ func (s *Server) logAccess(ctx context.Context, x *call, status int, class excha
 		ErrorClass: string(class), Attempts: x.retry.attempts,
 		RouteStrategy: s.routeStrategy(x), RouteBlocks: int(x.route.blocks), RouteMatched: int(x.route.matched),
 		RouteReason: x.route.reason.String(), RouteGuard: x.route.reason == balance.ReasonLoad,
+		RouteHot: x.route.hot,
 	})
 }
 

@@ -42,15 +42,16 @@ func (s *Server) pick(r *http.Request, x *call, op exchange.Operation, kinds []s
 // routeNote is a balancer.Decision as the access log needs it, small
 // enough for the call (whose size class is the gateway's memory per
 // request): the prompt's blocks (at most prefix.MaxBlocks), those the
-// preferred backend held, and the reason
-// (ReasonLoad: the guard overrode the prefix).
+// preferred backend held, the reason (ReasonLoad: the guard overrode the
+// prefix) and whether the prompt's anchor was hot.
 type routeNote struct {
 	blocks, matched uint16
 	reason          balance.Reason
+	hot             bool
 }
 
 func (n *routeNote) set(d balance.Decision) {
-	*n = routeNote{blocks: uint16(d.Blocks), matched: uint16(d.Matched), reason: d.Reason}
+	*n = routeNote{blocks: uint16(d.Blocks), matched: uint16(d.Matched), reason: d.Reason, hot: d.Hot}
 }
 
 // routeStrategy returns the access log's route_strategy: the balancer's
@@ -80,5 +81,6 @@ func (s *Server) appendRouteAttrs(attrs []attribute.KeyValue, x *call) []attribu
 		attribute.Int("vigil.route.matched_blocks", int(x.route.matched)),
 		attribute.String("vigil.route.reason", x.route.reason.String()),
 		attribute.Bool("vigil.route.guard_override", x.route.reason == balance.ReasonLoad),
+		attribute.Bool("vigil.route.hot", x.route.hot),
 	)
 }

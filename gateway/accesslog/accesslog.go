@@ -62,12 +62,13 @@ type Line struct {
 	// request pinned to the backend that holds its stored response), and
 	// for the prefix strategy the prompt's hashed blocks, the leading ones
 	// the preferred backend held, why it was chosen (match, placement,
-	// load, short; "" otherwise) and whether the load guard overrode the
-	// prefix.
+	// load, short; "" otherwise), whether the load guard overrode the
+	// prefix and whether the prompt's anchor was hot (more than one
+	// backend's even share of the requests).
 	RouteStrategy             string
 	RouteBlocks, RouteMatched int
 	RouteReason               string
-	RouteGuard                bool
+	RouteGuard, RouteHot      bool
 }
 
 // A Logger writes access log lines to a slog.Logger: with the package's
@@ -131,6 +132,7 @@ func (l *Line) attrs() []slog.Attr {
 		slog.Int("route_matched", l.RouteMatched),
 		slog.String("route_reason", l.RouteReason),
 		slog.Bool("route_guard", l.RouteGuard),
+		slog.Bool("route_hot", l.RouteHot),
 	}
 }
 
@@ -203,6 +205,8 @@ func (l *Line) appendJSON(b []byte, t time.Time) []byte {
 	b = appendJSONString(b, l.RouteReason)
 	b = append(b, `,"route_guard":`...)
 	b = strconv.AppendBool(b, l.RouteGuard)
+	b = append(b, `,"route_hot":`...)
+	b = strconv.AppendBool(b, l.RouteHot)
 	return append(b, "}\n"...)
 }
 

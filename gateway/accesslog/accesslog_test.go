@@ -31,6 +31,7 @@ func TestAccessLogEncoder(t *testing.T) {
 		func(l *Line) { l.MaxGap, l.TPS = math.SmallestNonzeroFloat64, math.MaxFloat64 },
 		func(l *Line) { l.PromptTokens, l.CompletionTokens, l.Attempts = -1, math.MaxInt, 3 },
 		func(l *Line) { l.RouteReason, l.RouteGuard, l.RouteMatched = "load", true, 0 },
+		func(l *Line) { l.RouteHot = true },
 	}
 	for _, tz := range []*time.Location{time.UTC, time.FixedZone("X", -(3*3600 + 1800))} {
 		at := time.Date(2026, 11, 29, 10, 0, 0, 123456000, tz)

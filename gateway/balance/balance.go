@@ -150,6 +150,7 @@ type Balancer struct {
 	names              []uint64
 	minChars           int
 	guardAbs, guardRel float64
+	hotGuardAbs        float64
 	homes              *prefix.Homes
 	homeSlack          float64
 	homeTTL            time.Duration
@@ -200,7 +201,7 @@ func New(pool *upstream.Pool, o Options) (*Balancer, error) {
 			return nil, fmt.Errorf("balancer.prefix.%w", err)
 		}
 		b.hasher, b.index = h, prefix.NewIndex(p.IndexSize)
-		b.minChars, b.guardAbs, b.guardRel = p.MinChars, p.GuardAbs, p.GuardRel
+		b.minChars, b.guardAbs, b.guardRel, b.hotGuardAbs = p.MinChars, p.GuardAbs, p.GuardRel, p.HotGuardAbs
 		b.homes, b.homeSlack, b.homeTTL = prefix.NewHomes(maxHomes, len(pool.Backends()), p.HomeTTL), p.HomeSlack, p.HomeTTL
 		if hs, ok := o.Store.(HomeStore); ok {
 			b.homeStore = hs
@@ -472,6 +473,10 @@ type Decision struct {
 	Preferred *upstream.Backend
 	// GuardOverride: the load guard passed over Preferred.
 	GuardOverride bool
+	// Hot: the prompt's anchor sent more than one backend's even share
+	// of the requests; its holders shared them by load, and the guard
+	// spilled at balancer.prefix.hot_guard_abs.
+	Hot bool
 	// Reason says why the chosen backend was chosen.
 	Reason Reason
 }
@@ -574,7 +579,7 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 	}
 	held, ok = held[:len(cands)], ok[:len(cands)]
 	b.index.Match(key.Chain(), cands, held)
-	home, hasHome := b.homes.Lookup(key.Anchor, now)
+	home, share, hasHome := b.homes.Lookup(key.Anchor, now)
 	pref, most := b.best(backends, cands, held, nil, key.Anchor, home)
 	d.Reason, d.Matched = ReasonPlacement, most
 	if most > 0 {
@@ -584,18 +589,45 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 			func(c int32) float64 { return backends[c].Weight },
 			func(c int32) float64 { return prefix.Score(key.Anchor, b.names[c], backends[c].Weight) }, now)
 	}
+	states := b.snap.Load().Backends
+	var loadBuf [maxStack]float64
+	loads := loadBuf[:]
+	if len(cands) > maxStack {
+		loads = make([]float64, len(cands))
+	}
+	loads = loads[:len(cands)]
+	minLoad, prefLoad := math.Inf(1), 0.0
+	for k, c := range cands {
+		loads[k] = b.load(backends[c], &states[c])
+		minLoad = min(minLoad, loads[k])
+		if c == pref {
+			prefLoad = loads[k]
+		}
+	}
+	// A hot anchor sends more requests than one backend's even share of
+	// the fleet's: more than one server may have to take them. Its
+	// holders share them by load (they hold the prefix alike, so no cache
+	// is spent), and the guard spills to a new holder at hotGuardAbs
+	// rather than guard_abs: a copy of a prefix this busy pays for
+	// itself, and the holder's queue is what its requests would wait in.
+	guardAbs := b.guardAbs
+	if share*float64(len(cands)) > 1 {
+		guardAbs = min(guardAbs, b.hotGuardAbs)
+		if most > 0 {
+			for k, c := range cands {
+				if held[k] == most && loads[k] < prefLoad {
+					pref, prefLoad = c, loads[k]
+				}
+			}
+		}
+		d.Hot = true
+	}
 	d.Preferred = backends[pref]
 	chosen := pref
-	states := b.snap.Load().Backends
-	minLoad := math.Inf(1)
-	for _, c := range cands {
-		minLoad = min(minLoad, b.load(backends[c], &states[c]))
+	over := func(l float64) bool {
+		return l-minLoad > guardAbs && l > b.guardRel*minLoad
 	}
-	over := func(c int32) bool {
-		l := b.load(backends[c], &states[c])
-		return l-minLoad > b.guardAbs && l > b.guardRel*minLoad
-	}
-	if over(pref) {
+	if over(prefLoad) {
 		// Spill: to the best of the backends within the guard's bounds
 		// (the least loaded always is), a copy of the prefix first: a hot
 		// tenant then spreads over as many backends as its load needs
@@ -604,7 +636,7 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 		var obuf [maxStack]int32
 		others := obuf[:0]
 		for k, c := range cands {
-			ok[k] = !over(c)
+			ok[k] = !over(loads[k])
 			if ok[k] {
 				others = append(others, c)
 			}

@@ -208,6 +208,73 @@ func TestPrefixGuard(t *testing.T) {
 	}
 }
 
+// TestPrefixHot: an anchor that sends more than one backend's even share
+// of the requests is shared by load among the backends that hold its
+// prompt, and the guard spills it at hot_guard_abs rather than guard_abs;
+// an anchor with a small share keeps to its home.
+func TestPrefixHot(t *testing.T) {
+	tests := []struct {
+		name     string
+		others   int  // requests of other anchors after the first placement
+		copy     bool // a second backend holds the prompt too
+		wantHome bool
+		override bool
+	}{
+		{"hot: the other holder, less loaded, takes it", 0, true, false, false},
+		{"hot: spilled at hot_guard_abs", 0, false, false, true},
+		{"not hot (9 of 39): its home, though busier", 30, true, true, false},
+		{"not hot: no spill below guard_abs", 30, false, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPool(t, 3, nil)
+			o := defaults()
+			o.Strategy = Prefix
+			o.Prefix.GuardAbs, o.Prefix.GuardRel, o.Prefix.HotGuardAbs = 8, 1.5, 1
+			b := mustNew(t, p, o)
+			bs := p.Backends()
+			if err := b.Update(context.Background(), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			k := key(1, 1, 8, 8)
+			home, d, err := b.PickFor("m", nil, k)
+			if err != nil || d.Reason != ReasonPlacement || d.Hot {
+				t.Fatalf("first pick: %v, reason %v, hot %v; want a placement, not hot", err, d.Reason, d.Hot)
+			}
+			for range 8 { // enough requests for a share
+				if _, _, err := b.PickFor("m", nil, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range tt.others {
+				if _, _, err := b.PickFor("m", nil, key(uint64(100+i), 1, 8, 8)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := other(bs, home)
+			if tt.copy {
+				b.Index().Record(k.Chain(), indexOf(bs, second))
+			}
+			for range 2 {
+				defer home.Acquire()()
+			}
+			got, d, err := b.PickFor("m", nil, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Hot != (tt.others == 0) {
+				t.Errorf("hot %v, want %v", d.Hot, tt.others == 0)
+			}
+			if (got == home) != tt.wantHome || d.GuardOverride != tt.override {
+				t.Errorf("picked %s (home %s), override %v; want home %v, override %v", got.Name, home.Name, d.GuardOverride, tt.wantHome, tt.override)
+			}
+			if tt.copy && !tt.wantHome && (got != second || d.Reason != ReasonMatch) {
+				t.Errorf("picked %s for %v, want the other holder %s for match", got.Name, d.Reason, second.Name)
+			}
+		})
+	}
+}
+
 // tenantKey renders tenant i's chat request (a long system prompt, then
 // turns user messages) into a key.
 func tenantKey(t testing.TB, h *prefix.Hasher, i, turns int) *prefix.Key {

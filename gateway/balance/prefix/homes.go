@@ -38,6 +38,28 @@ type Homes struct {
 	// pending are anchors to publish, each at most once (home.queued),
 	// at most max of them.
 	pending []uint64
+	// rate and rateAt: the requests of all anchors, decayed over rateTau,
+	// as of rateAt (unix nanoseconds); each home keeps its own.
+	rate   float64
+	rateAt int64
+}
+
+// rateTau is the time constant over which Lookup weighs requests to tell
+// an anchor's share of the traffic: long enough that a share is not one
+// burst, short enough that a tenant turning hot is seen within seconds.
+const rateTau = 10 * time.Second
+
+// shareMin is the fewest requests, decayed over rateTau, of an anchor
+// whose share Lookup reports: a share of a handful is noise, such as one
+// tenant's second request among the first few after a start.
+const shareMin = 8
+
+// decay returns a count c as of at, decayed over rateTau to t.
+func decay(c float64, at, t int64) float64 {
+	if t <= at {
+		return c
+	}
+	return c * math.Exp(-float64(t-at)/float64(rateTau))
 }
 
 type home struct {
@@ -46,6 +68,7 @@ type home struct {
 	seen    int64  // last use, unix nanoseconds
 	shared  int64  // last publication, unix nanoseconds; 0: never
 	queued  bool
+	rate    float64 // requests, decayed over rateTau as of seen
 }
 
 // A Claim is an anchor and its home, as published to the store.
@@ -63,25 +86,31 @@ func NewHomes(size, backends int, ttl time.Duration) *Homes {
 	return &Homes{m: make(map[uint64]home, min(size, 1024)), max: size, ttl: int64(ttl), count: make([]int, backends)}
 }
 
-// Lookup returns the anchor's home and marks it used at now. An anchor
-// last published more than a quarter of the ttl ago is queued for
-// publication again, so that the store's copy lives as long as the
-// anchor is used.
-func (h *Homes) Lookup(anchor uint64, now time.Time) (backend int, ok bool) {
+// Lookup counts a request for the anchor at now and returns the anchor's
+// home and its share of the requests of the last rateTau or so (0 with no
+// home or fewer than shareMin requests), marking it used. An anchor last published more than a quarter of
+// the ttl ago is queued for publication again, so that the store's copy
+// lives as long as the anchor is used.
+func (h *Homes) Lookup(anchor uint64, now time.Time) (backend int, share float64, ok bool) {
 	t := now.UnixNano()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.rate, h.rateAt = decay(h.rate, h.rateAt, t)+1, max(h.rateAt, t)
 	e, ok := h.m[anchor]
 	if !ok || t-e.seen > h.ttl {
-		return -1, false
+		return -1, 0, false
 	}
-	e.seen = t
+	e.rate = decay(e.rate, e.seen, t) + 1
+	e.seen = max(e.seen, t)
 	if !e.queued && t-e.shared > h.ttl/4 && len(h.pending) < h.max {
 		e.queued = true
 		h.pending = append(h.pending, anchor)
 	}
 	h.m[anchor] = e
-	return e.backend, true
+	if e.rate < shareMin {
+		return e.backend, 0, true
+	}
+	return e.backend, min(e.rate/h.rate, 1), true
 }
 
 // Place chooses a home for an anchor that has none, among cands (pool
@@ -103,7 +132,8 @@ func (h *Homes) Place(anchor, first uint64, cands []int32, slack float64, weight
 	// Two first requests of one anchor at once: the second takes the
 	// home the first just placed, not a second one.
 	if e, ok := h.m[anchor]; ok && t-e.seen <= h.ttl && slices.Contains(cands, int32(e.backend)) {
-		e.seen = t
+		e.rate = decay(e.rate, e.seen, t) + 1
+		e.seen = max(e.seen, t)
 		h.m[anchor] = e
 		return int32(e.backend)
 	}
@@ -143,8 +173,10 @@ func (h *Homes) live(c int32) int {
 // put records the anchor's home, displacing an anchor at random when
 // the table is full.
 func (h *Homes) put(anchor, first uint64, backend int, t int64) {
+	rate := 1.0 // the request that places it, counted in h.rate by Lookup
 	if old, ok := h.m[anchor]; ok {
 		h.dec(old.backend)
+		rate = decay(old.rate, old.seen, t) + 1
 	} else if len(h.m) >= h.max {
 		for k, e := range h.m { // map order: a random victim
 			h.dec(e.backend)
@@ -152,7 +184,7 @@ func (h *Homes) put(anchor, first uint64, backend int, t int64) {
 			break
 		}
 	}
-	h.m[anchor] = home{backend: backend, first: first, seen: t}
+	h.m[anchor] = home{backend: backend, first: first, seen: t, rate: rate}
 	if backend >= 0 && backend < len(h.count) {
 		h.count[backend]++
 	}

@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -72,8 +73,8 @@ func TestPlaceDeterministic(t *testing.T) {
 	placeAll(a, anchors, []float64{1, 1, 1, 1}, 0, now)
 	placeAll(b, anchors, []float64{1, 1, 1, 1}, 0, now)
 	for _, x := range anchors {
-		ha, _ := a.Lookup(x, now)
-		hb, _ := b.Lookup(x, now)
+		ha, _, _ := a.Lookup(x, now)
+		hb, _, _ := b.Lookup(x, now)
 		if ha != hb {
 			t.Fatalf("anchor %x: %d and %d", x, ha, hb)
 		}
@@ -87,7 +88,7 @@ func TestPlaceDeterministic(t *testing.T) {
 			want, best = i, s
 		}
 	}
-	if got, _ := first.Lookup(anchors[0], now); got != want {
+	if got, _, _ := first.Lookup(anchors[0], now); got != want {
 		t.Errorf("first anchor's home %d, want its rendezvous choice %d", got, want)
 	}
 }
@@ -105,7 +106,7 @@ func TestHomesExpireAndBound(t *testing.T) {
 	placeAll(h, anchors, []float64{1, 1, 1}, 0, t0)
 	// Half are used again 50 s later; a minute after that the rest go.
 	for _, a := range anchors[:15] {
-		if _, ok := h.Lookup(a, t0.Add(50*time.Second)); !ok {
+		if _, _, ok := h.Lookup(a, t0.Add(50*time.Second)); !ok {
 			t.Fatalf("anchor %d lost before its ttl", a)
 		}
 	}
@@ -113,7 +114,7 @@ func TestHomesExpireAndBound(t *testing.T) {
 	if h.Len() != 15 {
 		t.Errorf("after the sweep: %d anchors, want 15", h.Len())
 	}
-	if _, ok := h.Lookup(anchors[20], t0.Add(70*time.Second)); ok {
+	if _, _, ok := h.Lookup(anchors[20], t0.Add(70*time.Second)); ok {
 		t.Error("an expired anchor still has a home")
 	}
 	sum := 0
@@ -124,7 +125,7 @@ func TestHomesExpireAndBound(t *testing.T) {
 		t.Errorf("counts %v add up to %d, want 15", h.Counts(), sum)
 	}
 	// An anchor past its ttl but not yet swept reads as unknown too.
-	if _, ok := h.Lookup(anchors[0], t0.Add(200*time.Second)); ok {
+	if _, _, ok := h.Lookup(anchors[0], t0.Add(200*time.Second)); ok {
 		t.Error("an anchor past its ttl, not yet swept, still has a home")
 	}
 
@@ -151,7 +152,7 @@ func TestHomesExpireAndBound(t *testing.T) {
 // when used after a quarter of the ttl; a failed publication is queued
 // again; adopting another replica's home moves the count and names the
 // home given up.
-func TestHomesShare(t *testing.T) {
+func TestHomesRequestShare(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	h := NewHomes(100, 3, time.Minute)
 	placeAll(h, []uint64{10, 20, 30}, []float64{1, 1, 1}, 0, t0)
@@ -179,7 +180,7 @@ func TestHomesShare(t *testing.T) {
 		t.Errorf("requeued: %v", re)
 	}
 
-	home, _ := h.Lookup(20, t0)
+	home, _, _ := h.Lookup(20, t0)
 	to := (home + 1) % 3
 	before := h.Counts()
 	first, prev, changed := h.Adopt(20, to)
@@ -190,7 +191,7 @@ func TestHomesShare(t *testing.T) {
 	if after[home] != before[home]-1 || after[to] != before[to]+1 {
 		t.Errorf("counts %v → %v", before, after)
 	}
-	if got, _ := h.Lookup(20, t0); got != to {
+	if got, _, _ := h.Lookup(20, t0); got != to {
 		t.Errorf("home after Adopt: %d, want %d", got, to)
 	}
 	if _, _, changed := h.Adopt(20, to); changed {
@@ -217,6 +218,46 @@ func TestIndexForget(t *testing.T) {
 	x.Match(chain, []int32{0}, held)
 	if held[0] != 3 {
 		t.Errorf("backend 0 lost its blocks: %d", held[0])
+	}
+}
+
+// TestHomesRequestShare: Lookup tells an anchor's share of the requests, the
+// older ones weighing less (rateTau), so that a tenant that was hot and
+// went quiet stops being hot within seconds.
+func TestHomesShare(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := NewHomes(64, 3, time.Hour)
+	// As the balancer does: a request is looked up, then placed when it
+	// has no home.
+	h.Lookup(1, t0)
+	h.Lookup(2, t0)
+	placeAll(h, []uint64{1, 2}, []float64{1, 1, 1}, 0, t0)
+	for range 7 {
+		h.Lookup(1, t0)
+	}
+	if _, _, ok := h.Lookup(3, t0); ok { // no home: counted, no share
+		t.Fatal("anchor 3 has a home")
+	}
+	if _, s, _ := h.Lookup(2, t0); s != 0 { // 2 requests: too few to tell
+		t.Errorf("share of anchor 2 after 2 requests: %v, want 0", s)
+	}
+	// Anchor 1: 1 + 7 + this one, of those and anchor 2's 2 and 3's.
+	if _, s, _ := h.Lookup(1, t0); math.Abs(s-9.0/12) > 1e-9 {
+		t.Errorf("share of anchor 1: %v, want 9/12", s)
+	}
+	// 60 s (six time constants) later anchors 1 and 2 send 9 requests
+	// each: the earlier 12 weigh 12·e⁻⁶ ≈ 0.03 then.
+	t1 := t0.Add(6 * rateTau)
+	for range 9 {
+		h.Lookup(2, t1)
+	}
+	for range 8 {
+		h.Lookup(1, t1)
+	}
+	e6 := math.Exp(-6)
+	want := (9*e6 + 9) / (12*e6 + 18)
+	if _, s, _ := h.Lookup(1, t1); math.Abs(s-want) > 1e-9 {
+		t.Errorf("share of anchor 1 a minute later: %v, want %v", s, want)
 	}
 }
 
