@@ -40,8 +40,21 @@ func (p *Pipeline) newAlerts(o Options, reg prometheus.Registerer) *alert.Engine
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Failed), "failed")
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Dropped), "dropped")
 		ch <- prometheus.MustNewConstMetric(alertsSentDesc, prometheus.CounterValue, float64(st.Retried), "retried")
+		for name, v := range p.BackendSlowness() {
+			ch <- prometheus.MustNewConstMetric(backendSlownessDesc, prometheus.GaugeValue, v, name)
+		}
 	}))
 	return e
+}
+
+// BackendSlowness returns each backend's slowness as the backend_slow
+// rule reads it (see speeds): how many times slower than the other
+// backends it answers; absent for a backend with too few recent answers.
+// Answers count for two analyzer windows: a backend the balancer has
+// moved off answers seldom, and its last answers are what tells it is
+// still slow.
+func (p *Pipeline) BackendSlowness() map[string]float64 {
+	return p.speeds.slowness(p.now(), 2*p.cfg.Window, p.alertPeriod)
 }
 
 // alertConfig is the alert engine's configuration from the alerts section.
@@ -166,6 +179,9 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 			}
 		}
 		values = append(values, alert.Value{Rule: alert.RuleBackendDown, V: down, Labels: p.labelsOf(name)})
+	}
+	for name, v := range p.BackendSlowness() {
+		values = append(values, alert.Value{Rule: alert.RuleBackendSlow, V: v, Labels: p.labelsOf(name)})
 	}
 	values = append(values, p.burnRates(now)...)
 	if pr := s.Precision; pr != nil {

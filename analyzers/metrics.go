@@ -193,7 +193,12 @@ func (m *metrics) publishPrecision(r *precision.Result) {
 
 var (
 	alertsFiringDesc = prometheus.NewDesc("vigil_alerts_firing", "Alerts in the firing state.", nil, nil)
-	alertsSentDesc   = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome: sent; retried (a failed delivery tried again, once per attempt); failed (given up on); dropped (the delivery queue was full).", []string{"outcome"}, nil)
+	// backendSlownessDesc: a series per configured backend with enough
+	// recent answers; the label is bounded by the configuration.
+	backendSlownessDesc = prometheus.NewDesc("vigil_backend_slowness",
+		"How many times slower than the other backends a backend answers: the median time to first token of its latest good answers (or longest pause within a stream, whichever is larger) over the others'. Absent without enough recent answers.",
+		[]string{"backend"}, nil)
+	alertsSentDesc = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome: sent; retried (a failed delivery tried again, once per attempt); failed (given up on); dropped (the delivery queue was full).", []string{"outcome"}, nil)
 )
 
 // collectorFunc is an unchecked prometheus.Collector made of a function

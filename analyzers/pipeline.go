@@ -94,6 +94,7 @@ type Pipeline struct {
 	// Requests and failures by backend (or by model, for requests the
 	// gateway answered itself), for the error rates and the SLO.
 	errs   *errrate.Rates
+	speeds *speeds // each backend's latest good answers, for its slowness
 	slo    config.SLO
 	models map[string]bool // the configured models: bounded error-rate keys
 	usage  *usage.Ledger   // token usage by tenant, model and backend
@@ -147,6 +148,7 @@ func New(o Options) (*Pipeline, error) {
 		}
 	}
 	p.errs = errrate.New(c.Bucket, span)
+	p.speeds = newSpeeds()
 	p.slo = o.Alerts.SLO
 	p.models = map[string]bool{}
 	for _, b := range o.Backends {

@@ -537,7 +537,7 @@ const (
 // names them too; a test there keeps the two lists equal.
 var AlertRules = []string{
 	"drift_score", "confidence_drop", "latency_ttft_p95", "latency_e2e_p95",
-	"error_rate", "perplexity_band", "precision_divergence", "error_budget_burn", "backend_down",
+	"error_rate", "perplexity_band", "precision_divergence", "error_budget_burn", "backend_down", "backend_slow",
 }
 
 // Admin configures the admin API.

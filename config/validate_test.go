@@ -230,7 +230,7 @@ func TestValidate(t *testing.T) {
 		{"consecutive", func(c *config.Config) { c.Analyzers.Consecutive = 0 },
 			`analyzers.consecutive: must be >= 1, got 0`},
 		{"alert fixed rule", func(c *config.Config) { c.Alerts.Fixed = map[string]float64{"latency": 1} },
-			`alerts.fixed.latency: unknown rule (known: drift_score, confidence_drop, latency_ttft_p95, latency_e2e_p95, error_rate, perplexity_band, precision_divergence, error_budget_burn, backend_down)`},
+			`alerts.fixed.latency: unknown rule (known: drift_score, confidence_drop, latency_ttft_p95, latency_e2e_p95, error_rate, perplexity_band, precision_divergence, error_budget_burn, backend_down, backend_slow)`},
 		{"cold start error rate", func(c *config.Config) { c.Alerts.ColdStart.ErrorRate = 1 },
 			`alerts.cold_start.error_rate: must be in (0, 1), got 1`},
 		{"cold start latency factor", func(c *config.Config) { c.Alerts.ColdStart.LatencyFactor = 0.5 },

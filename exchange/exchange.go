@@ -101,9 +101,14 @@ type Request struct {
 // Response describes how a proxied request ended. It is immutable once
 // handed to an observer.
 type Response struct {
-	Status           int
-	Latency          time.Duration
-	TTFT             time.Duration // zero when no body byte arrived
+	Status  int
+	Latency time.Duration
+	TTFT    time.Duration // zero when no body byte arrived
+	// FirstToken is a stream's time to its first content chunk (a token),
+	// since the request started; zero when none arrived or not a stream.
+	// It differs from TTFT where the API opens a stream with events of
+	// its own (Responses' response.created, Messages' message_start).
+	FirstToken       time.Duration
 	PromptTokens     int
 	CompletionTokens int
 	// UsageSource says where the token counts came from.

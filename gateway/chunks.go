@@ -34,6 +34,11 @@ const maxChoiceTimes = 64
 // even gaps reports them exactly.
 type chunkCounter struct {
 	tokens int
+	// first is when the first content chunk arrived, since the request
+	// started (zero: none yet): a stream's time to its first token, which
+	// its first byte is not where an API opens with events of its own
+	// (Responses' response.created, Messages' message_start).
+	first time.Duration
 	// When each choice's last content chunk arrived, since the request
 	// started (zero: none yet); choices after the first only for n > 1.
 	last0    time.Duration
@@ -47,6 +52,9 @@ type chunkCounter struct {
 // the request started): one token for each choice in mask (bit i: choice
 // i) and extra for choices beyond maxChoiceTimes.
 func (c *chunkCounter) add(mask uint64, extra int, at time.Duration) {
+	if c.first == 0 && (mask != 0 || extra > 0) {
+		c.first = at
+	}
 	c.tokens += extra
 	if mask == 1 { // the common case: one choice
 		c.tokens++

@@ -182,3 +182,29 @@ func TestDispatcherBatches(t *testing.T) {
 		t.Errorf("%d events queued, %d dropped; want 102, 204", got, dropped)
 	}
 }
+
+// TestObserverFirstToken: a stream's FirstToken is its time to the first
+// content chunk, which its first byte is not where the API opens the
+// stream with events of its own (Messages' message_start); a chat
+// stream's first byte is its first token; a non-streamed answer has none.
+func TestObserverFirstToken(t *testing.T) {
+	const ttft = 200 * time.Millisecond
+	_, url := startSim(t, "m1", func(k *sim.Knobs) { k.TTFT = ttft })
+	rec := &recorder{}
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil, func(o *Options) { o.Observer = rec })
+	post(t, gw.URL+"/v1/messages", `{"model":"m1","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	post(t, gw.URL+"/v1/chat/completions", `{"model":"m1","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	post(t, gw.URL+"/v1/chat/completions", `{"model":"m1","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`)
+	waitFor(t, "three responses", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.resps) == 3 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if m := rec.resps[0]; m.FirstToken < ttft || m.TTFT >= m.FirstToken {
+		t.Errorf("messages stream: first byte %v, first token %v; want the token at %v or later, after the first byte", m.TTFT, m.FirstToken, ttft)
+	}
+	if c := rec.resps[1]; c.FirstToken < ttft || c.FirstToken < c.TTFT {
+		t.Errorf("chat stream: first byte %v, first token %v; want the token at %v or later, with or after the first byte", c.TTFT, c.FirstToken, ttft)
+	}
+	if n := rec.resps[2]; n.FirstToken != 0 {
+		t.Errorf("non-streamed answer: first token %v, want none", n.FirstToken)
+	}
+}

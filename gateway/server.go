@@ -999,6 +999,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 			Status: status, Latency: x.resp.latency, PromptTokens: x.resp.prompt(),
 			CompletionTokens: x.resp.completionTokens, UsageSource: x.resp.usageSource, Events: x.resp.events,
 			ErrorClass: class, Body: x.resp.captured, Truncated: x.resp.truncated, Gaps: x.resp.gaps,
+			FirstToken: x.resp.chunks.first,
 		}
 		if !x.resp.firstByte.IsZero() {
 			resp.TTFT = x.resp.firstByte.Sub(x.req.Start)

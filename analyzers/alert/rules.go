@@ -52,6 +52,13 @@ const (
 	// the backend's error rate, which has nothing to measure once no
 	// request reaches the backend.
 	RuleBackendDown = "backend_down"
+	// RuleBackendSlow is a backend's slowness: the median time to first
+	// token of its latest good answers over its peers', or the same for
+	// the longest pause within a stream, whichever is larger. One series
+	// per backend; its threshold is fixed at 3 (three times slower than
+	// the others), so that a fleet-wide slowdown, which the latency rules
+	// report, never makes one backend slow.
+	RuleBackendSlow = "backend_slow"
 )
 
 // MinQuantileValues is the fewest values a window needs for its P95 to be
@@ -61,7 +68,7 @@ const MinQuantileValues = 20
 
 // DefaultFixed are the rules whose threshold is fixed unless Config.Fixed
 // names them.
-var DefaultFixed = map[string]float64{RulePerplexity: 3, RuleBackendDown: 0.5}
+var DefaultFixed = map[string]float64{RulePerplexity: 3, RuleBackendDown: 0.5, RuleBackendSlow: 3}
 
 // DefaultConsecutive are the rules that fire after their own number of
 // breaching periods rather than Config.Consecutive. The perplexity band's
@@ -96,6 +103,7 @@ var rules = map[string]ruleInfo{
 	RulePrecision:      {"VigilPrecisionDivergence", "precision", "Precision divergence above its threshold"},
 	RuleErrorBudget:    {"VigilErrorBudgetBurn", "errors", "Error budget burning faster than its SLO allows"},
 	RuleBackendDown:    {"VigilBackendDown", "backend", "Backend out of service (unhealthy or ejected) for a whole alert period"},
+	RuleBackendSlow:    {"VigilBackendSlow", "backend", "Backend answering far slower than the other backends"},
 }
 
 // info returns the description of rule; an unknown rule name is its own

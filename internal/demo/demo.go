@@ -147,6 +147,10 @@ type demoOptions struct {
 	// outOfService counts a backend failing its active health checks as
 	// out (sigEjection), not only a passively ejected one.
 	outOfService bool
+	// alike gives every backend sim-a's speed and confidence (sim-a-int8
+	// keeps its noise): the matrix's faults then move only what they
+	// inject, not which backend a request lands on.
+	alike bool
 }
 
 // demoSim is one simulated backend of the demo and the knobs it starts with.
@@ -192,11 +196,16 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	}()
 	// sim-a-int8 is sim-a's model "quantized": the same seed, a little
 	// noise on its logprobs; it is shadow-compared against sim-a (signal 5).
+	a := demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)
+	b := demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)
 	int8 := demoKnobs(50*time.Millisecond, 12*time.Millisecond, 0.85)
+	if o.alike {
+		b, int8 = a, a
+	}
 	int8.Noise = 0.05
 	d.sims = []*demoSim{
-		{name: "sim-a", base: demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)},
-		{name: "sim-b", base: demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)},
+		{name: "sim-a", base: a},
+		{name: "sim-b", base: b},
 		{name: "sim-a-int8", reference: "sim-a", base: int8},
 	}
 	// sim-a-int8 shares sim-a's seed: the same model, quantized.

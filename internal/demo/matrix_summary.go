@@ -8,12 +8,12 @@ import (
 )
 
 // matrixColumns are the matrix's signal columns, in order.
-var matrixColumns = []signalKind{sigDrift, sigDecay, sigOutput, sigLatency, sigPrecision, sigEjection, sigStore, sigSpans}
+var matrixColumns = []signalKind{sigDrift, sigDecay, sigOutput, sigLatency, sigPrecision, sigEjection, sigSlow, sigStore, sigSpans}
 
 // columnNames are the columns' headings.
 var columnNames = map[signalKind]string{
 	sigDrift: "input drift", sigDecay: "confidence", sigOutput: "output drift", sigLatency: "latency",
-	sigPrecision: "precision", sigEjection: "backend out", sigStore: "store down", sigSpans: "spans dropped",
+	sigPrecision: "precision", sigEjection: "backend out", sigSlow: "backend slow", sigStore: "store down", sigSpans: "spans dropped",
 }
 
 // expectsSignal reports whether r's diagonal holds k.

@@ -168,10 +168,11 @@ func TestMatrix(t *testing.T) {
 		t.Skip("the matrix takes minutes")
 	}
 	testutil.SkipStatisticalUnderRace(t)
-	// Not in the default run yet: in one CI run of three seeds, seed 3's
-	// prompt mix shift fired VigilConfidenceDecay, because the shifted
-	// prompts were placed on sim-b, the demo's less confident backend.
-	// The matrix needs backends alike before it can gate every change.
+	// Not in the default run yet. The matrix's backends are alike now,
+	// which ended the prompt shift's confidence consequence, but one seed
+	// of the prompt mix shift fired VigilLatencyTTFT in one of four runs
+	// (adaptive threshold 1.1× a tight 60 ms P95, at 2 s alert periods)
+	// for a cause not yet found; a gate on every change must not flake.
 	if os.Getenv("VIGIL_MATRIX") == "" {
 		t.Skip("VIGIL_MATRIX=1 runs the fault-isolation matrix (about 5 minutes)")
 	}

@@ -67,6 +67,9 @@ const (
 	sigLatency
 	sigPrecision
 	sigEjection
+	// sigSlow is a backend answering far slower than the others (the
+	// backend_slow rule's slowness above its threshold).
+	sigSlow
 	// sigStore and sigSpans are the infrastructure the matrix cuts: the
 	// state store reported down (vigil_state_store_up 0) and spans
 	// dropped (vigil_tracing_spans_dropped_total rising). Demos without
@@ -80,8 +83,8 @@ const (
 // alarm (as /admin/signals says it; "ejected" is the demo's word).
 var (
 	signalNames = [numSignals]string{"input drift", "confidence decay", "output drift", "latency variance", "precision divergence", "passive ejection",
-		"state store", "spans"}
-	alarmStates = [numSignals]string{"drift", "decay", "drift", "anomalous", "divergent", "ejected", "down", "dropped"}
+		"backend slowness", "state store", "spans"}
+	alarmStates = [numSignals]string{"drift", "decay", "drift", "anomalous", "divergent", "ejected", "slow", "down", "dropped"}
 )
 
 // expectation is what a phase's fault should move: a signal into its
@@ -678,6 +681,9 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		if k == sigEjection && st == alarmStates[k] {
 			line += " (" + strings.Join(rd.ejected, ", ") + ")"
 		}
+		if k == sigSlow && st == alarmStates[k] {
+			line += " (" + strings.Join(rd.slow, ", ") + ")"
+		}
 		if res != nil && st == alarmStates[k] && res.seen[k] < 0 && (k != sigOutput || !res.expects(k)) {
 			res.seen[k] = now.Sub(res.start)
 			line += fmt.Sprintf(", %.1f s after the injection", res.seen[k].Seconds())
@@ -755,6 +761,7 @@ func labelNote(l map[string]string) string {
 type reading struct {
 	state     [numSignals]string
 	ejected   []string  // the backends ejected now
+	slow      []string  // the backends answering far slower than the others
 	evaluated time.Time // when the signals were evaluated
 }
 
@@ -792,6 +799,15 @@ func (d *demo) read(ctx context.Context) reading {
 			rd.state[sigEjection] = alarmStates[sigEjection]
 		}
 	}
+	rd.state[sigSlow] = "ok"
+	limit := alert.DefaultFixed[alert.RuleBackendSlow]
+	for name, v := range d.app.Pipeline().BackendSlowness() {
+		if v > limit {
+			rd.slow = append(rd.slow, fmt.Sprintf("%s ×%.0f", name, v))
+			rd.state[sigSlow] = alarmStates[sigSlow]
+		}
+	}
+	slices.Sort(rd.slow)
 	rd.state[sigStore], rd.state[sigSpans] = "ok", "ok"
 	if d.infra != nil {
 		d.infra.read(ctx, d.base, &rd)

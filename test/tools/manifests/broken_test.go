@@ -92,6 +92,7 @@ var breakages = []struct {
 	{"rules signal label", "prometheus/rules.yaml", "labels: {severity: warning, signal: state}", "labels: {severity: warning}", "no signal label"},
 	{"rules summary", "prometheus/rules.yaml", "          summary: Analyzer queue overflowing\n", "", "no summary annotation"},
 	{"rules backend down missing", "prometheus/rules.yaml", "- alert: VigilBackendDown", "- alert: VigilBackendOut", "no alert VigilBackendDown"},
+	{"rules backend slow missing", "prometheus/rules.yaml", "- alert: VigilBackendSlow", "- alert: VigilSlowBackend", "no alert VigilBackendSlow"},
 	{"rules burn rate missing", "prometheus/rules.yaml", "labels: {severity: critical, signal: errors, window: 1h/5m}", "labels: {severity: critical, signal: errors}", "VigilErrorBudgetBurn: no window label"},
 }
 

@@ -119,9 +119,9 @@ func checkPrometheus(deploy string) (f findings) {
 
 // mirroredAlerts are Vigil's own alerts (analyzers/alert) that
 // rules.yaml defines too, under the same name, for a deployment that
-// alerts from Prometheus: a backend out of service, and the error
-// budget's burn rate.
-var mirroredAlerts = []string{"VigilBackendDown", "VigilErrorBudgetBurn"}
+// alerts from Prometheus: a backend out of service, one far slower than
+// the others, and the error budget's burn rate.
+var mirroredAlerts = []string{"VigilBackendDown", "VigilBackendSlow", "VigilErrorBudgetBurn"}
 
 // selectorName is the metric a selector reads: its name, or an equality
 // matcher on __name__.
