@@ -196,7 +196,7 @@ var (
 	// backendSlownessDesc: a series per configured backend with enough
 	// recent answers; the label is bounded by the configuration.
 	backendSlownessDesc = prometheus.NewDesc("vigil_backend_slowness",
-		"How many times slower than the other backends a backend answers: the median time to first token of its latest good answers (or longest pause within a stream, whichever is larger) over the others'. Absent without enough recent answers.",
+		"How many times slower than the other backends a backend answers: the lower quartile of its latest good streamed answers' time to first token (or longest pause within the stream, whichever ratio is larger) over the other backends' upper quartile over the same time. Absent without enough recent answers.",
 		[]string{"backend"}, nil)
 	alertsSentDesc = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome: sent; retried (a failed delivery tried again, once per attempt); failed (given up on); dropped (the delivery queue was full).", []string{"outcome"}, nil)
 )
