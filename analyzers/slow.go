@@ -57,12 +57,11 @@ const (
 )
 
 type speedSample struct {
-	at       int64   // unix nanoseconds
-	ttft     float64 // milliseconds, when hasTTFT
-	gap      float64 // longest pause within the stream, milliseconds, when hasGap
-	hasTTFT  bool
-	hasGap   bool
-	occupied bool
+	at      int64   // unix nanoseconds; 0: an empty slot
+	ttft    float64 // milliseconds, when hasTTFT
+	gap     float64 // longest pause within the stream, milliseconds, when hasGap
+	hasTTFT bool
+	hasGap  bool
 }
 
 type speedRing struct {
@@ -75,7 +74,7 @@ func newSpeeds() *speeds { return &speeds{m: map[string]*speedRing{}} }
 
 // add records a good streamed answer of backend at t.
 func (s *speeds) add(backend string, t time.Time, resp *exchange.Response) {
-	smp := speedSample{at: t.UnixNano(), occupied: true}
+	smp := speedSample{at: t.UnixNano()}
 	if resp.FirstToken > 0 {
 		smp.ttft, smp.hasTTFT = float64(resp.FirstToken)/float64(time.Millisecond), true
 	}
@@ -125,7 +124,7 @@ func (s *speeds) slowness(now time.Time, window, span time.Duration) map[string]
 		}
 		for i := range ringSize {
 			x := r.s[(r.next+i)%ringSize] // oldest first
-			if !x.occupied || x.at < from {
+			if x.at == 0 || x.at < from {
 				continue
 			}
 			if x.hasTTFT {

@@ -88,9 +88,9 @@ func NewHomes(size, backends int, ttl time.Duration) *Homes {
 
 // Lookup counts a request for the anchor at now and returns the anchor's
 // home and its share of the requests of the last rateTau or so (0 with no
-// home or fewer than shareMin requests), marking it used. An anchor last published more than a quarter of
-// the ttl ago is queued for publication again, so that the store's copy
-// lives as long as the anchor is used.
+// home or fewer than shareMin requests), marking it used. An anchor last
+// published more than a quarter of the ttl ago is queued for publication
+// again, so that the store's copy lives as long as the anchor is used.
 func (h *Homes) Lookup(anchor uint64, now time.Time) (backend int, share float64, ok bool) {
 	t := now.UnixNano()
 	h.mu.Lock()
