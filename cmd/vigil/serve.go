@@ -96,13 +96,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return a.Serve(ctx, ln)
 }
 
-// defaultGOGC is the collector's target when GOGC is not set. Vigil's heap
-// is small (tens of MB), so at Go's default of 100 the collector runs every
-// few hundred requests and takes a large share of the CPU per request; 200
-// cut the gateway's own CPU per request by a third to two fifths (README,
-// "GC settings") for a few MB more heap. GOMEMLIMIT, when set, still bounds
-// the heap: the collector works harder as it nears the limit.
-const defaultGOGC = 200
+// defaultGOGC is the collector's target when GOGC is not set: Go's own.
+// 200 was the default while the request path was judged in-process, where
+// it cut the gateway's own CPU per request by a third; behind real sockets
+// the two measure alike (CPU per request at 1000 req/s within one round's
+// noise of each other), while a held stream's share of the peak heap is a
+// sixth smaller at 100 (1,000 streams: 157 → 131 KiB each; operations.md,
+// "GC settings"). GOMEMLIMIT, when set, still bounds the heap: the
+// collector works harder as it nears the limit.
+const defaultGOGC = 100
 
 // setDefaultGC sets the collector's target to defaultGOGC unless GOGC is
 // set in the environment, and returns the target in force, as GOGC spells
@@ -119,9 +121,9 @@ func setDefaultGC(getenv func(string) string) string {
 // process at rest (tens of MB with every analyzer, the windows and the
 // caches full) plus a budget per allowed connection. A held stream costs
 // about 90 KiB in use (Go heap and the four goroutines' stacks of net/http:
-// 9,872 streams held 882 MiB of RSS in the stream suite) and GOGC=200
-// lets the heap grow to three times that before a collection: at 9,872
-// streams the peak was 1,465 MiB. The budget leaves the collector about
+// 9,872 streams held 882 MiB of RSS in the stream suite) and GOGC lets
+// the heap grow past it before a collection: at 9,872 streams the peak
+// was 1,465 MiB with GOGC=200. The budget leaves the collector about
 // 25 % of room above what max_connections streams hold, so that it is
 // not driven to collect without end, and caps the peak near 1.2 GiB at
 // the default 10,000 connections.
