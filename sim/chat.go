@@ -91,7 +91,7 @@ type chatResponse struct {
 	Choices []any      `json:"choices"` // chatChoice values
 	Usage   *usageInfo `json:"usage"`
 	// PromptLogprobs is vLLM's; null unless prompt_logprobs was asked.
-	PromptLogprobs []any `json:"prompt_logprobs"`
+	PromptLogprobs promptLogprobList `json:"prompt_logprobs"`
 }
 
 // chatChoice is a choice of a chatResponse.
@@ -168,7 +168,7 @@ var chatFormat = openAIFormat{
 		}
 		return ch
 	},
-	choice: func(c *choiceState, lp tokenLogprobs, _ []any) any {
+	choice: func(c *choiceState, lp tokenLogprobs, _ promptLogprobList) any {
 		return chatChoice{
 			Index:        c.index,
 			Message:      chatMessageOut{Role: "assistant", Content: c.text.String(), ToolCalls: []any{}},
@@ -176,7 +176,7 @@ var chatFormat = openAIFormat{
 			FinishReason: c.plan.finish,
 		}
 	},
-	response: func(head openAIHead, choices []any, usage *usageInfo, promptLogprobs []any) any {
+	response: func(head openAIHead, choices []any, usage *usageInfo, promptLogprobs promptLogprobList) any {
 		return chatResponse{openAIHead: head, Choices: choices, Usage: usage, PromptLogprobs: promptLogprobs}
 	},
 }

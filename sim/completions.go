@@ -99,12 +99,12 @@ type completionResponse struct {
 
 // completionChoice is a choice of a completionResponse.
 type completionChoice struct {
-	Index          int           `json:"index"`
-	Text           string        `json:"text"`
-	Logprobs       tokenLogprobs `json:"logprobs"` // a *completionLogprobs or nil
-	FinishReason   string        `json:"finish_reason"`
-	StopReason     *string       `json:"stop_reason"`
-	PromptLogprobs []any         `json:"prompt_logprobs"`
+	Index          int               `json:"index"`
+	Text           string            `json:"text"`
+	Logprobs       tokenLogprobs     `json:"logprobs"` // a *completionLogprobs or nil
+	FinishReason   string            `json:"finish_reason"`
+	StopReason     *string           `json:"stop_reason"`
+	PromptLogprobs promptLogprobList `json:"prompt_logprobs"`
 }
 
 // completionChunkChoice is a choice of a completions stream chunk.
@@ -146,13 +146,13 @@ var completionFormat = openAIFormat{
 	chunk: func(index int, text string, lp tokenLogprobs, finish *string) any {
 		return completionChunkChoice{Index: index, Text: text, Logprobs: lp, FinishReason: finish}
 	},
-	choice: func(c *choiceState, lp tokenLogprobs, promptLogprobs []any) any {
+	choice: func(c *choiceState, lp tokenLogprobs, promptLogprobs promptLogprobList) any {
 		return completionChoice{
 			Index: c.index, Text: c.text.String(), Logprobs: lp,
 			FinishReason: c.plan.finish, PromptLogprobs: promptLogprobs,
 		}
 	},
-	response: func(head openAIHead, choices []any, usage *usageInfo, _ []any) any {
+	response: func(head openAIHead, choices []any, usage *usageInfo, _ promptLogprobList) any {
 		return completionResponse{openAIHead: head, Choices: choices, Usage: usage}
 	},
 }

@@ -27,11 +27,11 @@ type openAIFormat struct {
 	chunk func(index int, text string, lp tokenLogprobs, finish *string) any
 	// choice is a choice of the non-streaming response, with its logprobs
 	// (nil when not asked) and those of its prompt (nil when not asked).
-	choice func(c *choiceState, lp tokenLogprobs, promptLogprobs []any) any
+	choice func(c *choiceState, lp tokenLogprobs, promptLogprobs promptLogprobList) any
 	// response is the non-streaming body. promptLogprobs are those of the
 	// first prompt, nil when not asked: chat lists them once, at the top,
 	// where completions list them per choice.
-	response func(head openAIHead, choices []any, usage *usageInfo, promptLogprobs []any) any
+	response func(head openAIHead, choices []any, usage *usageInfo, promptLogprobs promptLogprobList) any
 }
 
 // An openAIRequest is a decoded chat or completions request.
@@ -110,9 +110,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, f *openAIForma
 	for _, p := range plans {
 		promptTokens += p.tokens
 	}
-	var promptLogprobs map[*choicePlan][]any
+	var promptLogprobs map[*choicePlan]promptLogprobList
 	if sp.promptK >= 0 {
-		promptLogprobs = make(map[*choicePlan][]any, len(plans))
+		promptLogprobs = make(map[*choicePlan]promptLogprobList, len(plans))
 		for i := range plans {
 			promptLogprobs[&plans[i]] = promptLogprobsOf(m, plans[i].prompt, sp.promptK)
 		}

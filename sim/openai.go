@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -506,32 +507,89 @@ type promptDictEntry struct {
 	lp promptLogprob
 }
 
-// MarshalJSON writes the entries in order, with ids as keys.
-func (d promptDict) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, e := range d {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		v, err := marshal(e.lp)
-		if err != nil {
-			return nil, err
-		}
-		b.WriteByte('"')
-		b.WriteString(strconv.Itoa(e.id))
-		b.WriteString(`":`)
-		b.Write(v)
+// promptLogprobList is vLLM's prompt_logprobs: null for the first prompt
+// token, then a promptDict per token; a nil list is null. It writes itself
+// by hand: a long prompt lists thousands of positions, and encoding/json's
+// reflection and per-value compaction made it most of the simulator's CPU
+// under teacher forcing.
+type promptLogprobList []promptDict
+
+func (l promptLogprobList) MarshalJSON() ([]byte, error) {
+	if l == nil {
+		return []byte("null"), nil
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	b := make([]byte, 0, 64+len(l)*(len(l[len(l)-1])*64+8))
+	b = append(b, '[')
+	for i, d := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if d == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '{')
+		for j, e := range d {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = strconv.AppendInt(b, int64(e.id), 10)
+			b = append(b, `":{"logprob":`...)
+			var err error
+			if b, err = appendJSONFloat(b, e.lp.Logprob); err != nil {
+				return nil, err
+			}
+			b = append(b, `,"rank":`...)
+			b = strconv.AppendInt(b, int64(e.lp.Rank), 10)
+			b = append(b, `,"decoded_token":`...)
+			b = appendJSONString(b, e.lp.DecodedToken)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']'), nil
 }
 
-// promptLogprobsOf renders vLLM's prompt_logprobs: null for the first
-// prompt token, then a promptDict per token.
-func promptLogprobsOf(m lm, p promptText, k int) []any {
+// appendJSONFloat appends f as encoding/json writes a float64.
+func appendJSONFloat(b []byte, f float64) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("sim: unsupported float %v", f)
+	}
+	format := byte('f')
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		// e-09 → e-9, as encoding/json does.
+		b[n-2] = b[n-1]
+		b = b[:n-1]
+	}
+	return b, nil
+}
+
+// appendJSONString appends s as marshal writes a string (no HTML
+// escaping): as it is when nothing in it needs escaping or replacing.
+func appendJSONString(b []byte, s string) []byte {
+	plain := utf8.ValidString(s) && !strings.ContainsAny(s, "\u2028\u2029")
+	for i := 0; plain && i < len(s); i++ {
+		plain = s[i] >= 0x20 && s[i] != '"' && s[i] != '\\'
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	q, _ := marshal(s) // a string always marshals
+	return append(b, q...)
+}
+
+// promptLogprobsOf renders vLLM's prompt_logprobs of prompt p with its k
+// most likely tokens at each position.
+func promptLogprobsOf(m lm, p promptText, k int) promptLogprobList {
 	scores := m.promptScores(p, k)
-	out := make([]any, len(scores))
+	out := make(promptLogprobList, len(scores))
 	for i, st := range scores {
 		if i == 0 {
 			continue

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -617,5 +619,66 @@ func TestErrorRate(t *testing.T) {
 	}
 	if failed < 120-46 || failed > 120+46 {
 		t.Errorf("%d of 400 failed at error_rate 0.3", failed)
+	}
+}
+
+// TestPromptLogprobListJSON: the hand-written prompt_logprobs are byte for
+// byte what encoding/json writes for the same entries (as marshal, without
+// HTML escaping), for floats in both of its formats and tokens that need
+// escaping or replacing.
+func TestPromptLogprobListJSON(t *testing.T) {
+	tokens := []string{"a", "Привет", "你好", `"q"`, `back\slash`, "tab\t", "\x01", "<&>", "line\u2028sep", "bad\xffutf8", ""}
+	floats := []float64{-0.5, -12.25, -1e-7, -3.5e-21, -2e21, 0, math.Copysign(0, -1), -1.0000000000000002}
+	var l promptLogprobList
+	l = append(l, nil)
+	for i, tok := range tokens {
+		var d promptDict
+		for j, f := range floats {
+			d = append(d, promptDictEntry{i*100 + j, promptLogprob{f, j + 1, tok}})
+		}
+		l = append(l, d)
+	}
+	got, err := json.Marshal(struct {
+		P promptLogprobList `json:"prompt_logprobs"`
+	}{l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	want.WriteString(`{"prompt_logprobs":[null`)
+	for _, d := range l[1:] {
+		want.WriteString(",{")
+		for j, e := range d {
+			if j > 0 {
+				want.WriteByte(',')
+			}
+			v, err := marshal(e.lp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&want, `"%d":%s`, e.id, v)
+		}
+		want.WriteString("}")
+	}
+	want.WriteString("]}")
+	// encoding/json compacts a Marshaler's output and, by default,
+	// escapes HTML in it; marshal (the simulator's writer) does not.
+	var wantPlain bytes.Buffer
+	if err := json.Compact(&wantPlain, want.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = marshal(struct {
+		P promptLogprobList `json:"prompt_logprobs"`
+	}{l})
+	if !bytes.Equal(got, wantPlain.Bytes()) {
+		t.Errorf("got\n%s\nwant\n%s", got, wantPlain.Bytes())
+	}
+	if b, _ := marshal(struct {
+		P promptLogprobList `json:"p"`
+	}{}); string(b) != `{"p":null}` {
+		t.Errorf("nil list: %s", b)
+	}
+	if _, err := (promptLogprobList{nil, {{1, promptLogprob{math.NaN(), 1, "x"}}}}).MarshalJSON(); err == nil {
+		t.Error("NaN: no error")
 	}
 }

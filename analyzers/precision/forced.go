@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
 // Teacher forcing: the reference scores the backend's own
@@ -22,7 +24,45 @@ import (
 // every listed token (the top-k, and the prompt's token when it ranks
 // below them). TopK counts the listed tokens whose ranks run 1, 2, … without
 // a gap: the server's top-k list.
+//
+// The response lists every position of the prompt the client sent, of
+// which only the continuation's few are compared: a long prompt made
+// decoding the whole list with encoding/json the gateway's costliest work
+// (2,000 prompt tokens with 5 alternatives each: 0.5 MB, milliseconds of
+// CPU per comparison). scanPromptLogprobs checks the prompt's positions
+// without keeping them, an eleventh of the time; encoding/json decodes only
+// what the scanner declines, and gives the errors.
 func ParsePromptLogprobs(body []byte, from int) ([]Position, error) {
+	if out, ok := scanPromptLogprobs(body, from); ok {
+		return out, nil
+	}
+	return decodePromptLogprobs(body, from)
+}
+
+// A rankedAlt is one listed token of a prompt position with its rank.
+type rankedAlt struct {
+	alt  Alt
+	rank int
+}
+
+// promptPosition makes a Position of a prompt position's listed tokens,
+// which it sorts by rank. The top-k are the entries ranked 1, 2, … k; the
+// prompt's own token, listed too, may rank below them. Which entry is the
+// prompt's token is known from the backend's continuation (alignForced).
+func promptPosition(list []rankedAlt) Position {
+	pos := Position{Logprob: math.NaN()}
+	slices.SortStableFunc(list, func(a, b rankedAlt) int { return a.rank - b.rank })
+	for j, e := range list {
+		pos.Top = append(pos.Top, e.alt)
+		if e.rank == j+1 && pos.TopK == j {
+			pos.TopK = j + 1
+		}
+	}
+	return pos
+}
+
+// decodePromptLogprobs is ParsePromptLogprobs by encoding/json.
+func decodePromptLogprobs(body []byte, from int) ([]Position, error) {
 	var r struct {
 		Choices []struct {
 			PromptLogprobs []map[string]struct {
@@ -42,35 +82,187 @@ func ParsePromptLogprobs(body []byte, from int) ([]Position, error) {
 		return nil, fmt.Errorf("precision: prompt_logprobs has %d positions, the continuation starts at %d", len(pl), from)
 	}
 	out := make([]Position, 0, len(pl)-from)
-	type ranked struct {
-		alt  Alt
-		rank int
-	}
-	var list []ranked
+	var list []rankedAlt
 	for i := from; i < len(pl); i++ {
-		pos := Position{Logprob: math.NaN()}
 		list = list[:0]
 		for id, e := range pl[i] {
 			lp := usable(e.Logprob)
 			if math.IsNaN(lp) {
 				continue
 			}
-			list = append(list, ranked{Alt{"token_id:" + id, lp}, e.Rank})
+			list = append(list, rankedAlt{Alt{"token_id:" + id, lp}, e.Rank})
 		}
-		// The top-k are the entries ranked 1, 2, … k; the prompt's own
-		// token, listed too, may rank below them. Which entry is the
-		// prompt's token is known from the backend's continuation
-		// (alignForced).
-		slices.SortFunc(list, func(a, b ranked) int { return a.rank - b.rank })
-		for j, e := range list {
-			pos.Top = append(pos.Top, e.alt)
-			if e.rank == j+1 && pos.TopK == j {
-				pos.TopK = j + 1
-			}
-		}
-		out = append(out, pos)
+		out = append(out, promptPosition(list))
 	}
 	return out, nil
+}
+
+// scanPromptLogprobs is ParsePromptLogprobs by jsonscan, validating the
+// whole body as encoding/json would. It reports false, for
+// decodePromptLogprobs to answer, on anything it cannot be sure to read as
+// encoding/json does (an error, a key that needs decoding or case folding,
+// a member or token named twice, a rank that is not a plain integer).
+func scanPromptLogprobs(body []byte, from int) ([]Position, bool) {
+	s := jsonscan.New(body, jsonscan.Options{})
+	var out []Position
+	found := false
+	if !s.Enter('{') {
+		return nil, false
+	}
+	for n := 0; s.Member(&n); {
+		i, sure := jsonscan.Field(s.Key(), []string{"choices"})
+		switch {
+		case !sure:
+			return nil, false
+		case i < 0:
+			if !s.Skip() {
+				return nil, false
+			}
+			continue
+		case found:
+			return nil, false // a second "choices": encoding/json keeps the last
+		}
+		found = true
+		if !s.Enter('[') {
+			return nil, false
+		}
+		for e := 0; s.Element(&e); {
+			if e > 1 {
+				if !s.Skip() {
+					return nil, false
+				}
+				continue
+			}
+			var ok bool
+			if out, ok = scanChoicePrompt(&s, from); !ok {
+				return nil, false
+			}
+		}
+	}
+	if !s.OK() || !s.End() || out == nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// scanChoicePrompt reads a choice's prompt_logprobs from position from on;
+// nil and true for a choice without them (an error for the caller).
+func scanChoicePrompt(s *jsonscan.Scanner, from int) ([]Position, bool) {
+	var out []Position
+	seen := false
+	if !s.Enter('{') {
+		return nil, false
+	}
+	for n := 0; s.Member(&n); {
+		i, sure := jsonscan.Field(s.Key(), []string{"prompt_logprobs"})
+		switch {
+		case !sure || i == 0 && seen:
+			return nil, false
+		case i < 0:
+			if !s.Skip() {
+				return nil, false
+			}
+			continue
+		}
+		seen = true
+		if !s.Enter('[') {
+			return nil, false
+		}
+		var list []rankedAlt
+		var e int
+		for s.Element(&e) {
+			// The prompt's positions are read for their types only, as
+			// encoding/json would fail on them, and kept nowhere.
+			keep := e > from
+			var ok bool
+			if list, ok = scanPromptTokens(s, list[:0], keep); !ok {
+				return nil, false
+			}
+			if keep {
+				out = append(out, promptPosition(list))
+			}
+		}
+		if from < 1 || from > e {
+			return nil, false
+		}
+		if out == nil {
+			out = []Position{}
+		}
+	}
+	return out, s.OK()
+}
+
+// scanPromptTokens reads one prompt position (an object of token id →
+// {logprob, rank}, or null) and, when keep is true, appends its usable
+// listed tokens to list.
+func scanPromptTokens(s *jsonscan.Scanner, list []rankedAlt, keep bool) ([]rankedAlt, bool) {
+	if s.Null() {
+		return list, true
+	}
+	if !s.Enter('{') {
+		return nil, false
+	}
+	start := len(list)
+	for n := 0; s.Member(&n); {
+		id := s.Key()
+		if !jsonscan.Verbatim(id) {
+			return nil, false
+		}
+		for _, e := range list[start:] {
+			if e.alt.Token[len("token_id:"):] == string(id) {
+				return nil, false // named twice: encoding/json keeps the last
+			}
+		}
+		lp, hasLP := 0.0, false
+		rank := 0
+		if !s.Null() {
+			if !s.Enter('{') {
+				return nil, false
+			}
+			for m := 0; s.Member(&m); {
+				f, sure := jsonscan.Field(s.Key(), []string{"logprob", "rank"})
+				switch {
+				case !sure:
+					return nil, false
+				case f < 0:
+					if !s.Skip() {
+						return nil, false
+					}
+				case s.Null():
+					if f == 0 {
+						hasLP = false
+					}
+				default:
+					raw, _, ok := s.Number()
+					if !ok {
+						return nil, false
+					}
+					if f == 0 {
+						v, err := jsonscan.ParseFloat(raw)
+						if err != nil {
+							return nil, false
+						}
+						lp, hasLP = v, true
+						continue
+					}
+					// Atoi refuses what encoding/json refuses for an
+					// int: a fraction, an exponent, an overflow.
+					r, err := strconv.Atoi(string(raw))
+					if err != nil {
+						return nil, false
+					}
+					rank = r
+				}
+			}
+		}
+		if !keep || !hasLP {
+			continue
+		}
+		if v := usable(&lp); !math.IsNaN(v) {
+			list = append(list, rankedAlt{Alt{"token_id:" + string(id), v}, rank})
+		}
+	}
+	return list, s.OK()
 }
 
 // alignForced sets each reference position's token and logprob from the

@@ -1,6 +1,7 @@
 package precision
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -75,5 +76,124 @@ func TestCompareForced(t *testing.T) {
 	unscored := []Position{backend[0], {Token: "token_id:3", Logprob: -1}}
 	if _, err := CompareForced(unscored, ref); err == nil {
 		t.Error("a token the reference did not list: no error")
+	}
+}
+
+// promptLogprobsCases are scoring responses that the scanner must read as
+// encoding/json does, or leave to it.
+var promptLogprobsCases = []string{
+	scoredBody,
+	strings.Replace(scoredBody, `"rank":1,"decoded_token":"d"`, `"rank":1.0,"decoded_token":"d"`, 1),
+	strings.Replace(scoredBody, `"rank":1,"decoded_token":"d"`, `"rank":1e0,"decoded_token":"d"`, 1),
+	strings.Replace(scoredBody, `{"7":`, `{"\u0037":`, 1),
+	strings.Replace(scoredBody, `"8":{`, `"7":{`, 1),
+	strings.Replace(scoredBody, `"logprob":-0.2`, `"Logprob":-0.2`, 1),
+	strings.Replace(scoredBody, `"logprob":-0.2`, `"logprob":null`, 1),
+	strings.Replace(scoredBody, `"logprob":-0.2`, `"logprob":-0.2,"logprob":-0.3`, 1),
+	strings.Replace(scoredBody, `"logprob":-0.2`, `"logprob":"x"`, 1),
+	strings.Replace(scoredBody, `"logprob":-0.2`, `"logprob":-1e999`, 1),
+	strings.Replace(scoredBody, `{"7":{"logprob":-0.2,"rank":1,"decoded_token":"d"},`, `{"7":null,`, 1),
+	strings.Replace(scoredBody, `{"4":`, `null,{"4":`, 1),
+	strings.Replace(scoredBody, `"prompt_logprobs":[null,`, `"prompt_logprobs":[null,null,`, 1),
+	strings.Replace(scoredBody, `"prompt_logprobs":[`, `"Prompt_Logprobs":[`, 1),
+	strings.Replace(scoredBody, `{"choices":[`, `{"choices":[],"choices":[`, 1),
+	strings.Replace(scoredBody, `}]}]}`, `}]},{"index":1,"prompt_logprobs":[]}]}`, 1),
+	strings.Replace(scoredBody, `"text":"x",`, `"prompt_logprobs":null,`, 1),
+	scoredBody + ` x`,
+	scoredBody[:len(scoredBody)-3],
+	`{"choices":[{"text":"x"}]}`,
+	`{"choices":[{"prompt_logprobs":null}]}`,
+	`{"choices":[]}`,
+	`{"choices":{}}`,
+	`[]`,
+	`{"object":"text_completion","choices":[{"prompt_logprobs":[null,{"1":{"logprob":-0.1,"rank":1}}]}],"usage":{"prompt_tokens":2}}`,
+}
+
+// TestScanPromptLogprobsAgrees: ParsePromptLogprobs, which scans, answers
+// as encoding/json alone does, positions and errors alike, and the scanner
+// reads the ordinary responses itself rather than leaving them all to
+// encoding/json.
+func TestScanPromptLogprobsAgrees(t *testing.T) {
+	for i, body := range promptLogprobsCases {
+		for from := 0; from <= 5; from++ {
+			checkPromptLogprobs(t, []byte(body), from)
+		}
+		if i == 0 {
+			if _, ok := scanPromptLogprobs([]byte(body), 2); !ok {
+				t.Errorf("the scanner declined a plain vLLM response")
+			}
+		}
+	}
+}
+
+func FuzzPromptLogprobs(f *testing.F) {
+	for _, body := range promptLogprobsCases {
+		f.Add([]byte(body), 2)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, from int) { checkPromptLogprobs(t, body, from) })
+}
+
+func checkPromptLogprobs(t *testing.T, body []byte, from int) {
+	t.Helper()
+	got, gotErr := ParsePromptLogprobs(body, from)
+	want, wantErr := decodePromptLogprobs(body, from)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("%s from %d: error %v, encoding/json's %v", body, from, gotErr, wantErr)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s from %d: %d positions, encoding/json %d", body, from, len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.TopK != w.TopK || len(g.Top) != len(w.Top) || !math.IsNaN(g.Logprob) || !math.IsNaN(w.Logprob) {
+			t.Fatalf("%s from %d: position %d %+v, encoding/json %+v", body, from, i, g, w)
+		}
+		// Tokens of equal rank may come in either order from the
+		// decoder's map; compare them as sets of (token, logprob).
+		seen := map[Alt]int{}
+		for _, a := range w.Top {
+			seen[a]++
+		}
+		for _, a := range g.Top {
+			if seen[a]--; seen[a] < 0 {
+				t.Fatalf("%s from %d: position %d %+v, encoding/json %+v", body, from, i, g, w)
+			}
+		}
+	}
+}
+
+// BenchmarkParsePromptLogprobs: a scoring response over a 2,000-token prompt
+// and an 8-token continuation, five alternatives at each position, as vLLM
+// writes it; Decode is encoding/json alone.
+func BenchmarkParsePromptLogprobs(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"x","logprobs":null,"prompt_logprobs":[null`)
+	const prompt, cont = 2000, 8
+	for i := 1; i < prompt+cont; i++ {
+		sb.WriteString(`,{`)
+		for j := range 6 {
+			if j > 0 {
+				sb.WriteByte(',')
+			}
+			fmt.Fprintf(&sb, `"%d":{"logprob":-%d.%04d,"rank":%d,"decoded_token":"tok%d"}`, 1000+i*7+j, j, i%9973, j+1, j)
+		}
+		sb.WriteByte('}')
+	}
+	sb.WriteString(`]}],"usage":{"prompt_tokens":2008,"completion_tokens":1}}`)
+	body := []byte(sb.String())
+	b.Logf("body %d KB", len(body)>>10)
+	for _, bc := range []struct {
+		name  string
+		parse func([]byte, int) ([]Position, error)
+	}{{"Scan", ParsePromptLogprobs}, {"Decode", decodePromptLogprobs}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if pos, err := bc.parse(body, prompt); err != nil || len(pos) != cont {
+					b.Fatal(len(pos), err)
+				}
+			}
+		})
 	}
 }
