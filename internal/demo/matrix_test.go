@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -162,20 +161,12 @@ func TestMatrixVerdict(t *testing.T) {
 // seeds concurrently and asserts it: every fault's own signal (and its
 // alert) within its deadline, nothing else but its documented
 // consequences, and no client error outside the rows whose faults are
-// errors. About 8 minutes on two cores; -short skips it.
+// errors. About 5 minutes on two cores; -short skips it.
 func TestMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the matrix takes minutes")
 	}
 	testutil.SkipStatisticalUnderRace(t)
-	// Not in the default run yet. The matrix's backends are alike now,
-	// which ended the prompt shift's confidence consequence, but the
-	// prompt mix shift fired VigilLatencyTTFT in one to three seeds in
-	// four of seven runs (adaptive threshold 1.1× a tight 60 ms P95, at
-	// 2 s alert periods), for a cause not yet found.
-	if os.Getenv("VIGIL_MATRIX") == "" {
-		t.Skip("VIGIL_MATRIX=1 runs the fault-isolation matrix (about 5 minutes)")
-	}
 	ms := newMatrixScale(0.5)
 	rows := withDeadlines(matrixRows(ms), ms)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
