@@ -105,68 +105,66 @@ func decodePromptLogprobs(body []byte, from int) ([]Position, error) {
 func scanPromptLogprobs(body []byte, from int) ([]Position, bool) {
 	s := jsonscan.New(body, jsonscan.Options{})
 	var out []Position
-	found := false
-	if !s.Enter('{') {
-		return nil, false
-	}
-	for n := 0; s.Member(&n); {
-		i, sure := jsonscan.Field(s.Key(), []string{"choices"})
-		switch {
-		case !sure:
-			return nil, false
-		case i < 0:
-			if !s.Skip() {
-				return nil, false
-			}
-			continue
-		case found:
-			return nil, false // a second "choices": encoding/json keeps the last
-		}
-		found = true
+	ok := memberOnce(&s, "choices", func() bool {
 		if !s.Enter('[') {
-			return nil, false
+			return false
 		}
 		for e := 0; s.Element(&e); {
 			if e > 1 {
 				if !s.Skip() {
-					return nil, false
+					return false
 				}
 				continue
 			}
 			var ok bool
 			if out, ok = scanChoicePrompt(&s, from); !ok {
-				return nil, false
+				return false
 			}
 		}
-	}
-	if !s.OK() || !s.End() || out == nil {
+		return s.OK()
+	})
+	if !ok || !s.End() || out == nil {
 		return nil, false
 	}
 	return out, true
+}
+
+// memberOnce walks the object at s, skipping every member but name, whose
+// value read consumes. It reports false on a failure, on a key that only
+// encoding/json can match, and on name given twice (encoding/json keeps
+// the last).
+func memberOnce(s *jsonscan.Scanner, name string, read func() bool) bool {
+	if !s.Enter('{') {
+		return false
+	}
+	names := []string{name}
+	seen := false
+	for n := 0; s.Member(&n); {
+		i, sure := jsonscan.Field(s.Key(), names)
+		switch {
+		case !sure || i == 0 && seen:
+			return false
+		case i < 0:
+			if !s.Skip() {
+				return false
+			}
+			continue
+		}
+		seen = true
+		if !read() {
+			return false
+		}
+	}
+	return s.OK()
 }
 
 // scanChoicePrompt reads a choice's prompt_logprobs from position from on;
 // nil and true for a choice without them (an error for the caller).
 func scanChoicePrompt(s *jsonscan.Scanner, from int) ([]Position, bool) {
 	var out []Position
-	seen := false
-	if !s.Enter('{') {
-		return nil, false
-	}
-	for n := 0; s.Member(&n); {
-		i, sure := jsonscan.Field(s.Key(), []string{"prompt_logprobs"})
-		switch {
-		case !sure || i == 0 && seen:
-			return nil, false
-		case i < 0:
-			if !s.Skip() {
-				return nil, false
-			}
-			continue
-		}
-		seen = true
+	ok := memberOnce(s, "prompt_logprobs", func() bool {
 		if !s.Enter('[') {
-			return nil, false
+			return false
 		}
 		var list []rankedAlt
 		var e int
@@ -176,20 +174,21 @@ func scanChoicePrompt(s *jsonscan.Scanner, from int) ([]Position, bool) {
 			keep := e > from
 			var ok bool
 			if list, ok = scanPromptTokens(s, list[:0], keep); !ok {
-				return nil, false
+				return false
 			}
 			if keep {
 				out = append(out, promptPosition(list))
 			}
 		}
-		if from < 1 || from > e {
-			return nil, false
+		if !s.OK() || from < 1 || from > e {
+			return false
 		}
 		if out == nil {
 			out = []Position{}
 		}
-	}
-	return out, s.OK()
+		return true
+	})
+	return out, ok
 }
 
 // scanPromptTokens reads one prompt position (an object of token id →
