@@ -638,12 +638,6 @@ func TestPromptLogprobListJSON(t *testing.T) {
 		}
 		l = append(l, d)
 	}
-	got, err := json.Marshal(struct {
-		P promptLogprobList `json:"prompt_logprobs"`
-	}{l})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want bytes.Buffer
 	want.WriteString(`{"prompt_logprobs":[null`)
 	for _, d := range l[1:] {
@@ -667,9 +661,12 @@ func TestPromptLogprobListJSON(t *testing.T) {
 	if err := json.Compact(&wantPlain, want.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = marshal(struct {
+	got, err := marshal(struct {
 		P promptLogprobList `json:"prompt_logprobs"`
 	}{l})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(got, wantPlain.Bytes()) {
 		t.Errorf("got\n%s\nwant\n%s", got, wantPlain.Bytes())
 	}
