@@ -518,7 +518,12 @@ func (l promptLogprobList) MarshalJSON() ([]byte, error) {
 	if l == nil {
 		return []byte("null"), nil
 	}
-	b := make([]byte, 0, 64+len(l)*(len(l[len(l)-1])*64+8))
+	// About 64 bytes a listed token: a guess at the size, not a bound.
+	per := 8
+	if n := len(l); n > 0 {
+		per += len(l[n-1]) * 64
+	}
+	b := make([]byte, 0, 64+len(l)*per)
 	b = append(b, '[')
 	for i, d := range l {
 		if i > 0 {

@@ -675,6 +675,9 @@ func TestPromptLogprobListJSON(t *testing.T) {
 	}{}); string(b) != `{"p":null}` {
 		t.Errorf("nil list: %s", b)
 	}
+	if b, err := (promptLogprobList{}).MarshalJSON(); err != nil || string(b) != "[]" {
+		t.Errorf("empty list (an empty prompt): %s %v", b, err)
+	}
 	if _, err := (promptLogprobList{nil, {{1, promptLogprob{math.NaN(), 1, "x"}}}}).MarshalJSON(); err == nil {
 		t.Error("NaN: no error")
 	}
