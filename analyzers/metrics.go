@@ -196,7 +196,7 @@ var (
 	// backendSlownessDesc: a series per configured backend with enough
 	// recent answers; the label is bounded by the configuration.
 	backendSlownessDesc = prometheus.NewDesc("vigil_backend_slowness",
-		"How many times slower than the other backends a backend answers: the lower quartile of its latest good streamed answers' time to first token (or longest pause within the stream, whichever ratio is larger) over the other backends' upper quartile over the same time. Absent without enough recent answers.",
+		"How many times slower than the other backends a backend answers: the largest ratio that three quarters of its latest good answers reach against the upper quartile of the other backends' answers started around them (a stream's time to first token or longest pause, whichever ratio is larger; a non-streamed answer's latency against their streams' for as many tokens). Absent without enough recent answers.",
 		[]string{"backend"}, nil)
 	alertsSentDesc = prometheus.NewDesc("vigil_alert_notifications_total", "Alert notifications by outcome: sent; retried (a failed delivery tried again, once per attempt); failed (given up on); dropped (the delivery queue was full).", []string{"outcome"}, nil)
 )

@@ -127,8 +127,8 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	if !clientError(resp) {
 		p.errs.Add(t, r.Backend, resp.ErrorClass.Failed())
 	}
-	if r.Stream && resp.Status == 200 && resp.ErrorClass == exchange.ClassNone {
-		p.speeds.add(r.Backend, t, resp)
+	if resp.Status == 200 && resp.ErrorClass == exchange.ClassNone {
+		p.speeds.add(r.Backend, r.Start, r.Stream, resp)
 	}
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {

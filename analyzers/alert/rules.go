@@ -52,9 +52,9 @@ const (
 	// the backend's error rate, which has nothing to measure once no
 	// request reaches the backend.
 	RuleBackendDown = "backend_down"
-	// RuleBackendSlow is a backend's slowness: the median time to first
-	// token of its latest good answers over its peers', or the same for
-	// the longest pause within a stream, whichever is larger. One series
+	// RuleBackendSlow is a backend's slowness: how many times slower than
+	// the other backends' answers around them three quarters of its
+	// latest good answers are (analyzers/slow.go). One series
 	// per backend; its threshold is fixed at 3 (three times slower than
 	// the others), so that a fleet-wide slowdown, which the latency rules
 	// report, never makes one backend slow.

@@ -208,7 +208,8 @@ func matrixRows(ms matrixScale) []matrixRow {
 
 // withDeadlines sets each row's deadlines from the scale: a signal within
 // a window of the injection (its current window must fill with the
-// fault), at least 15 s; an ejection within a few health checks; the
+// fault), at least 15 s, and a backend slow within the same (its first
+// few answers after the fault tell, streamed or not); an ejection within a few health checks; the
 // store within a few flushes (1 s each); dropped spans within an export
 // cycle (5 s, OTLP's schedule delay) and its retries.
 func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
@@ -230,13 +231,6 @@ func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 			r.deadline = 10 * time.Second
 		case r.expect[0].signal == sigSpans:
 			r.deadline = 15 * time.Second
-		case r.expect[0].signal == sigSlow:
-			// backend_slow waits for three of the slow backend's last
-			// four streamed answers, which come at the pace the
-			// balancer, having moved off it, still sends it requests:
-			// real time that a compressed window does not shorten (3.5
-			// to 30.5 s at scale 1). The row's whole watch.
-			r.deadline = max(sig, ms.window)
 		default:
 			r.deadline = sig
 		}
