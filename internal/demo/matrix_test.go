@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -168,13 +167,6 @@ func TestMatrix(t *testing.T) {
 		t.Skip("the matrix takes minutes")
 	}
 	testutil.SkipStatisticalUnderRace(t)
-	// Not in the default run yet: backend_slow, alone among the
-	// diagonals, still misses in some runs (a ×30 backend the balancer
-	// left answered too seldom to be judged within the row; a transient
-	// slowness when every backend slowed at once).
-	if os.Getenv("VIGIL_MATRIX") == "" {
-		t.Skip("VIGIL_MATRIX=1 runs the fault-isolation matrix (about 5 minutes)")
-	}
 	ms := newMatrixScale(0.5)
 	rows := withDeadlines(matrixRows(ms), ms)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
