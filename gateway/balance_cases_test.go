@@ -163,6 +163,14 @@ func TestBalanceSlowBackendRecovers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: this test runs 10 to 40 s of the bubble's time")
 	}
+	// A share measured over windows, and under the race detector the
+	// runtime crashed in it in two runs of ./gateway in a row and once in
+	// six runs of it alone (SIGSEGV at address 0 in runtime.(*timer).modify,
+	// from the time.AfterFunc(-1) that httputil.ReverseProxy arms for each
+	// streamed answer, run at once inside the bubble): a fault of the
+	// runtime, not a race, which its thousands of streams in bubble time
+	// make likely. It runs in test/run's pass without the race detector.
+	testutil.SkipStatisticalUnderRace(t)
 	synctest.Test(t, func(t *testing.T) {
 		gw, sims := startFleet(t, &testutil.Network{}, []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}, nil)
 		stop := make(chan struct{})
