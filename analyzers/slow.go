@@ -155,46 +155,46 @@ type measures struct {
 // other backends that started last at or before at and of the half that
 // started first after it, none at or before clip; false when either side
 // has too few or the quartile is not above zero.
-func around(list []timed, at, clip int64, own string, buf []float64) (float64, []float64, bool) {
+func around(list []timed, at, clip int64, own string) (float64, bool) {
 	const half = minPeerSamples / 2
-	buf = buf[:0]
+	var arr [minPeerSamples]float64
+	vals := arr[:0]
 	i, _ := slices.BinarySearchFunc(list, at, func(x timed, at int64) int {
 		if x.at <= at {
 			return -1
 		}
 		return 1
 	})
-	for j := i - 1; j >= 0 && len(buf) < half && list[j].at > clip; j-- {
+	for j := i - 1; j >= 0 && len(vals) < half && list[j].at > clip; j-- {
 		if list[j].backend != own {
-			buf = append(buf, list[j].v)
+			vals = append(vals, list[j].v)
 		}
 	}
-	if len(buf) < half {
-		return 0, buf, false
+	if len(vals) < half {
+		return 0, false
 	}
-	for j := i; j < len(list) && len(buf) < 2*half; j++ {
+	for j := i; j < len(list) && len(vals) < 2*half; j++ {
 		if list[j].backend != own {
-			buf = append(buf, list[j].v)
+			vals = append(vals, list[j].v)
 		}
 	}
-	if len(buf) < 2*half {
-		return 0, buf, false
+	if len(vals) < 2*half {
+		return 0, false
 	}
-	q := alert.Percentile(buf, 0.75)
-	return q, buf, q > 0
+	q := alert.Percentile(vals, 0.75)
+	return q, q > 0
 }
 
 // ratio is how many times slower than the other backends' answers around
 // it x is; false when they have nothing to measure it by yet.
-func (m *measures) ratio(x speedSample, own string, clip int64, buf []float64) (float64, []float64, bool) {
-	ttft, buf, hasTTFT := around(m.ttft, x.at, clip, own, buf)
+func (m *measures) ratio(x speedSample, own string, clip int64) (float64, bool) {
+	ttft, hasTTFT := around(m.ttft, x.at, clip, own)
 	if x.tokens > 0 {
-		var itl float64
-		var ok bool
-		if itl, buf, ok = around(m.itl, x.at, clip, own, buf); !ok || !hasTTFT {
-			return 0, buf, false
+		itl, ok := around(m.itl, x.at, clip, own)
+		if !ok || !hasTTFT {
+			return 0, false
 		}
-		return x.latency / (ttft + float64(x.tokens-1)*itl), buf, true
+		return x.latency / (ttft + float64(x.tokens-1)*itl), true
 	}
 	var v float64
 	ok := false
@@ -202,13 +202,11 @@ func (m *measures) ratio(x speedSample, own string, clip int64, buf []float64) (
 		v, ok = x.ttft/ttft, true
 	}
 	if x.hasGap {
-		var gap float64
-		var gapOK bool
-		if gap, buf, gapOK = around(m.gap, x.at, clip, own, buf); gapOK {
+		if gap, gapOK := around(m.gap, x.at, clip, own); gapOK {
 			v, ok = max(v, x.gap/gap), true
 		}
 	}
-	return v, buf, ok
+	return v, ok
 }
 
 // slowness returns each backend's slowness as of now, from the answers
@@ -247,7 +245,7 @@ func (s *speeds) slowness(now time.Time, window, span time.Duration) map[string]
 	slices.SortFunc(m.gap, byStart)
 	slices.SortFunc(m.itl, byStart)
 	out := map[string]float64{}
-	var ratios, buf []float64
+	var ratios []float64
 	recent := now.Add(-span).UnixNano()
 	for name, b := range all {
 		slices.SortFunc(b.answers, func(x, y speedSample) int { return cmp.Compare(x.at, y.at) })
@@ -264,9 +262,7 @@ func (s *speeds) slowness(now time.Time, window, span time.Duration) map[string]
 			if len(ratios) >= speedSamples && x.at < recent {
 				break
 			}
-			var r float64
-			var ok bool
-			if r, buf, ok = m.ratio(x, name, clip, buf); ok {
+			if r, ok := m.ratio(x, name, clip); ok {
 				ratios = append(ratios, r)
 			}
 		}
