@@ -208,7 +208,7 @@ func newExporter(ctx context.Context, o Options, log *slog.Logger) (sdktrace.Spa
 		}
 		opts = append(opts, envOpts...)
 	}
-	exp, err := otlptracegrpc.New(ctx, opts...)
+	exp, err := newOTLPExporter(ctx, otlptracegrpc.NewClient(opts...))
 	if err != nil {
 		return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
 	}
