@@ -365,40 +365,15 @@ func appendAnyValue(b []byte, num protowire.Number, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, anyBytes, protowire.BytesType)
 		b = protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		lat := 0
-		b, lat = beginMessage(b, anyArray)
-		for _, x := range v.AsBoolSlice() {
-			b = appendAnyValue(b, listValues, attribute.BoolValue(x))
-		}
-		b = endMessage(b, lat)
+		b = appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		lat := 0
-		b, lat = beginMessage(b, anyArray)
-		for _, x := range v.AsInt64Slice() {
-			b = appendAnyValue(b, listValues, attribute.Int64Value(x))
-		}
-		b = endMessage(b, lat)
+		b = appendArray(b, v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		lat := 0
-		b, lat = beginMessage(b, anyArray)
-		for _, x := range v.AsFloat64Slice() {
-			b = appendAnyValue(b, listValues, attribute.Float64Value(x))
-		}
-		b = endMessage(b, lat)
+		b = appendArray(b, v.AsFloat64Slice(), attribute.Float64Value)
 	case attribute.STRINGSLICE:
-		lat := 0
-		b, lat = beginMessage(b, anyArray)
-		for _, x := range v.AsStringSlice() {
-			b = appendAnyValue(b, listValues, attribute.StringValue(x))
-		}
-		b = endMessage(b, lat)
+		b = appendArray(b, v.AsStringSlice(), attribute.StringValue)
 	case attribute.SLICE:
-		lat := 0
-		b, lat = beginMessage(b, anyArray)
-		for _, x := range v.AsSlice() {
-			b = appendAnyValue(b, listValues, x)
-		}
-		b = endMessage(b, lat)
+		b = appendArray(b, v.AsSlice(), func(x attribute.Value) attribute.Value { return x })
 	case attribute.MAP:
 		lat := 0
 		b, lat = beginMessage(b, anyKvlist)
@@ -410,6 +385,16 @@ func appendAnyValue(b []byte, num protowire.Number, v attribute.Value) []byte {
 	default:
 		b = protowire.AppendTag(b, anyString, protowire.BytesType)
 		b = protowire.AppendString(b, invalidAttrValueStr)
+	}
+	return endMessage(b, at)
+}
+
+// appendArray appends xs as AnyValue.array_value, each made a Value by value.
+func appendArray[T any](b []byte, xs []T, value func(T) attribute.Value) []byte {
+	at := 0
+	b, at = beginMessage(b, anyArray)
+	for _, x := range xs {
+		b = appendAnyValue(b, listValues, value(x))
 	}
 	return endMessage(b, at)
 }
