@@ -177,11 +177,6 @@ const (
 	flagIsRemote        = 0x200
 	statusCodeOK        = 1
 	statusCodeError     = 2
-	spanKindInternal    = 1
-	spanKindServer      = 2
-	spanKindClient      = 3
-	spanKindProducer    = 4
-	spanKindConsumer    = 5
 	invalidAttrValueStr = "INVALID"
 )
 
@@ -309,20 +304,13 @@ func flagsOf(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 	return f
 }
 
+// kindOf is OTLP's Span.SpanKind for k: the API numbers the kinds as OTLP
+// does (unspecified 0 to consumer 5), and an unknown kind is unspecified.
 func kindOf(k trace.SpanKind) int {
-	switch k {
-	case trace.SpanKindInternal:
-		return spanKindInternal
-	case trace.SpanKindServer:
-		return spanKindServer
-	case trace.SpanKindClient:
-		return spanKindClient
-	case trace.SpanKindProducer:
-		return spanKindProducer
-	case trace.SpanKindConsumer:
-		return spanKindConsumer
+	if k < 0 || k > trace.SpanKindConsumer {
+		return 0
 	}
-	return 0
+	return int(k)
 }
 
 func unixNano(n int64) uint64 { return uint64(max(0, n)) }

@@ -208,9 +208,10 @@ func matrixRows(ms matrixScale) []matrixRow {
 
 // withDeadlines sets each row's deadlines from the scale: a signal within
 // a window of the injection (its current window must fill with the
-// fault), at least 15 s; an ejection within a few health checks; the
-// store within a few flushes (1 s each); dropped spans within an export
-// cycle (5 s, OTLP's schedule delay) and its retries.
+// fault), at least 15 s, precision and backend slow within 10 s more;
+// an ejection within a few health checks; the store within a few flushes
+// (1 s each); dropped spans within an export cycle (5 s, OTLP's schedule
+// delay) and its retries.
 func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 	p := ms.timings.alertPeriod
 	sig := max(ms.timings.window, 15*time.Second)
@@ -218,15 +219,13 @@ func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 		r := &rows[i]
 		switch {
 		case len(r.expect) == 0:
-		case r.expect[0].signal == sigPrecision:
-			// Comparisons finish after the shadow copy's answer: a
-			// window and a bit more.
-			r.deadline = sig + 10*time.Second
-		case r.expect[0].signal == sigSlow:
-			// The slow backend's first few answers after the fault
-			// tell, streamed or not, once they and the others' around
-			// them have finished: a stalled answer finishes 3 s late,
-			// and the balancer, moving off the backend, sends it few
+		case r.expect[0].signal == sigPrecision, r.expect[0].signal == sigSlow:
+			// A window and a bit more. Precision: comparisons finish
+			// after the shadow copy's answer. Backend slow: the slow
+			// backend's first few answers after the fault tell,
+			// streamed or not, once they and the others' around them
+			// have finished; a stalled answer finishes 3 s late, and
+			// the balancer, moving off the backend, sends it few
 			// (4–12 s at half scale, 4–6.5 s at scale 1).
 			r.deadline = sig + 10*time.Second
 		case r.expect[0].signal == sigEjection:
