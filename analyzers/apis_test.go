@@ -69,6 +69,7 @@ func streamThrough(t *testing.T, op exchange.Operation) (*Pipeline, *Signals) {
 	}
 	r := &exchange.Request{Route: "/v1/" + string(op), Operation: op, Model: "sim-model", Backend: "a", Stream: true,
 		Tenant: "team-a", Start: now.Add(-2 * time.Second), Body: []byte(apiRequests[op])}
+	p.OnPrompt(r.Start, r.Operation, r.Body)
 	p.OnRequest(r)
 	var sp sse.Splitter
 	for i := range raw {

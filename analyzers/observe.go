@@ -3,6 +3,7 @@ package analyzers
 import (
 	"context"
 	"math"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -63,6 +64,26 @@ func apiOf(op exchange.Operation) drift.API {
 	return drift.Chat
 }
 
+// OnPrompt adds a prompt's features to the drift windows when its request
+// goes to a backend. Counted at their answer instead, the newest buckets,
+// which make the current window, would lack the prompts still being
+// answered: the long generations, and while a backend hangs every prompt
+// routed to it (the prefix strategy sends alike prompts to one backend),
+// a change in the mix that no client made. So prompt_tokens is the
+// estimate from the prompt's characters, not the backend's count, which
+// only its answer brings.
+func (p *Pipeline) OnPrompt(start time.Time, op exchange.Operation, body []byte) {
+	if p.drift == nil || !op.HasPrompt() {
+		return
+	}
+	f, err := drift.ExtractAPI(apiOf(op), body)
+	if err != nil {
+		p.m.featureErrors.Inc()
+		return
+	}
+	p.drift.Add(start, &f)
+}
+
 // OnRequest starts parsing the response of a generation request.
 func (p *Pipeline) OnRequest(r *exchange.Request) {
 	f, ok := formatOf(r)
@@ -109,8 +130,8 @@ func (p *Pipeline) OnEvent(r *exchange.Request, data []byte) {
 	}
 }
 
-// OnResponse finishes a response: the prompt's features go to the drift
-// windows, its confidence and timings to theirs.
+// OnResponse finishes a response: its confidence and timings go to their
+// windows.
 func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	t := r.Start.Add(resp.Latency)
 	p.usage.Add(t, r, resp)
@@ -133,16 +154,6 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	var attrs []attribute.KeyValue
 	if p.tracer != nil && r.Span.IsSampled() {
 		defer func() { p.postprocessSpan(r, attrs) }()
-	}
-	if p.drift != nil && r.Operation.HasPrompt() {
-		if f, err := drift.ExtractAPI(apiOf(r.Operation), r.Body); err != nil {
-			p.m.featureErrors.Inc()
-		} else {
-			if resp.PromptTokens > 0 {
-				f.Vector[drift.FeatTokens] = float64(resp.PromptTokens)
-			}
-			p.drift.Add(r.Start, &f)
-		}
 	}
 	a := p.open[r]
 	switch {

@@ -1,6 +1,7 @@
 package analyzers
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -129,5 +130,54 @@ func TestPipelineStall(t *testing.T) {
 	}
 	if st := p.Evaluate().Latency.Metrics["stall"]; !(st.AnomalousShare > 0) {
 		t.Errorf("stall anomalous share %v in the window, want the stall counted", float64(st.AnomalousShare))
+	}
+}
+
+// TestDriftCountsPromptsWhenSent: a prompt counts for input drift when its
+// request is sent, so that a backend hanging on the prompts routed to it
+// (alike prompts share a backend under the prefix strategy) is not taken
+// for clients changing what they send; clients that stop sending those
+// prompts are.
+func TestDriftCountsPromptsWhenSent(t *testing.T) {
+	const short = `{"model":"m","messages":[{"role":"user","content":"hi %d"}]}`
+	const long = `{"model":"m","max_tokens":512,"messages":[{"role":"system","content":"You review contracts for the legal team and cite the clause."},` +
+		`{"role":"user","content":"Summarize clause %d of the supply agreement in plain words, with its risks"}]}`
+	drifted := func(sendLong, answerLong bool) []string {
+		now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		p, err := New(Options{Config: config.Default().Analyzers, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(body []byte, answer bool) {
+			r := &exchange.Request{Operation: exchange.OpChat, Model: "m", Backend: "a", Start: now, Body: body}
+			p.OnPrompt(r.Start, r.Operation, r.Body)
+			p.OnRequest(r)
+			if answer {
+				p.OnResponse(r, &exchange.Response{Status: 200, Latency: time.Second, CompletionTokens: 8})
+			}
+		}
+		// An hour and a quarter of both kinds, a second apart, all
+		// answered; then five minutes of the change.
+		for i := range 75*60 + 5*60 {
+			incident := i >= 75*60
+			send(fmt.Appendf(nil, short, i), true)
+			if !incident || sendLong {
+				send(fmt.Appendf(nil, long, i), !incident || answerLong)
+			}
+			now = now.Add(time.Second)
+		}
+		var names []string
+		for _, f := range p.Evaluate().Drift.Features {
+			if f.Drift {
+				names = append(names, f.Name+"/"+f.Test)
+			}
+		}
+		return names
+	}
+	if got := drifted(true, false); len(got) > 0 {
+		t.Errorf("long prompts sent and not answered (a backend hangs): drift in %v, want none", got)
+	}
+	if got := drifted(false, false); len(got) == 0 {
+		t.Error("long prompts no longer sent: no drift")
 	}
 }

@@ -45,6 +45,7 @@ func TestSharing(t *testing.T) {
 		for i := range n {
 			body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":"q%d"}]}`, i)
 			r := &exchange.Request{Operation: "chat", Model: "m", Backend: "a", Start: now, Body: body}
+			p.OnPrompt(r.Start, r.Operation, r.Body)
 			p.OnRequest(r)
 			p.OnResponse(r, &exchange.Response{Status: 200, Latency: 300 * time.Millisecond, CompletionTokens: 10})
 			now = now.Add(100 * time.Millisecond)
@@ -431,6 +432,7 @@ func (r *shareRig) serve(i int) {
 	r.n++
 	body := fmt.Appendf(nil, `{"model":"m","logprobs":true,"top_logprobs":5,"messages":[{"role":"user","content":"question %d about the system"}]}`, r.n)
 	req := &exchange.Request{Operation: "chat", Model: "m", Backend: "x", Start: r.now.Add(-800 * time.Millisecond), Body: body}
+	r.p[i].OnPrompt(req.Start, req.Operation, req.Body)
 	r.p[i].OnRequest(req)
 	r.p[i].OnResponse(req, &exchange.Response{Status: 200, Latency: 800 * time.Millisecond, Body: r.body, CompletionTokens: 24})
 }

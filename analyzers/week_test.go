@@ -193,6 +193,7 @@ func (w *weekTraffic) send() {
 	}
 	r := &exchange.Request{Route: "/v1/chat/completions", Operation: "chat", Model: "m", Backend: "fp16",
 		Stream: q.stream, Start: w.now.Add(-resp.Latency), Body: q.body}
+	w.p.OnPrompt(r.Start, r.Operation, r.Body)
 	w.p.OnRequest(r)
 	for _, e := range events {
 		w.p.OnEvent(r, e)

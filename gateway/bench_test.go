@@ -107,6 +107,7 @@ func (discardExporter) Shutdown(context.Context) error                          
 
 type nopObserver struct{}
 
+func (nopObserver) OnPrompt(time.Time, exchange.Operation, []byte)   {}
 func (nopObserver) OnRequest(*exchange.Request)                      {}
 func (nopObserver) OnEvent(*exchange.Request, []byte)                {}
 func (nopObserver) OnResponse(*exchange.Request, *exchange.Response) {}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -89,6 +90,7 @@ func newExchanges() *exchanges {
 	return &exchanges{events: map[*exchange.Request][]string{}, resps: map[*exchange.Request]*exchange.Response{}}
 }
 
+func (e *exchanges) OnPrompt(time.Time, exchange.Operation, []byte) {}
 func (e *exchanges) OnRequest(r *exchange.Request) {
 	e.mu.Lock()
 	e.reqs = append(e.reqs, r)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
 )
@@ -19,6 +20,14 @@ import (
 // calls come in batches (up to 32 SSE events, and the last with
 // OnResponse), so OnEvent may run after the stream ended.
 type Observer interface {
+	// OnPrompt receives the prompt of a request that carries one
+	// (exchange.Operation.HasPrompt) as it goes to its first backend,
+	// within promptTick, before and apart from its other calls: an
+	// observer that counts prompts at their answer would miss those
+	// still being answered, the slow ones, and see their absence as a
+	// change in what clients send. start is the request's Start, body
+	// the client's body, which the observer must not modify or keep.
+	OnPrompt(start time.Time, op exchange.Operation, body []byte)
 	OnRequest(r *exchange.Request)
 	// OnEvent receives the payload of one SSE data line; data is valid only
 	// during the call.
@@ -74,16 +83,28 @@ const (
 // bounded queue. Sends never block: a batch that finds queue_size events
 // or more waiting is dropped and its events counted.
 type dispatcher struct {
-	obs     Observer
-	queue   chan event
-	size    int64
-	queued  atomic.Int64 // events queued and not yet delivered
+	obs    Observer
+	queue  chan event
+	size   int64
+	queued atomic.Int64 // events queued and not yet delivered
+	// prompts holds requests whose prompt waits for OnPrompt, at most
+	// queue_size. The dispatcher never waits on it, so a send wakes
+	// nobody: a wake-up per request is what batching spared the request
+	// path. It drains the prompts whenever an event wakes it, and every
+	// promptTick, so that prompts still reach the Observer when no
+	// response comes (every backend hangs).
+	prompts chan *exchange.Request
 	bufs    sync.Pool
 	dropped func(n int)
 }
 
+// promptTick bounds how long a prompt waits in the dispatcher's queue when
+// no event wakes it.
+const promptTick = 250 * time.Millisecond
+
 func newDispatcher(obs Observer, size int, dropped func(n int)) *dispatcher {
-	d := &dispatcher{obs: obs, queue: make(chan event, size), size: int64(size), dropped: dropped}
+	d := &dispatcher{obs: obs, queue: make(chan event, size), size: int64(size),
+		prompts: make(chan *exchange.Request, size), dropped: dropped}
 	d.bufs.New = func() any { b := make([]byte, 0, batchBytes); return &b }
 	return d
 }
@@ -109,6 +130,17 @@ func (d *dispatcher) send(ev event) {
 		d.put(ev.data)
 	}
 	d.dropped(int(n))
+}
+
+// prompt queues r's prompt for OnPrompt, or drops it (counted) when
+// queue_size prompts wait. r's Start, Operation and Body must not change
+// afterwards: the dispatcher reads them while the request goes on.
+func (d *dispatcher) prompt(r *exchange.Request) {
+	select {
+	case d.prompts <- r:
+	default:
+		d.dropped(1)
+	}
 }
 
 // request marks the request's OnRequest due, sent with its first batch.
@@ -153,11 +185,17 @@ func (d *dispatcher) put(b *[]byte) {
 
 // Run delivers events until ctx is done, then drains what is queued.
 func (d *dispatcher) Run(ctx context.Context) error {
+	tick := time.NewTicker(promptTick)
+	defer tick.Stop()
 	for {
 		select {
 		case ev := <-d.queue:
+			d.deliverPrompts()
 			d.deliver(ev)
+		case <-tick.C:
+			d.deliverPrompts()
 		case <-ctx.Done():
+			d.deliverPrompts()
 			for {
 				select {
 				case ev := <-d.queue:
@@ -167,6 +205,14 @@ func (d *dispatcher) Run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// deliverPrompts hands the Observer the prompts queued so far.
+func (d *dispatcher) deliverPrompts() {
+	for len(d.prompts) > 0 {
+		r := <-d.prompts
+		d.obs.OnPrompt(r.Start, r.Operation, r.Body)
 	}
 }
 

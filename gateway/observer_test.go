@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -17,12 +18,18 @@ import (
 
 // recorder is an Observer that keeps what it sees.
 type recorder struct {
-	mu     sync.Mutex
-	reqs   []*exchange.Request
-	events []string
-	resps  []*exchange.Response
+	mu      sync.Mutex
+	prompts []string // operation and body
+	reqs    []*exchange.Request
+	events  []string
+	resps   []*exchange.Response
 }
 
+func (r *recorder) OnPrompt(_ time.Time, op exchange.Operation, body []byte) {
+	r.mu.Lock()
+	r.prompts = append(r.prompts, string(op)+" "+string(body))
+	r.mu.Unlock()
+}
 func (r *recorder) OnRequest(q *exchange.Request) {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, q)
@@ -74,6 +81,7 @@ func TestObserverSeesEverything(t *testing.T) {
 // blockingObserver never returns from OnRequest until released.
 type blockingObserver struct{ release chan struct{} }
 
+func (b *blockingObserver) OnPrompt(time.Time, exchange.Operation, []byte)   {}
 func (b *blockingObserver) OnRequest(*exchange.Request)                      { <-b.release }
 func (b *blockingObserver) OnEvent(*exchange.Request, []byte)                {}
 func (b *blockingObserver) OnResponse(*exchange.Request, *exchange.Response) {}
@@ -206,5 +214,71 @@ func TestObserverFirstToken(t *testing.T) {
 	}
 	if n := rec.resps[2]; n.FirstToken != 0 {
 		t.Errorf("non-streamed answer: first token %v, want none", n.FirstToken)
+	}
+}
+
+// TestObserverPromptBeforeAnswer: a prompt reaches the observer when its
+// request goes to the backend, before any answer (this backend never
+// answers), and once; a request the gateway answers itself and a request
+// without a prompt hand over none.
+func TestObserverPromptBeforeAnswer(t *testing.T) {
+	_, url := startSim(t, "m1", func(k *sim.Knobs) { k.Hang = true })
+	rec := &recorder{}
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil, func(o *Options) { o.Observer = rec })
+
+	body := `{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitFor(t, "the prompt", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.prompts) == 1 })
+	rec.mu.Lock()
+	if got, want := rec.prompts[0], "chat "+body; got != want || len(rec.reqs) != 0 || len(rec.resps) != 0 {
+		t.Errorf("while the backend hangs the observer saw prompts %q, %d requests, %d responses; want [%q], 0, 0",
+			rec.prompts, len(rec.reqs), len(rec.resps), want)
+	}
+	rec.mu.Unlock()
+
+	post(t, gw.URL+"/v1/chat/completions", `{"model":"unknown","messages":[{"role":"user","content":"hi"}]}`)
+	if resp, err := http.Get(gw.URL + "/v1/models"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the client got an answer from a backend that hangs")
+	}
+	waitFor(t, "two responses", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.resps) == 2 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.prompts) != 1 {
+		t.Errorf("prompts seen: %q, want the hanging request's only", rec.prompts)
+	}
+}
+
+// TestDispatcherPrompts: prompts wait without waking the dispatcher, reach
+// the observer in order when it drains them, and beyond queue_size are
+// dropped and counted.
+func TestDispatcherPrompts(t *testing.T) {
+	rec := &recorder{}
+	dropped := 0
+	d := newDispatcher(rec, 3, func(n int) { dropped += n })
+	for i := range 4 {
+		d.prompt(&exchange.Request{Operation: exchange.OpChat, Body: []byte{'a' + byte(i)}})
+	}
+	if dropped != 1 {
+		t.Errorf("%d prompts dropped, want 1", dropped)
+	}
+	d.deliverPrompts()
+	if got := strings.Join(rec.prompts, ","); got != "chat a,chat b,chat c" {
+		t.Errorf("observer saw %q", got)
 	}
 }

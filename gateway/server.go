@@ -568,6 +568,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	x.forwardedHeaders(r)
+	if x.disp != nil && op.HasPrompt() {
+		x.disp.prompt(req)
+	}
 	x.retry.tried = x.retry.triedBuf[:0]
 	for {
 		b := body

@@ -16,7 +16,7 @@ import (
 // Numeric features, in the order of Features.Vector.
 const (
 	FeatChars       = iota // characters (runes) of all prompt text
-	FeatTokens             // prompt tokens: the backend's usage.prompt_tokens, else ceil(chars/4)
+	FeatTokens             // prompt tokens, estimated as ceil(chars/4): read as the prompt is sent, before a backend counts them
 	FeatMessages           // chat messages (1 for a plain prompt); a top-level system text counts as one
 	FeatLatin              // share of characters that are Latin letters
 	FeatCJK                // share that are Han, Hiragana, Katakana or Hangul

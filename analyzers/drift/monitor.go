@@ -213,8 +213,11 @@ type jointFit struct {
 func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	f("drift", m.fine)
-	f("drift-reference", m.coarse)
+	// Not "drift" and "drift-reference", the series' earlier names: their
+	// buckets held the backend's prompt_tokens, which must not be merged
+	// with the estimate these hold while a fleet is upgraded.
+	f("prompts", m.fine)
+	f("prompts-reference", m.coarse)
 }
 
 // Result is one evaluation of the signal, as /admin/signals shows it.

@@ -75,8 +75,9 @@ func TestShutdownFlushesEverything(t *testing.T) {
 // observer queue is still full when shutdown starts.
 type slowObserver struct{ responses atomic.Int64 }
 
-func (o *slowObserver) OnRequest(*exchange.Request)       {}
-func (o *slowObserver) OnEvent(*exchange.Request, []byte) {}
+func (o *slowObserver) OnPrompt(time.Time, exchange.Operation, []byte) {}
+func (o *slowObserver) OnRequest(*exchange.Request)                    {}
+func (o *slowObserver) OnEvent(*exchange.Request, []byte)              {}
 func (o *slowObserver) OnResponse(*exchange.Request, *exchange.Response) {
 	time.Sleep(20 * time.Millisecond)
 	o.responses.Add(1)
