@@ -10,8 +10,8 @@ import (
 	"github.com/vigil-gw/vigil/exchange"
 )
 
-// An Observer receives every request, SSE event and response end that passes
-// through the gateway. A request that no backend was chosen for (the
+// An Observer receives every prompt, request, SSE event and response end that
+// passes through the gateway. A request that no backend was chosen for (the
 // gateway answered it: a bad request, no healthy backend, a cache hit)
 // gets OnResponse only, with an empty Request.Backend. Its methods are
 // called from one dispatcher goroutine, in order per request, never from
@@ -21,12 +21,12 @@ import (
 // OnResponse), so OnEvent may run after the stream ended.
 type Observer interface {
 	// OnPrompt receives the prompt of a request that carries one
-	// (exchange.Operation.HasPrompt) as it goes to its first backend,
-	// within promptTick, before and apart from its other calls: an
-	// observer that counts prompts at their answer would miss those
-	// still being answered, the slow ones, and see their absence as a
-	// change in what clients send. start is the request's Start, body
-	// the client's body, which the observer must not modify or keep.
+	// (exchange.Operation.HasPrompt) once a backend or the cache is to
+	// answer it, within promptTick, before its other calls: an observer
+	// that counts prompts at their answer would miss those still being
+	// answered, the slow ones, and see their absence as a change in what
+	// clients send. start is the request's Start, body the client's body,
+	// which the observer must not modify.
 	OnPrompt(start time.Time, op exchange.Operation, body []byte)
 	OnRequest(r *exchange.Request)
 	// OnEvent receives the payload of one SSE data line; data is valid only

@@ -518,6 +518,9 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 		return
 	}
 	x.retry.kinds = kinds
+	if x.disp != nil && op.HasPrompt() {
+		x.disp.prompt(req)
+	}
 
 	if s.cache != nil && f != nil {
 		if key, ok := s.cache.Key(op, f, body); ok {
@@ -568,9 +571,6 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	x.forwardedHeaders(r)
-	if x.disp != nil && op.HasPrompt() {
-		x.disp.prompt(req)
-	}
 	x.retry.tried = x.retry.triedBuf[:0]
 	for {
 		b := body
