@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,11 +366,14 @@ func (l *loopReader) Read(p []byte) (int, error) { return copy(p, l.ev), nil }
 func (l *loopReader) Close() error               { return nil }
 
 // BenchmarkMicroDispatcherChunk queues one SSE payload for an observer
-// draining on its own goroutine (cpu-ns/op: both sides).
+// draining on its own goroutine (cpu-ns/op: both sides). The producer
+// outruns even a no-op observer, so the queue fills and drops batches:
+// drops/op says what share of the payloads was never delivered.
 func BenchmarkMicroDispatcherChunk(b *testing.B) {
 	_, stream := recordSim(b)
 	payload := bytes.TrimSpace(bytes.TrimPrefix(stream.events[3], []byte("data: ")))
-	d := newDispatcher(nopObserver{}, 4096, func(int) {})
+	var drops atomic.Int64
+	d := newDispatcher(nopObserver{}, 4096, func(n int) { drops.Add(int64(n)) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
@@ -381,8 +385,38 @@ func BenchmarkMicroDispatcherChunk(b *testing.B) {
 		d.chunk(req, &pending, payload)
 	}
 	reportCPU(b, cpu)
+	b.ReportMetric(float64(drops.Load())/float64(b.N), "drops/op")
 	cancel()
 	<-done
+}
+
+// BenchmarkMicroDispatcherRequest hands a non-streamed request to the
+// observer, with its prompt queued first or not, and delivers it on the
+// same goroutine (as the dispatcher would, without waking it): what the
+// prompt's own queue costs both sides.
+func BenchmarkMicroDispatcherRequest(b *testing.B) {
+	for _, prompt := range []bool{false, true} {
+		name := "response"
+		if prompt {
+			name = "prompt+response"
+		}
+		b.Run(name, func(b *testing.B) {
+			d := newDispatcher(nopObserver{}, 4096, func(int) { b.Fatal("dropped") })
+			req := &exchange.Request{Operation: exchange.OpChat}
+			resp := &exchange.Response{Status: 200}
+			b.ReportAllocs()
+			for b.Loop() {
+				if prompt {
+					d.prompt(req)
+				}
+				var pending batch
+				d.request(&pending)
+				d.response(req, &pending, resp)
+				d.deliverPrompts()
+				d.deliver(<-d.queue)
+			}
+		})
+	}
 }
 
 // BenchmarkMicroSpans starts and ends the server, preprocess and
