@@ -64,8 +64,8 @@ func apiOf(op exchange.Operation) drift.API {
 	return drift.Chat
 }
 
-// OnPrompt adds a prompt's features to the drift windows when its request
-// goes to a backend. Counted at their answer instead, the newest buckets,
+// OnPrompt adds a prompt's features to the drift windows once a backend or
+// the cache is to answer its request. Counted at their answer instead, the newest buckets,
 // which make the current window, would lack the prompts still being
 // answered: the long generations, and while a backend hangs every prompt
 // routed to it (the prefix strategy sends alike prompts to one backend),

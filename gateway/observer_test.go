@@ -219,8 +219,8 @@ func TestObserverFirstToken(t *testing.T) {
 
 // TestObserverPromptBeforeAnswer: a prompt reaches the observer when its
 // request goes to the backend, before any answer (this backend never
-// answers), and once; a request the gateway answers itself and a request
-// without a prompt hand over none.
+// answers), and once; requests the gateway answers itself (an unknown
+// model, the model list) hand over none.
 func TestObserverPromptBeforeAnswer(t *testing.T) {
 	_, url := startSim(t, "m1", func(k *sim.Knobs) { k.Hang = true })
 	rec := &recorder{}
