@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
-	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
@@ -150,23 +149,14 @@ func (p *Pipeline) ObserveAlerts(ctx context.Context) {
 	rates := p.errs.Since(now.Add(-p.alertPeriod), now)
 	out := p.backendsOut(now)
 	for backend, c := range rates {
-		if c[0] == 0 {
+		// The requests the gateway answered itself ("") count in their
+		// model's series below.
+		if c[0] == 0 || backend == "" {
 			continue
 		}
-		v := alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0]), N: c[0]}
-		switch model, ok := strings.CutPrefix(backend, errrate.ModelKeyPrefix); {
-		case ok:
-			v.Labels = withLabel(p.gatewayLabels, "model", model)
-		case backend == "":
-			// Not a configured model's: no model label, which would make
-			// it the series of the one model every backend serves.
-			v.Labels = maps.Clone(p.gatewayLabels)
-			delete(v.Labels, "model")
-		default:
-			v.Labels = p.labelsOf(backend)
-		}
-		values = append(values, v)
+		values = append(values, alert.Value{Rule: alert.RuleErrorRate, V: float64(c[1]) / float64(c[0]), N: c[0], Labels: p.labelsOf(backend)})
 	}
+	values = append(values, p.segmentValues(s, now)...)
 	for name, whole := range out {
 		down := 0.0
 		if whole {
@@ -233,13 +223,44 @@ func (p *Pipeline) backendsOut(now time.Time) map[string]bool {
 // than in wall time.
 func (p *Pipeline) AlertPeriods() int64 { return p.alertPeriods.Load() }
 
-// gatewayValues are the rule values of the gateway-wide signals in s.
+// gatewayValues are the rule values of the gateway-wide signals in s:
+// input drift, which watches the mix of models too. The others are judged
+// per model (segmentValues): the fleet's confidence, perplexity and
+// latency move with the mix of models, which is no change of any.
 func gatewayValues(s *Signals) map[string]alert.Value {
-	in := alert.Signals{Drift: s.Drift, Output: s.Output, Latency: s.Latency}
-	if s.Confidence != nil {
-		in.Confidence = &s.Confidence.Decay
+	return alert.Values(alert.Signals{Drift: s.Drift})
+}
+
+// segmentValues are the rule values of every segment in s, each series
+// labelled with its model (and an adapter's base_model), and the period's
+// error rate of each model's requests, the gateway's own refusals
+// included.
+func (p *Pipeline) segmentValues(s *Signals, now time.Time) []alert.Value {
+	rates := p.segs.errs.Since(now.Add(-p.alertPeriod), now)
+	var out []alert.Value
+	for i := range s.Segments {
+		g := &s.Segments[i]
+		labels := withLabel(p.gatewayLabels, "model", g.Model)
+		if g.BaseModel != "" {
+			labels["base_model"] = g.BaseModel
+		}
+		in := alert.Signals{Drift: g.Drift, Output: g.Output, Latency: g.Latency, Labels: labels}
+		if g.Confidence != nil {
+			in.Confidence = g.Confidence
+		}
+		if c := rates[g.Model]; c[0] > 0 {
+			rate := float64(c[1]) / float64(c[0])
+			in.ErrorRate = &rate
+		}
+		for rule, v := range alert.Values(in) {
+			v.Rule = rule
+			if rule == alert.RuleErrorRate {
+				v.N = rates[g.Model][0]
+			}
+			out = append(out, v)
+		}
 	}
-	return alert.Values(in)
+	return out
 }
 
 // Alerts lists the alerts for /admin/alerts.

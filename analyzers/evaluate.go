@@ -78,6 +78,7 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 	now := p.now()
 	s := &Signals{Evaluated: now.UTC(), Thresholds: p.alerts.Thresholds()}
 	s.Window = Window{Start: now.UTC(), End: now.UTC()}
+	s.Segments = p.evaluateSegments(now, advance)
 	if p.drift != nil {
 		res := pick(advance, p.drift.Evaluate, p.drift.Peek)(now)
 		s.Drift = &res
@@ -89,6 +90,20 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 		if p.unscored.Load() > 0 {
 			d.Sources, o.Sources = unscoredSources, unscoredSources
 		}
+		// The verdicts are the models': the fleet's figures move with
+		// the mix of models, which is no decay of any.
+		d.State = segmentsState(s.Segments, func(g *Segment) (string, bool) {
+			if g.Confidence == nil {
+				return "", false
+			}
+			return g.Confidence.State, true
+		}, confidence.StateDecay, confidence.StateUnknown)
+		o.State = segmentsState(s.Segments, func(g *Segment) (string, bool) {
+			if g.Output == nil {
+				return "", false
+			}
+			return g.Output.State, true
+		}, confidence.StateDrift, confidence.StateUnknown)
 		if p.cfg.Confidence.Enabled {
 			rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
 			s.Confidence = &Confidence{Decay: d, Calibration: rep}
@@ -101,6 +116,12 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 	}
 	if p.lat != nil {
 		l := pick(advance, p.lat.Evaluate, p.lat.Peek)(now)
+		l.State = segmentsState(s.Segments, func(g *Segment) (string, bool) {
+			if g.Latency == nil {
+				return "", false
+			}
+			return g.Latency.State, true
+		}, latency.StateAnomalous, latency.StateUnknown)
 		s.Latency = &l
 		p.m.publishLatency(&l)
 	}
@@ -145,6 +166,7 @@ func (p *Pipeline) pinAt(at time.Time) error {
 	if p.lat != nil {
 		p.lat.Pin(at)
 	}
+	p.segs.pin(at)
 	if p.drift == nil && p.conf == nil && p.lat == nil {
 		err = errors.New("every signal is disabled")
 	}
@@ -168,6 +190,8 @@ type Signals struct {
 	Latency    *latency.Result
 	Output     *confidence.Output
 	Precision  *precision.Result
+	// Segments are the signals per model, worst first.
+	Segments []Segment
 	// Thresholds are the alert thresholds in force, per series, as of the
 	// last alert period.
 	Thresholds []alert.Threshold
@@ -178,6 +202,10 @@ var unknownSignal = json.RawMessage(`{"state":"unknown"}`)
 
 // MarshalJSON writes s with each disabled signal as {"state": "unknown"}.
 func (s *Signals) MarshalJSON() ([]byte, error) {
+	segs := s.Segments
+	if segs == nil {
+		segs = []Segment{}
+	}
 	return json.Marshal(struct {
 		Window     Window            `json:"window"`
 		Evaluated  time.Time         `json:"evaluated"`
@@ -186,8 +214,9 @@ func (s *Signals) MarshalJSON() ([]byte, error) {
 		Latency    any               `json:"latency"`
 		Output     any               `json:"output"`
 		Precision  any               `json:"precision"`
+		Segments   []Segment         `json:"segments"`
 		Thresholds []alert.Threshold `json:"thresholds"`
-	}{s.Window, s.Evaluated, orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output), orUnknown(s.Precision), s.Thresholds})
+	}{s.Window, s.Evaluated, orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output), orUnknown(s.Precision), segs, s.Thresholds})
 }
 
 func orUnknown[T any](v *T) any {
@@ -216,6 +245,24 @@ func (p *Pipeline) Signals(context.Context) (*Signals, error) {
 		return s, nil
 	}
 	return p.peek(), nil
+}
+
+// SegmentJSON is the segment that model's requests are counted in, as
+// JSON, for GET /admin/signals?model=NAME: its own, or "other" when it has
+// none; ok is false when no request of any model was seen yet.
+func (p *Pipeline) SegmentJSON(ctx context.Context, model string) (b []byte, ok bool, err error) {
+	s, err := p.Signals(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	name := p.segs.reg.Segment(model, false)
+	for i := range s.Segments {
+		if s.Segments[i].Model == name {
+			b, err := json.Marshal(&s.Segments[i])
+			return b, err == nil, err
+		}
+	}
+	return nil, false, nil
 }
 
 // SignalsJSON is Signals as JSON, for GET /admin/signals.

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-gw/vigil/analyzers/drift"
-	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/precision"
@@ -82,6 +81,9 @@ func (p *Pipeline) OnPrompt(start time.Time, op exchange.Operation, body []byte)
 		return
 	}
 	p.drift.Add(start, &f)
+	if d := p.segs.route(start, f.Model, true, false).drift; d != nil {
+		d.Add(start, &f)
+	}
 }
 
 // OnRequest starts parsing the response of a generation request.
@@ -135,13 +137,13 @@ func (p *Pipeline) OnEvent(r *exchange.Request, data []byte) {
 func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	t := r.Start.Add(resp.Latency)
 	p.usage.Add(t, r, resp)
+	seg := p.segs.route(t, r.Model, false, r.Backend != "")
+	if !clientError(resp) {
+		p.segs.errs.Add(t, seg.name, resp.ErrorClass.Failed())
+	}
 	if r.Backend == "" { // the gateway answered: only the error rates see it
-		key := ""
-		if p.models[r.Model] {
-			key = errrate.ModelKey(r.Model)
-		}
 		if !clientError(resp) {
-			p.errs.Add(t, key, resp.ErrorClass.Failed())
+			p.errs.Add(t, "", resp.ErrorClass.Failed())
 		}
 		return
 	}
@@ -193,6 +195,7 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	}
 	if p.conf != nil && a != nil {
 		p.conf.Add(t, &s)
+		seg.conf.Add(t, &s)
 		p.m.observeResponse(&s)
 	}
 	if p.calib != nil && s.ID != "" && s.Tokens > 0 {
@@ -201,6 +204,7 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	if p.lat != nil {
 		smp := sample(r, resp, &s)
 		var anomalous []string
+		seg.lat.Add(t, &smp)
 		for i, bad := range p.lat.Add(t, &smp) {
 			if bad {
 				p.m.latencyAnomalies.WithLabelValues(latency.Names[i]).Inc()

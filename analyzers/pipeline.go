@@ -7,6 +7,8 @@ package analyzers
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,11 @@ type Options struct {
 	// sees it, for the history (internal/app wires the gateway's). Nil:
 	// the history has no backends.
 	BackendStates func() []exchange.BackendState
+	// BaseModel returns the base model of a LoRA adapter (vLLM's
+	// /v1/models "parent"), empty for any other name; the segment of an
+	// adapter records it and its alerts carry it as base_model. Nil: no
+	// adapter is known. It must be cheap and safe for concurrent use.
+	BaseModel func(model string) string
 	// Backends are the gateway's backends: those with a reference are
 	// shadow-compared (signal 5), and per-backend alerts carry their name,
 	// their model (when they serve exactly one) and their tier's severity.
@@ -77,6 +84,7 @@ type Pipeline struct {
 	lat    *latency.Monitor    // nil when disabled
 	prec   *precision.Monitor  // nil when disabled or no backend has a reference
 	calib  *feedback           // nil when confidence is disabled
+	segs   *segments           // every signal but precision per model
 	tracer trace.Tracer        // nil: no postprocess spans
 	share  *share.Sharer       // nil without Sharing
 	alerts *alert.Engine
@@ -156,6 +164,7 @@ func New(o Options) (*Pipeline, error) {
 			p.models[m] = true
 		}
 	}
+	p.segs = newSegments(c, span, o.BaseModel, slices.Collect(maps.Keys(p.models)))
 	p.usage = usage.New(p.models, o.Backends)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
@@ -175,6 +184,7 @@ func New(o Options) (*Pipeline, error) {
 		reg = prometheus.NewRegistry()
 	}
 	p.m = newMetrics(reg)
+	reg.MustRegister(collectorFunc(p.collectSegments))
 	shared := o.Sharing != nil && o.Sharing.Store != nil
 	if c.Confidence.Enabled {
 		cal := c.Calibration
@@ -198,7 +208,7 @@ func New(o Options) (*Pipeline, error) {
 		if p.prec != nil {
 			p.share.Add(p.prec)
 		}
-		p.share.Add(p.errs, p.usage)
+		p.share.Add(p.errs, p.usage, p.segs)
 		st, replica := p.share.Config().Store, p.share.Config().Replica
 		if calib := p.calib; calib != nil {
 			p.share.AddSync(func(ctx context.Context, seq uint64, flush int) error {

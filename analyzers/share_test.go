@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,8 +161,11 @@ func TestSharedErrorRate(t *testing.T) {
 			got = append(got, al)
 		}
 	}
-	if len(got) != 1 || float64(got[0].Value) != 0.2 || got[0].Labels["backend"] != "x" {
-		t.Errorf("a's error-rate alerts: %+v, want one at 0.2 (16 failures in 80 requests) for backend x", got)
+	// The backend's series, and its model's, both merged over the replicas.
+	slices.SortFunc(got, func(x, y alert.Alert) int { return strings.Compare(x.Labels["backend"], y.Labels["backend"]) })
+	if len(got) != 2 || float64(got[0].Value) != 0.2 || got[0].Labels["model"] != "m" ||
+		float64(got[1].Value) != 0.2 || got[1].Labels["backend"] != "x" {
+		t.Errorf("a's error-rate alerts: %+v, want two at 0.2 (16 failures in 80 requests): model m and backend x", got)
 	}
 }
 

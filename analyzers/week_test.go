@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -247,6 +248,10 @@ func (n *recordingNotifier) notifications() []alert.Notification {
 // the test can tell which rules had a value in a period.
 func weekSignalValues(s *Signals) map[string]alert.Value {
 	vals := gatewayValues(s)
+	for i := range s.Segments { // one model: its segment's
+		g := &s.Segments[i]
+		maps.Copy(vals, alert.Values(alert.Signals{Confidence: g.Confidence, Output: g.Output, Latency: g.Latency}))
+	}
 	if pr := s.Precision; pr != nil && len(pr.Pairs) == 1 && pr.Pairs[0].State != precision.StateUnknown {
 		vals[alert.RulePrecision] = alert.Value{V: float64(pr.Pairs[0].KL)}
 	}

@@ -321,6 +321,23 @@ type Analyzers struct {
 	// Precision configures signal 5, precision divergence, for the backends
 	// that name a reference.
 	Precision Precision `yaml:"precision"`
+	// Segments configures the per-model view of the signals.
+	Segments Segments `yaml:"segments"`
+}
+
+// Segments configures the per-model segments: every signal but precision
+// is kept per model (a LoRA adapter is a model of its own) besides
+// fleet-wide, so that a change of traffic mix between models is not read
+// as a change of any model, and a change in one model is not diluted by
+// the others.
+type Segments struct {
+	// MaxModels bounds the models that get a segment of their own: the
+	// most active; the others share the segment "other". >= 1.
+	MaxModels int `yaml:"max_models"`
+	// Reservoir is the uniform sample of prompts a segment's input-drift
+	// windows keep per bucket (the fleet-wide windows keep
+	// analyzers.drift.reservoir). >= 32.
+	Reservoir int `yaml:"reservoir"`
 }
 
 // Precision configures shadow comparison of a backend against its

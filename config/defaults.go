@@ -96,7 +96,13 @@ func DefaultAnalyzers() Analyzers {
 		Output:      DefaultOutput(),
 		Calibration: DefaultCalibration(),
 		Precision:   DefaultPrecision(),
+		Segments:    DefaultSegments(),
 	}
+}
+
+// DefaultSegments returns the default analyzers.segments.
+func DefaultSegments() Segments {
+	return Segments{MaxModels: 32, Reservoir: 256}
 }
 
 // DefaultDrift returns the default analyzers.drift.

@@ -464,6 +464,7 @@ func wantAnalyzers() config.Analyzers {
 		Calibration: config.Calibration{Bins: 15, MaxPending: 100000, TTL: 24 * time.Hour, MaxLabels: 10000},
 		Precision: config.Precision{Enabled: true, SampleRatio: 0.05, TopLogprobs: 5, MaxTokens: 32, Concurrency: 4,
 			Timeout: 30 * time.Second, MinTokens: 200, MaxKL: 0.05, MinTop1Agreement: 0.9},
+		Segments: config.Segments{MaxModels: 32, Reservoir: 256},
 	}
 }
 

@@ -276,6 +276,19 @@ func (a *Analyzers) Validate() error {
 	l.nest("output", a.Output.Validate())
 	l.nest("calibration", a.Calibration.Validate())
 	l.nest("precision", a.Precision.Validate())
+	l.nest("segments", a.Segments.Validate())
+	return l.err()
+}
+
+// Validate checks s.
+func (s *Segments) Validate() error {
+	var l errList
+	if s.MaxModels < 1 || s.MaxModels > 1024 {
+		l.add("max_models", fmt.Errorf("must be in [1, 1024], got %d", s.MaxModels))
+	}
+	if s.Reservoir < 32 {
+		l.add("reservoir", fmt.Errorf("must be >= 32, got %d", s.Reservoir))
+	}
 	return l.err()
 }
 

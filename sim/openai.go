@@ -143,7 +143,7 @@ func jsonKind(t reflect.Type) string {
 }
 
 func (s *Server) checkModel(model string) *apiError {
-	if model == "" || model == s.model || slices.Contains(s.adapters, model) {
+	if model == "" || s.anyModel || model == s.model || slices.Contains(s.adapters, model) {
 		return nil
 	}
 	return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", model)}
@@ -152,7 +152,7 @@ func (s *Server) checkModel(model string) *apiError {
 // servedName is the model a response names for a request that named model:
 // the adapter it named, else the base model, as vLLM answers.
 func (s *Server) servedName(model string) string {
-	if model != "" && slices.Contains(s.adapters, model) {
+	if model != "" && (s.anyModel || slices.Contains(s.adapters, model)) {
 		return model
 	}
 	return s.model

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -680,5 +681,24 @@ func TestPromptLogprobListJSON(t *testing.T) {
 	}
 	if _, err := (promptLogprobList{nil, {{1, promptLogprob{math.NaN(), 1, "x"}}}}).MarshalJSON(); err == nil {
 		t.Error("NaN: no error")
+	}
+}
+
+// TestAnyModel: with AnyModel every name is served, and the answer names
+// the model asked for; without it the same name gets vLLM's 404.
+func TestAnyModel(t *testing.T) {
+	body := `{"model":"made-up-7","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	for _, anyModel := range []bool{true, false} {
+		h := New(Options{Model: "base", AnyModel: anyModel}).Handler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body)))
+		var out struct{ Model string }
+		json.Unmarshal(rec.Body.Bytes(), &out)
+		switch {
+		case anyModel && (rec.Code != http.StatusOK || out.Model != "made-up-7"):
+			t.Errorf("AnyModel: %d %s, want 200 naming made-up-7", rec.Code, rec.Body)
+		case !anyModel && rec.Code != http.StatusNotFound:
+			t.Errorf("without AnyModel: %d, want 404", rec.Code)
+		}
 	}
 }

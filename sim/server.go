@@ -40,6 +40,11 @@ type Options struct {
 	// parent, and requests may name them. An adapter answers as the base
 	// model does, under its own name, with prefix cache blocks of its own.
 	LoRAModules []string
+	// AnyModel serves every model name a request gives, answering under
+	// that name, as a server that routes by model does (LiteLLM, a
+	// gateway of gateways): for tests of what unbounded model names do.
+	// False: names other than Model and LoRAModules get vLLM's 404.
+	AnyModel bool
 }
 
 // Stats counts the requests on the inference routes (OpenAI, Anthropic and
@@ -75,6 +80,7 @@ type Server struct {
 	stored *responseStore
 	// adapters are the LoRA adapters' names, in Options order.
 	adapters []string
+	anyModel bool // Options.AnyModel
 	cache    *prefixCache
 
 	requests, running, waiting, cancelled, errors atomic.Int64
@@ -91,7 +97,7 @@ type Server struct {
 
 // New returns a Server ready to serve [Server.Handler].
 func New(opts Options) *Server {
-	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created, stored: newResponseStore(maxStoredResponses), cache: newPrefixCache()}
+	s := &Server{model: opts.Model, seed: opts.Seed, created: opts.Created, stored: newResponseStore(maxStoredResponses), cache: newPrefixCache(), anyModel: opts.AnyModel}
 	if s.model == "" {
 		s.model = "sim-model"
 	}

@@ -4,8 +4,10 @@
 package confidence
 
 import (
+	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/logprob"
@@ -44,7 +46,8 @@ func count(s *summary) int64 { return s.meanLP.Count() }
 // A Monitor keeps windows of response confidence and evaluates both
 // signals. It is safe for concurrent use; Add takes a short lock.
 type Monitor struct {
-	cfg config.Analyzers
+	cfg   config.Analyzers
+	alpha atomic.Uint64 // SetAlpha's level, float64 bits; 0: cfg.Alpha
 
 	mu      sync.Mutex
 	buckets *window.Shared[summary, *summary]               // decay windows
@@ -64,6 +67,20 @@ func New(cfg config.Analyzers) *Monitor {
 		buckets: window.NewShared[summary](cfg.Bucket, span, nil),
 		minutes: window.NewShared[window.Moments](time.Minute, mins, nil),
 	}
+}
+
+// SetAlpha sets the significance level of the monitor's tests in place
+// of analyzers.alpha; zero restores it. The analyzers divide alpha among
+// the segments they test (Bonferroni), so that many models do not alarm
+// by chance more often than one. Safe for concurrent use.
+func (m *Monitor) SetAlpha(a float64) { m.alpha.Store(math.Float64bits(a)) }
+
+// level is the significance level in force.
+func (m *Monitor) level() float64 {
+	if b := m.alpha.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return m.cfg.Alpha
 }
 
 // Add records one response that ended at t. Responses without usable
@@ -121,6 +138,8 @@ type Decay struct {
 	LowRise   stats.Num `json:"low_share_rise"`
 	LowPValue stats.Num `json:"low_share_p_value"`
 	Streak    int       `json:"streak"`
+	// Reason says why the state is "unknown"; empty otherwise.
+	Reason string `json:"reason,omitempty"`
 	// Sources names the APIs whose responses were served but cannot be
 	// scored, and why (the Anthropic Messages API has no logprobs); set by
 	// the analyzers pipeline, absent when there were none.
@@ -147,6 +166,8 @@ type Output struct {
 	Distance stats.Num `json:"band_distance"`
 	// Sources is Decay.Sources.
 	Sources map[string]string `json:"sources,omitempty"`
+	// Reason says why the state is "unknown"; empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Evaluate computes both signals as of now.
@@ -184,7 +205,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) (Decay, Output) {
 		// Two one-sided tests, Bonferroni-corrected: the mean logprob fell,
 		// or the share of low-confidence tokens rose (quantization noise
 		// shows there first).
-		alpha := m.cfg.Alpha / 2
+		alpha := m.level() / 2
 		_, p = stats.WelchGreater(refMean, ref.meanLP.SampleVar(), ref.meanLP.Count(),
 			mean, cur.meanLP.SampleVar(), cur.meanLP.Count())
 		_, pLow = stats.WelchGreater(cur.low.Mean(), cur.low.SampleVar(), cur.low.Count(),
@@ -194,6 +215,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) (Decay, Output) {
 		d.State = StateOK
 	} else {
 		d.State = StateUnknown
+		d.Reason = fmt.Sprintf("%d responses with logprobs in the current window and %d in the reference; %d needed in each", d.Responses, d.RefResponses, min)
 	}
 	d.PValue, d.LowPValue = stats.Num(p), stats.Num(pLow)
 
@@ -270,6 +292,7 @@ func (m *Monitor) output(now time.Time) Output {
 	}
 	if b.minutes < m.cfg.Output.MinBaselineMinutes || math.IsNaN(b.std) {
 		o.State = StateUnknown
+		o.Reason = fmt.Sprintf("the baseline holds %d minutes with responses; %d needed", b.minutes, m.cfg.Output.MinBaselineMinutes)
 		return o
 	}
 	o.State = StateOK

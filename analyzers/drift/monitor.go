@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -38,10 +39,11 @@ const minColumn = 20
 // periodically. It is safe for concurrent use: Add and the copy of the
 // windows take a short lock; the statistics run outside it.
 type Monitor struct {
-	cfg  config.Analyzers
-	num  []int // numeric features tested, indexes into Features.Vector
-	cat  []int // categorical features tested
-	mdim []int // positions in num of the features the joint test uses
+	cfg   config.Analyzers
+	alpha atomic.Uint64 // SetAlpha's level, float64 bits; 0: cfg.Alpha
+	num   []int         // numeric features tested, indexes into Features.Vector
+	cat   []int         // categorical features tested
+	mdim  []int         // positions in num of the features the joint test uses
 
 	mu     sync.Mutex
 	fine   *window.Shared[summary, *summary] // current window
@@ -101,6 +103,20 @@ func New(cfg config.Analyzers, seed uint64) (*Monitor, error) {
 var jointFeature = [NumFeatures]bool{
 	FeatChars: true, FeatMessages: true, FeatLatin: true, FeatCJK: true,
 	FeatCyrillic: true, FeatDigits: true, FeatPunct: true,
+}
+
+// SetAlpha sets the significance level of the monitor's tests in place
+// of analyzers.alpha; zero restores it. The analyzers divide alpha among
+// the segments they test (Bonferroni), so that many models do not alarm
+// by chance more often than one. Safe for concurrent use.
+func (m *Monitor) SetAlpha(a float64) { m.alpha.Store(math.Float64bits(a)) }
+
+// level is the significance level in force.
+func (m *Monitor) level() float64 {
+	if b := m.alpha.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return m.cfg.Alpha
 }
 
 // Add records the features of a prompt seen at t.
@@ -235,6 +251,8 @@ type Result struct {
 	CurrentStart time.Time       `json:"current_start"`
 	Features     []FeatureResult `json:"features"`
 	Evaluated    time.Time       `json:"evaluated"`
+	// Reason says why the state is "unknown"; empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // FeatureResult is one test of one feature.
@@ -291,6 +309,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 		}
 	} else {
 		res.State = StateUnknown
+		res.Reason = fmt.Sprintf("%d prompts in the current window and %d in the reference; %d needed in each", res.Current, res.Baseline, m.cfg.MinRequests)
 	}
 
 	m.mu.Lock()
@@ -360,7 +379,7 @@ func (m *Monitor) compare(ref, cur *summary, key refKey) []FeatureResult {
 	adjust(out, m.cfg.Drift.Correction)
 	for k := range out {
 		f := &out[k]
-		f.Drift = f.AdjustedP < m.cfg.Alpha && f.PSI >= m.cfg.Drift.MinPSI
+		f.Drift = f.AdjustedP < m.level() && f.PSI >= m.cfg.Drift.MinPSI
 	}
 	return out
 }

@@ -1,7 +1,6 @@
-// Package errrate counts requests and failed requests by backend (or by
-// model, for the requests the gateway answered itself) in time buckets
-// shared across replicas: the error rates and the SLO burn rates alert on
-// them.
+// Package errrate counts requests and failed requests by key (a backend,
+// or a model's segment) in time buckets shared across replicas: the error
+// rates and the SLO burn rates alert on them.
 package errrate
 
 import (
@@ -14,30 +13,36 @@ import (
 // Rates counts requests and failed requests by key in time buckets,
 // shared across replicas like the signals' windows, so that the error
 // rates the sending replica alerts on are the whole deployment's, not its
-// own share of the traffic. A key is a backend's name, or for a request
-// the gateway answered itself ModelKey(model) (a configured model) or ""
-// (any other); window.Counts bounds them.
+// own share of the traffic. A key is a backend's name (or "" for the
+// requests the gateway answered itself), or a model's segment;
+// window.Counts bounds them.
 type Rates struct {
 	mu            sync.Mutex
 	total, failed *window.Shared[window.Counts, *window.Counts]
 	ttl           time.Duration // of the shared snapshots: the span, and ten minutes more
+	name          string        // of the shared series, before "/total" and "/failed"
 }
-
-// ModelKeyPrefix starts the key of the requests of a model that no backend
-// answered; backend names cannot hold ':'.
-const ModelKeyPrefix = "model:"
-
-// ModelKey is the key of the requests of model that no backend answered.
-func ModelKey(model string) string { return ModelKeyPrefix + model }
 
 // New keeps span of buckets of the given width, and the bucket
 // in progress: the longest window asked of Since.
 func New(bucket, span time.Duration) *Rates {
+	return NewNamed("errors", bucket, span, 0)
+}
+
+// NewNamed is New for rates shared as the series name+"/total" and
+// name+"/failed", keeping at most maxKeys keys per bucket (zero or less:
+// window.DefaultMaxCategories).
+func NewNamed(name string, bucket, span time.Duration, maxKeys int) *Rates {
 	n := int(span/bucket) + 4
+	var newCounts func() *window.Counts
+	if maxKeys > 0 {
+		newCounts = func() *window.Counts { return window.NewCounts(maxKeys) }
+	}
 	return &Rates{
-		total:  window.NewShared[window.Counts](bucket, n, nil),
-		failed: window.NewShared[window.Counts](bucket, n, nil),
+		total:  window.NewShared[window.Counts](bucket, n, newCounts),
+		failed: window.NewShared[window.Counts](bucket, n, newCounts),
 		ttl:    time.Duration(n)*bucket + 10*time.Minute,
+		name:   name,
 	}
 }
 
@@ -64,8 +69,8 @@ func (e *Rates) Add(t time.Time, key string, failed bool) {
 func (e *Rates) Shared(f func(name string, s window.Sharer)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	f("errors/total", e.total)
-	f("errors/failed", e.failed)
+	f(e.name+"/total", e.total)
+	f(e.name+"/failed", e.failed)
 }
 
 // Since returns, per key, the requests and failed requests of the buckets

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/stats"
@@ -140,7 +141,8 @@ func (c *coMoments) r() float64 {
 
 // A Monitor keeps latency windows. It is safe for concurrent use.
 type Monitor struct {
-	cfg config.Analyzers
+	cfg   config.Analyzers
+	alpha atomic.Uint64 // SetAlpha's level, float64 bits; 0: cfg.Alpha
 
 	mu      sync.Mutex
 	buckets *window.Shared[summary, *summary]
@@ -157,6 +159,20 @@ func New(cfg config.Analyzers) *Monitor {
 		m.limits[i] = math.NaN()
 	}
 	return m
+}
+
+// SetAlpha sets the significance level of the monitor's tests in place
+// of analyzers.alpha; zero restores it. The analyzers divide alpha among
+// the segments they test (Bonferroni), so that many models do not alarm
+// by chance more often than one. Safe for concurrent use.
+func (m *Monitor) SetAlpha(a float64) { m.alpha.Store(math.Float64bits(a)) }
+
+// level is the significance level in force.
+func (m *Monitor) level() float64 {
+	if b := m.alpha.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return m.cfg.Alpha
 }
 
 // Add records one response that ended at t and reports, per metric,
@@ -251,6 +267,8 @@ type Result struct {
 	// logprob in the current window (null without logprobs).
 	Correlation stats.Num `json:"latency_confidence_correlation"`
 	Streak      int       `json:"streak"`
+	// Reason says why the state is "unknown"; empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Evaluate computes the signal as of now and refreshes the anomaly limits
@@ -304,7 +322,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 		}
 		res.Anomalies += cur.anomalous[i]
 		if cur.checked[i] >= min && ref.checked[i] >= min {
-			st.Anomalous = risen(cur.anomalous[i], cur.checked[i], ref.anomalous[i], ref.checked[i], m.cfg.Alpha, m.cfg.Latency.MinRise)
+			st.Anomalous = risen(cur.anomalous[i], cur.checked[i], ref.anomalous[i], ref.checked[i], m.level(), m.cfg.Latency.MinRise)
 		}
 		anomalous = anomalous || st.Anomalous
 		res.Metrics[Names[i]] = st
@@ -315,6 +333,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	switch {
 	case res.Responses < min || !haveRef:
 		res.State = StateUnknown
+		res.Reason = fmt.Sprintf("%d responses in the current window and %d in the reference; %d needed in each", res.Responses, count(ref), min)
 	default:
 		res.State = StateOK
 	}

@@ -38,6 +38,7 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 	cacheBlocks := fs.Int("prefix-cache-blocks", d.PrefixCacheBlocks, "prefix cache capacity in blocks of --block-size tokens (0: prefix caching off)")
 	blockSize := fs.Int("block-size", d.BlockSize, "tokens per KV cache block")
 	lora := fs.String("lora-modules", "", "comma-separated `names` of LoRA adapters served on top of --model")
+	anyModel := fs.Bool("any-model", false, "serve every model name a request gives, under that name (a server that routes by model)")
 	return func() sim.Options {
 		var adapters []string
 		for _, a := range strings.Split(*lora, ",") {
@@ -46,7 +47,7 @@ func simFlags(fs *flag.FlagSet) func() sim.Options {
 				adapters = append(adapters, name)
 			}
 		}
-		return sim.Options{Model: *model, Seed: *seed, Created: *created, LoRAModules: adapters, Knobs: sim.Knobs{
+		return sim.Options{Model: *model, Seed: *seed, Created: *created, LoRAModules: adapters, AnyModel: *anyModel, Knobs: sim.Knobs{
 			TTFT: *ttft, ITL: *itl, Stall: *stall, StallAfter: *stallAfter, ErrorRate: *errRate, Hang: *hang,
 			MaxModelLen: *maxLen, Confidence: *conf, Noise: *noise, OutputTokens: *outTok, MaxNumSeqs: *seqs,
 			PrefillPerToken: *prefill, PrefixCacheBlocks: *cacheBlocks, BlockSize: *blockSize,

@@ -8,6 +8,7 @@ package admin
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -23,9 +24,11 @@ import (
 )
 
 // SignalsSource gives the analyzers' picture for GET /admin/signals, as
-// JSON.
+// JSON, and for ?model=NAME the segment that model's requests are counted
+// in (ok false: none yet).
 type SignalsSource interface {
 	SignalsJSON(ctx context.Context) ([]byte, error)
+	SegmentJSON(ctx context.Context, model string) (b []byte, ok bool, err error)
 }
 
 // AlertsSource gives the alerts for GET /admin/alerts, as a JSON array.
@@ -413,7 +416,21 @@ func (a *API) getSignals(c *gin.Context) {
 		apierror.Write(c.Writer, notEnabled("signal analysis"))
 		return
 	}
-	writeSource(c, a.o.Signals.SignalsJSON)
+	model, one := c.GetQuery("model")
+	if !one {
+		writeSource(c, a.o.Signals.SignalsJSON)
+		return
+	}
+	b, ok, err := a.o.Signals.SegmentJSON(c.Request.Context(), model)
+	switch {
+	case err != nil:
+		apierror.Write(c.Writer, apierror.New(http.StatusInternalServerError, "server_error", "internal_error", err.Error(), exchange.ClassNone))
+	case !ok:
+		apierror.Write(c.Writer, apierror.New(http.StatusNotFound, "invalid_request_error", "model_not_found",
+			fmt.Sprintf("no request of model %q (nor of any model without a segment of its own) was seen yet", model), exchange.ClassNone))
+	default:
+		c.Data(http.StatusOK, "application/json; charset=utf-8", b)
+	}
 }
 
 func (a *API) getAlerts(c *gin.Context) {
