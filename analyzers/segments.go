@@ -75,7 +75,7 @@ func newSegments(c config.Analyzers, errSpan time.Duration, base func(string) st
 		// Half-life: the current window's span, so that "most active"
 		// follows the traffic the signals judge.
 		reg:  segment.New(c.Segments.MaxModels, c.Window, c.Bucket, c.Window),
-		errs: errrate.NewNamed("segments/errors", c.Bucket, errSpan, c.Segments.MaxModels+1),
+		errs: errrate.NewNamed("segments/errors", c.Bucket, errSpan, segment.MaxNames(c.Segments.MaxModels)),
 		m:    map[string]*modelMonitors{},
 	}
 	s.reg.Pin(known...)

@@ -36,6 +36,11 @@ const candidatesPerSegment = 4
 // equal traffic do not take turns, each time starting their windows anew.
 const evictFactor = 2
 
+// MaxNames bounds the segment names that one bucket of counts by segment
+// needs room for: a bucket spans changes of segments, and replicas
+// disagree for a while on which names have one.
+func MaxNames(max int) int { return candidatesPerSegment * (max + 1) }
+
 // A Registry maps model names to segments. It is safe for concurrent use.
 type Registry struct {
 	max      int
@@ -43,9 +48,9 @@ type Registry struct {
 	span     time.Duration // of the fleet counts ranked
 
 	mu     sync.Mutex
-	counts map[string]float64 // decayed local requests, at most capacity names
-	active map[string]bool    // names with a segment of their own
-	pinned map[string]bool    // active names that never lose their segment (Pin)
+	counts map[string]entry // decayed local requests, at most 4·max names
+	active map[string]bool  // names with a segment of their own
+	pinned map[string]bool  // active names that never lose their segment (Pin)
 	fleet  *window.Shared[window.Counts, *window.Counts]
 	decay  time.Time // when the counts were last halved
 }
@@ -57,11 +62,11 @@ func New(max int, halfLife, width, span time.Duration) *Registry {
 	n := int(span/width) + 2
 	return &Registry{
 		max: max, halfLife: halfLife, span: span,
-		counts: map[string]float64{}, active: map[string]bool{}, pinned: map[string]bool{},
+		counts: map[string]entry{}, active: map[string]bool{}, pinned: map[string]bool{},
 		fleet: window.NewShared[window.Counts](width, n, func() *window.Counts {
 			// Replicas agree on at most max names; room for some
 			// disagreement while they converge.
-			return window.NewCounts(candidatesPerSegment * max)
+			return window.NewCounts(MaxNames(max))
 		}),
 	}
 }
@@ -122,25 +127,32 @@ func (r *Registry) segment(model string, admit bool) string {
 // past the names a flood of one-off names leaves behind. Callers hold
 // r.mu.
 func (r *Registry) count(name string, n float64) {
-	if _, ok := r.counts[name]; ok || len(r.counts) < candidatesPerSegment*r.max {
-		r.counts[name] += n
+	if e, ok := r.counts[name]; ok || len(r.counts) < candidatesPerSegment*r.max {
+		e.n += n
+		r.counts[name] = e
 		return
 	}
 	victim, least := "", 0.0
-	for k, v := range r.counts {
+	for k, e := range r.counts {
 		if r.active[k] {
 			continue
 		}
-		if victim == "" || v < least || v == least && k < victim {
-			victim, least = k, v
+		if victim == "" || e.n < least || e.n == least && k < victim {
+			victim, least = k, e.n
 		}
 	}
 	if victim == "" {
 		return
 	}
 	delete(r.counts, victim)
-	r.counts[name] = least + n
+	r.counts[name] = entry{n: least + n, err: least}
 }
+
+// entry is a name's count in the Space-Saving table: n counted, of which
+// up to err inherited from the name it replaced. n − err is what the name
+// surely had: the rankings use it, so that a flood of one-off names, each
+// inheriting the flood's count, never looks busier than a real model.
+type entry struct{ n, err float64 }
 
 // Change is what a Rebalance did.
 type Change struct {
@@ -160,17 +172,18 @@ func (r *Registry) Rebalance(now time.Time) Change {
 	}
 	for now.Sub(r.decay) >= r.halfLife {
 		r.decay = r.decay.Add(r.halfLife)
-		for k, v := range r.counts {
-			if v /= 2; v < 0.01 && !r.active[k] {
+		for k, e := range r.counts {
+			if e.n /= 2; e.n < 0.01 && !r.active[k] {
 				delete(r.counts, k)
 			} else {
-				r.counts[k] = v
+				e.err /= 2
+				r.counts[k] = e
 			}
 		}
 	}
 	score := map[string]float64{}
-	for k, v := range r.counts {
-		score[k] = v
+	for k, e := range r.counts {
+		score[k] = e.n - e.err
 	}
 	view, _ := r.fleet.View()
 	fleet, _ := view.Range(now.Add(-r.span), now.Add(time.Nanosecond))

@@ -113,8 +113,8 @@ func TestFloodStaysBounded(t *testing.T) {
 	view, _ := r.fleet.View()
 	for _, b := range view.All() {
 		buckets++
-		if n := len(b.Categories()); n > candidatesPerSegment*max {
-			t.Errorf("a fleet bucket holds %d names, want at most %d", n, candidatesPerSegment*max)
+		if n := len(b.Categories()); n > MaxNames(max) {
+			t.Errorf("a fleet bucket holds %d names, want at most %d", n, MaxNames(max))
 		}
 	}
 	if buckets == 0 {
