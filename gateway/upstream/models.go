@@ -21,7 +21,8 @@ import (
 // list (not asked, not read yet, or unreadable for longer than
 // Scraper.ModelsStaleAfter) serves every model, as before discovery: a
 // server whose /v1/models fails is not thereby cut off from the base
-// model it serves.
+// model it serves. The adapters' parents, kept with the ids, tell the
+// analyzers each adapter's base model (Pool.BaseModel).
 //
 // Only backends of kind openai whose metrics endpoint is configured are
 // asked (vLLM and other OpenAI-compatible servers that the scraper reads
@@ -38,7 +39,9 @@ const maxModelIDs = 4096
 // ModelSet is a backend's discovered model list. It is immutable once
 // stored.
 type ModelSet struct {
-	ids map[string]struct{}
+	// ids maps each listed id to its "parent": a LoRA adapter's base
+	// model, empty for a base model.
+	ids map[string]string
 	// AsOf is when the list was read.
 	AsOf time.Time
 }
@@ -50,6 +53,16 @@ func (m *ModelSet) Has(model string) bool {
 	}
 	_, ok := m.ids[model]
 	return ok
+}
+
+// Parent returns the base model that the set gives as model's "parent"
+// (model is a LoRA adapter); empty when it gives none or does not list
+// model, and for a nil set.
+func (m *ModelSet) Parent(model string) string {
+	if m == nil {
+		return ""
+	}
+	return m.ids[model]
 }
 
 // IDs returns the listed model ids, sorted.
@@ -66,9 +79,11 @@ func (m *ModelSet) IDs() []string {
 }
 
 // listing is the pool's index of the fresh discovered lists: the models
-// some backend lists. It is immutable once stored.
+// some backend lists, each with the first parent a list gives it (in the
+// pool's order of backends; empty for a base model). It is immutable once
+// stored.
 type listing struct {
-	ids map[string]struct{}
+	ids map[string]string
 }
 
 // Serves reports whether the backend may be sent requests for model: an
@@ -106,6 +121,18 @@ func (p *Pool) Listed(model string) bool {
 	return ok
 }
 
+// BaseModel returns the base model of the LoRA adapter model: the
+// "parent" that some backend's fresh discovered list gives it; empty for
+// a base model and for a model no fresh list names. Like Listed it takes
+// no lock and does not allocate; it is safe for concurrent use.
+func (p *Pool) BaseModel(model string) string {
+	l := p.listing.Load()
+	if l == nil {
+		return ""
+	}
+	return l.ids[model]
+}
+
 // DiscoveredModels returns the backend's last discovered model list; nil
 // before the first or once it went stale.
 func (b *Backend) DiscoveredModels() *ModelSet { return b.discovered.Load() }
@@ -124,17 +151,19 @@ func (b *Backend) StoreDiscoveredModels(m *ModelSet) {
 func (p *Pool) reindex() {
 	p.listingMu.Lock()
 	defer p.listingMu.Unlock()
-	var ids map[string]struct{}
+	var ids map[string]string
 	for _, b := range p.backends {
 		m := b.discovered.Load()
 		if m == nil || b.models != nil {
 			continue
 		}
 		if ids == nil {
-			ids = map[string]struct{}{}
+			ids = map[string]string{}
 		}
-		for id := range m.ids {
-			ids[id] = struct{}{}
+		for id, parent := range m.ids {
+			if ids[id] == "" {
+				ids[id] = parent
+			}
 		}
 	}
 	if ids == nil {
@@ -152,11 +181,16 @@ func (b *Backend) discovers() bool {
 
 // ParseModelList reads the ids of an OpenAI /v1/models answer
 // ({"object": "list", "data": [{"id": ...}, ...]}), LoRA adapters
-// included, at most maxModelIDs of them.
-func ParseModelList(body []byte) (map[string]struct{}, error) {
+// included, at most maxModelIDs of them, each mapped to its "parent":
+// vLLM gives a LoRA adapter's base model there, null for a base model.
+// A parent that is not a string, or names the id itself, counts as none.
+func ParseModelList(body []byte) (map[string]string, error) {
 	var l struct {
 		Data []struct {
 			ID string `json:"id"`
+			// Parent is decoded loosely: a server that puts something
+			// else there must not lose its whole list.
+			Parent any `json:"parent"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &l); err != nil {
@@ -165,10 +199,23 @@ func ParseModelList(body []byte) (map[string]struct{}, error) {
 	if l.Data == nil {
 		return nil, fmt.Errorf("models: no \"data\" list")
 	}
-	ids := make(map[string]struct{}, min(len(l.Data), maxModelIDs))
+	ids := make(map[string]string, min(len(l.Data), maxModelIDs))
 	for _, m := range l.Data {
-		if m.ID != "" && len(ids) < maxModelIDs {
-			ids[m.ID] = struct{}{}
+		if m.ID == "" {
+			continue
+		}
+		parent, _ := m.Parent.(string)
+		if parent == m.ID {
+			parent = ""
+		}
+		if old, seen := ids[m.ID]; seen {
+			if old == "" {
+				ids[m.ID] = parent
+			}
+			continue
+		}
+		if len(ids) < maxModelIDs {
+			ids[m.ID] = parent
 		}
 	}
 	return ids, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/sim"
 )
 
 // modelsServer serves body as its /v1/models while ok is true, a 500 after.
@@ -122,7 +123,58 @@ func TestModelDiscovery(t *testing.T) {
 	}
 }
 
-// TestServesNoAlloc: Serves is on Pick's path, per candidate.
+// TestBaseModel: the pool gives an adapter's base model as a fresh
+// discovered list names it: from the simulator (vLLM's list shape) and
+// from a recorded vLLM answer; a base model, a model no list names and a
+// configured backend's models have none; a stale list gives nothing.
+func TestBaseModel(t *testing.T) {
+	srv := httptest.NewServer(sim.New(sim.Options{Model: "base", Seed: 1, LoRAModules: []string{"base-lora"}}).Handler())
+	t.Cleanup(srv.Close)
+	vllm := modelsServer(t, loraList, nil)
+	p := newTestPool(t,
+		config.Backend{Name: "sim", URL: srv.URL, Kind: KindOpenAI, Metrics: srv.URL + "/metrics", Weight: 1},
+		config.Backend{Name: "vllm", URL: vllm, Kind: KindOpenAI, Metrics: vllm + "/metrics", Weight: 1},
+		// A configured list is the operator's: its backend is not asked.
+		config.Backend{Name: "configured", URL: "http://127.0.0.1:1", Kind: KindOpenAI, Models: []string{"other"}, Weight: 1},
+	)
+	if got := p.BaseModel("base-lora"); got != "" {
+		t.Errorf("before discovery: BaseModel(base-lora) = %q, want none", got)
+	}
+	var errs []string
+	s := &Scraper{Pool: p, Client: http.DefaultClient, ModelsEvery: 1, ModelsStaleAfter: time.Hour,
+		OnError: func(b *Backend, source string, err error) { errs = append(errs, b.Name+" "+source+": "+err.Error()) }}
+	s.ScrapeAll(context.Background())
+	if len(errs) != 0 {
+		t.Fatalf("scrape errors: %v", errs)
+	}
+	for _, tc := range []struct {
+		model, want string
+	}{
+		{"base-lora", "base"},
+		{"base", ""},
+		{"a1", "llama"},
+		{"llama", ""},
+		{"other", ""},
+		{"unlisted", ""},
+		{"", ""},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			if got := p.BaseModel(tc.model); got != tc.want {
+				t.Errorf("BaseModel(%q) = %q, want %q", tc.model, got, tc.want)
+			}
+		})
+	}
+	if got := p.Backends()[0].DiscoveredModels().Parent("base-lora"); got != "base" {
+		t.Errorf("the sim's list: Parent(base-lora) = %q, want base", got)
+	}
+	p.expireModels(time.Now().Add(2*time.Hour), time.Hour)
+	if got := p.BaseModel("base-lora"); got != "" {
+		t.Errorf("after the lists went stale: BaseModel(base-lora) = %q, want none", got)
+	}
+}
+
+// TestServesNoAlloc: Serves is on Pick's path, per candidate; BaseModel
+// takes no more.
 func TestServesNoAlloc(t *testing.T) {
 	p := newTestPool(t,
 		config.Backend{Name: "a", URL: "http://h:1", Kind: KindOpenAI, Weight: 1},
@@ -144,9 +196,13 @@ func TestServesNoAlloc(t *testing.T) {
 				}
 			}
 		}
+		// BaseModel is asked by the analyzers, per segment and rebalance.
+		if p.BaseModel(model) != "" {
+			n++
+		}
 	})
 	if allocs != 0 {
-		t.Errorf("Serves allocates %v times per round", allocs)
+		t.Errorf("Serves and BaseModel allocate %v times per round", allocs)
 	}
 	if n == 0 {
 		t.Fatal("nothing served")
@@ -155,9 +211,28 @@ func TestServesNoAlloc(t *testing.T) {
 
 // TestParseModelList: vLLM's list, and what is not one.
 func TestParseModelList(t *testing.T) {
-	ids, err := ParseModelList([]byte(loraList))
-	if err != nil || len(ids) != 2 {
-		t.Errorf("lora list: %v %v", ids, err)
+	for _, tc := range []struct {
+		name, body string
+		want       map[string]string // id → parent
+	}{
+		{"vllm base", baseList, map[string]string{"llama": ""}},
+		{"vllm lora", loraList, map[string]string{"llama": "", "a1": "llama"}},
+		{"no parent member", `{"data":[{"id":"m"}]}`, map[string]string{"m": ""}},
+		{"parent not a string", `{"data":[{"id":"m","parent":{"id":"x"}},{"id":"n","parent":7}]}`, map[string]string{"m": "", "n": ""}},
+		{"parent is the id", `{"data":[{"id":"m","parent":"m"}]}`, map[string]string{"m": ""}},
+		{"repeated id keeps a parent", `{"data":[{"id":"a","parent":"b"},{"id":"a","parent":null},{"id":"c"},{"id":"c","parent":"b"}]}`,
+			map[string]string{"a": "b", "c": "b"}},
+		{"empty id", `{"data":[{"id":"","parent":"b"}]}`, map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseModelList([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 	for _, bad := range []string{`[]`, `{"object":"list"}`, `not json`, `{"data":"x"}`} {
 		if _, err := ParseModelList([]byte(bad)); err == nil {

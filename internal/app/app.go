@@ -103,6 +103,15 @@ func Build(cfg config.Config, o Options) (_ *App, err error) {
 	// The history records the backends as the gateway sees them; the
 	// gateway is built next, before anything runs.
 	ao.BackendStates = func() []exchange.BackendState { return a.gw.BackendStates() }
+	// An adapter's base model is what the backends' /v1/models say. The
+	// pipeline asks already while it is built, before the gateway is: it
+	// gets none then and asks again at its next rebalance.
+	ao.BaseModel = func(model string) string {
+		if a.gw == nil {
+			return ""
+		}
+		return a.gw.Pool().BaseModel(model)
+	}
 	if a.pipeline, err = analyzers.New(ao); err != nil {
 		return nil, err
 	}
