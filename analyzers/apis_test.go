@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/sse"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
@@ -36,15 +36,15 @@ var apiStreams = map[exchange.Operation]string{
 // TestAPIsFeatures: the pipeline reads each operation's prompt in its own
 // format, to the same features.
 func TestAPIsFeatures(t *testing.T) {
-	want, err := drift.ExtractAPI(apiOf(exchange.OpChat), []byte(apiRequests[exchange.OpChat]))
+	want, err := inputdrift.ExtractAPI(apiOf(exchange.OpChat), []byte(apiRequests[exchange.OpChat]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want.Vector[drift.FeatMessages] != 2 || !want.System {
+	if want.Vector[inputdrift.FeatMessages] != 2 || !want.System {
 		t.Fatalf("chat features %+v", want)
 	}
 	for op, body := range apiRequests {
-		got, err := drift.ExtractAPI(apiOf(op), []byte(body))
+		got, err := inputdrift.ExtractAPI(apiOf(op), []byte(body))
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}

@@ -10,8 +10,9 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/confidence"
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/output"
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/exchange"
 )
@@ -79,51 +80,36 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 	s := &Signals{Evaluated: now.UTC(), Thresholds: p.alerts.Thresholds()}
 	s.Window = Window{Start: now.UTC(), End: now.UTC()}
 	s.Segments = p.evaluateSegments(now, advance)
-	if p.drift != nil {
-		res := pick(advance, p.drift.Evaluate, p.drift.Peek)(now)
-		s.Drift = &res
-		s.Window = Window{Start: res.CurrentStart, End: res.Evaluated, Requests: res.Current}
-		p.m.publishDrift(&res)
+	r, _ := evaluateAll(p.fleet, now, advance, 0)
+	if d := r.drift; d != nil {
+		s.Drift = d
+		s.Window = Window{Start: d.CurrentStart, End: d.Evaluated, Requests: d.Current}
+		p.m.publishDrift(d)
 	}
-	if p.conf != nil {
-		d, o := pick(advance, p.conf.Evaluate, p.conf.Peek)(now)
+	// The verdicts of confidence, output and latency are the models': the
+	// fleet's figures move with the mix of models, which is no change of
+	// any. Input drift keeps its own: the mix is a change of the inputs.
+	if d := r.confidence; d != nil {
+		d.State = segmentsState(s.Segments, signalConfidence, confidence.StateDecay, confidence.StateUnknown)
 		if p.unscored.Load() > 0 {
-			d.Sources, o.Sources = unscoredSources, unscoredSources
+			d.Sources = unscoredSources
 		}
-		// The verdicts are the models': the fleet's figures move with
-		// the mix of models, which is no decay of any.
-		d.State = segmentsState(s.Segments, func(g *Segment) (string, bool) {
-			if g.Confidence == nil {
-				return "", false
-			}
-			return g.Confidence.State, true
-		}, confidence.StateDecay, confidence.StateUnknown)
-		o.State = segmentsState(s.Segments, func(g *Segment) (string, bool) {
-			if g.Output == nil {
-				return "", false
-			}
-			return g.Output.State, true
-		}, confidence.StateDrift, confidence.StateUnknown)
-		if p.cfg.Confidence.Enabled {
-			rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
-			s.Confidence = &Confidence{Decay: d, Calibration: rep}
-			p.m.publishConfidence(&d, &rep)
-		}
-		if p.cfg.Output.Enabled {
-			s.Output = &o
-			p.m.publishOutput(&o)
-		}
+		rep := calibrate.Compute(p.calib.pairs(), p.cfg.Calibration.Bins)
+		s.Confidence = &Confidence{Decay: *d, Calibration: rep}
+		p.m.publishConfidence(d, &rep)
 	}
-	if p.lat != nil {
-		l := pick(advance, p.lat.Evaluate, p.lat.Peek)(now)
-		l.State = segmentsState(s.Segments, func(g *Segment) (string, bool) {
-			if g.Latency == nil {
-				return "", false
-			}
-			return g.Latency.State, true
-		}, latency.StateAnomalous, latency.StateUnknown)
-		s.Latency = &l
-		p.m.publishLatency(&l)
+	if o := r.output; o != nil {
+		o.State = segmentsState(s.Segments, signalOutput, output.StateDrift, output.StateUnknown)
+		if p.unscored.Load() > 0 {
+			o.Sources = unscoredSources
+		}
+		s.Output = o
+		p.m.publishOutput(o)
+	}
+	if l := r.latency; l != nil {
+		l.State = segmentsState(s.Segments, signalLatency, latency.StateAnomalous, latency.StateUnknown)
+		s.Latency = l
+		p.m.publishLatency(l)
 	}
 	if p.prec != nil {
 		r := pick(advance, p.prec.Evaluate, p.prec.Peek)(now)
@@ -156,20 +142,16 @@ func (p *Pipeline) PinBaseline(ctx context.Context) error {
 
 // pinAt pins the windows as of at.
 func (p *Pipeline) pinAt(at time.Time) error {
+	if len(p.fleet) == 0 {
+		return errors.New("every signal is disabled")
+	}
 	var err error
-	if p.drift != nil {
-		err = p.drift.Pin(at)
-	}
-	if p.conf != nil {
-		p.conf.Pin(at)
-	}
-	if p.lat != nil {
-		p.lat.Pin(at)
+	for _, m := range p.fleet {
+		// An error may concern one signal (input drift's window too
+		// small): the others are pinned.
+		err = errors.Join(err, m.pin(at))
 	}
 	p.segs.pin(at)
-	if p.drift == nil && p.conf == nil && p.lat == nil {
-		err = errors.New("every signal is disabled")
-	}
 	return err
 }
 
@@ -185,10 +167,10 @@ type Confidence struct {
 type Signals struct {
 	Window     Window
 	Evaluated  time.Time
-	Drift      *drift.Result
+	Drift      *inputdrift.Result
 	Confidence *Confidence
 	Latency    *latency.Result
-	Output     *confidence.Output
+	Output     *output.Output
 	Precision  *precision.Result
 	// Segments are the signals per model, worst first.
 	Segments []Segment

@@ -5,9 +5,10 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
 	"github.com/vigil-gw/vigil/analyzers/confidence"
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
+	"github.com/vigil-gw/vigil/analyzers/output"
 	"github.com/vigil-gw/vigil/analyzers/precision"
 )
 
@@ -144,10 +145,10 @@ func alarm(on bool) float64 {
 	return 0
 }
 
-func (m *metrics) publishDrift(r *drift.Result) {
+func (m *metrics) publishDrift(r *inputdrift.Result) {
 	m.evaluations.Inc()
 	m.driftScore.Set(r.Score)
-	m.driftAlarm.Set(alarm(r.State == drift.StateDrift))
+	m.driftAlarm.Set(alarm(r.State == inputdrift.StateDrift))
 	for _, f := range r.Features {
 		m.driftStat.WithLabelValues(f.Name, f.Test).Set(f.Statistic)
 		m.driftP.WithLabelValues(f.Name, f.Test).Set(f.PValue)
@@ -173,9 +174,9 @@ func (m *metrics) publishConfidence(d *confidence.Decay, c *calibrate.Report) {
 	m.confAlarm.Set(alarm(d.State == confidence.StateDecay))
 }
 
-func (m *metrics) publishOutput(o *confidence.Output) {
+func (m *metrics) publishOutput(o *output.Output) {
 	m.perplexity.Set(float64(o.Perplexity))
-	m.outputAlarm.Set(alarm(o.State == confidence.StateDrift))
+	m.outputAlarm.Set(alarm(o.State == output.StateDrift))
 }
 
 func (m *metrics) publishLatency(l *latency.Result) {

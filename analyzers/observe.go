@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/precision"
@@ -53,14 +53,14 @@ func formatOf(r *exchange.Request) (logprob.Format, bool) {
 }
 
 // apiOf maps an operation to the request format its prompt is read in.
-func apiOf(op exchange.Operation) drift.API {
+func apiOf(op exchange.Operation) inputdrift.API {
 	switch op {
 	case exchange.OpResponses:
-		return drift.Responses
+		return inputdrift.Responses
 	case exchange.OpMessages:
-		return drift.Messages
+		return inputdrift.Messages
 	}
-	return drift.Chat
+	return inputdrift.Chat
 }
 
 // OnPrompt adds a prompt's features to the drift windows once a backend or
@@ -72,24 +72,38 @@ func apiOf(op exchange.Operation) drift.API {
 // estimate from the prompt's characters, not the backend's count, which
 // only its answer brings.
 func (p *Pipeline) OnPrompt(start time.Time, op exchange.Operation, body []byte) {
-	if p.drift == nil || !op.HasPrompt() {
+	if !p.cfg.Drift.Enabled || !op.HasPrompt() {
 		return
 	}
-	f, err := drift.ExtractAPI(apiOf(op), body)
-	if err != nil {
+	var err error
+	sc := &p.scratch
+	if sc.features, err = inputdrift.ExtractAPI(apiOf(op), body); err != nil {
 		p.m.featureErrors.Inc()
 		return
 	}
-	p.drift.Add(start, &f)
-	if d := p.segs.route(start, f.Model, true, false).drift; d != nil {
-		d.Add(start, &f)
+	sc.obs = observation{at: start, prompt: &sc.features}
+	p.observe(&sc.obs, p.segs.route(start, sc.features.Model, true, false))
+}
+
+// observe hands o to the fleet's monitors and to those of seg, the
+// segment of its model.
+func (p *Pipeline) observe(o *observation, seg *modelMonitors) {
+	for _, m := range p.fleet {
+		m.observe(o)
 	}
+	seg.observe(o)
+}
+
+// parsesResponses says whether a signal reads responses (their logprobs
+// or timings).
+func (p *Pipeline) parsesResponses() bool {
+	return p.cfg.Confidence.Enabled || p.cfg.Output.Enabled || p.cfg.Latency.Enabled
 }
 
 // OnRequest starts parsing the response of a generation request.
 func (p *Pipeline) OnRequest(r *exchange.Request) {
 	f, ok := formatOf(r)
-	if !ok || p.conf == nil && p.lat == nil {
+	if !ok || !p.parsesResponses() {
 		return
 	}
 	if len(p.order) >= maxOpen {
@@ -172,7 +186,7 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 		if resp.Status == 200 && resp.ErrorClass == exchange.ClassNone {
 			p.unscored.Add(1)
 		}
-		if p.lat == nil {
+		if !p.cfg.Latency.Enabled {
 			return
 		}
 	default:
@@ -181,10 +195,12 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 	if resp.Status != 200 || resp.ErrorClass != exchange.ClassNone {
 		return
 	}
-	var s logprob.Summary
+	sc := &p.scratch
+	sc.summary = logprob.Summary{}
 	if a != nil {
-		s = a.Summary()
+		sc.summary = a.Summary()
 	}
+	s := &sc.summary
 	if s.Tokens > 0 {
 		attrs = append(attrs,
 			attribute.Int("vigil.logprob.tokens", s.Tokens),
@@ -193,27 +209,29 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 			attribute.Float64("vigil.logprob.entropy", s.MeanEntropy),
 			attribute.Float64("vigil.logprob.low_share", s.LowShare))
 	}
-	if p.conf != nil && a != nil {
-		p.conf.Add(t, &s)
-		seg.conf.Add(t, &s)
-		p.m.observeResponse(&s)
+	sc.obs = observation{at: t}
+	o := &sc.obs
+	if a != nil {
+		o.summary = s
+		p.m.observeResponse(s)
 	}
 	if p.calib != nil && s.ID != "" && s.Tokens > 0 {
 		p.calib.remember(s.ID, math.Exp(s.MeanLogprob), t)
 	}
-	if p.lat != nil {
-		smp := sample(r, resp, &s)
-		var anomalous []string
-		seg.lat.Add(t, &smp)
-		for i, bad := range p.lat.Add(t, &smp) {
-			if bad {
-				p.m.latencyAnomalies.WithLabelValues(latency.Names[i]).Inc()
-				anomalous = append(anomalous, latency.Names[i])
-			}
+	sc.sample = sample(r, resp, s)
+	o.sample = &sc.sample
+	p.observe(o, seg)
+	// Anomalies against the model's own limits: a model slower than the
+	// others answers within its usual latency.
+	var anomalous []string
+	for i, bad := range o.anomalous {
+		if bad {
+			p.m.latencyAnomalies.WithLabelValues(latency.Names[i]).Inc()
+			anomalous = append(anomalous, latency.Names[i])
 		}
-		if len(anomalous) > 0 {
-			attrs = append(attrs, attribute.StringSlice("vigil.latency.anomalous", anomalous))
-		}
+	}
+	if len(anomalous) > 0 {
+		attrs = append(attrs, attribute.StringSlice("vigil.latency.anomalous", anomalous))
 	}
 }
 

@@ -18,10 +18,9 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
-	"github.com/vigil-gw/vigil/analyzers/confidence"
-	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/history"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/precision"
@@ -76,17 +75,17 @@ const maxOpen = 8192
 // by one goroutine (the gateway's dispatcher); Run, Evaluate, Signals,
 // PinBaseline, Feedback and Usage may be called concurrently with them.
 type Pipeline struct {
-	cfg    config.Analyzers
-	log    *slog.Logger
-	now    func() time.Time
-	drift  *drift.Monitor      // nil when disabled
-	conf   *confidence.Monitor // nil when both confidence and output are disabled
-	lat    *latency.Monitor    // nil when disabled
-	prec   *precision.Monitor  // nil when disabled or no backend has a reference
-	calib  *feedback           // nil when confidence is disabled
-	segs   *segments           // every signal but precision per model
-	tracer trace.Tracer        // nil: no postprocess spans
-	share  *share.Sharer       // nil without Sharing
+	cfg config.Analyzers
+	log *slog.Logger
+	now func() time.Time
+	// fleet are the monitors of the whole traffic, every model's; segs
+	// those of each model.
+	fleet  []monitor
+	prec   *precision.Monitor // nil when disabled or no backend has a reference
+	calib  *feedback          // nil when confidence is disabled
+	segs   *segments          // every signal but precision per model
+	tracer trace.Tracer       // nil: no postprocess spans
+	share  *share.Sharer      // nil without Sharing
 	alerts *alert.Engine
 	hist   *history.Ring
 	// backendStates is Options.BackendStates.
@@ -112,6 +111,15 @@ type Pipeline struct {
 	gatewayLabels map[string]string
 
 	// Owned by the dispatcher goroutine.
+	// scratch holds the observation being handed to the monitors: on
+	// the heap once, not at every request (a value passed to an
+	// interface method escapes).
+	scratch struct {
+		obs      observation
+		features inputdrift.Features
+		summary  logprob.Summary
+		sample   latency.Sample
+	}
 	open  map[*exchange.Request]*logprob.Accumulator
 	order []*exchange.Request // FIFO of open, for eviction
 	pool  []*logprob.Accumulator
@@ -136,18 +144,9 @@ func New(o Options) (*Pipeline, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
-	if c.Drift.Enabled {
-		d, err := drift.New(c, uint64(c.Seed))
-		if err != nil {
-			return nil, err
-		}
-		p.drift = d
-	}
-	if c.Confidence.Enabled || c.Output.Enabled {
-		p.conf = confidence.New(c)
-	}
-	if c.Latency.Enabled {
-		p.lat = latency.New(c)
+	var err error
+	if p.fleet, err = newMonitors(c, uint64(c.Seed), false); err != nil {
+		return nil, err
 	}
 	span := p.alertPeriod
 	if o.Alerts.SLO.ErrorRate > 0 {
@@ -196,14 +195,8 @@ func New(o Options) (*Pipeline, error) {
 		// the usage series set their own (share.Policy).
 		ttl := c.Window + c.Reference + 10*time.Minute
 		p.share = share.New(*o.Sharing, ttl, p.log, p.now, reg, func(at time.Time) { p.pinAt(at) })
-		if p.drift != nil {
-			p.share.Add(p.drift)
-		}
-		if p.conf != nil {
-			p.share.Add(p.conf)
-		}
-		if p.lat != nil {
-			p.share.Add(p.lat)
+		for _, m := range p.fleet {
+			p.share.Add(m)
 		}
 		if p.prec != nil {
 			p.share.Add(p.prec)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/confidence"
+	"github.com/vigil-gw/vigil/analyzers/output"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/internal/testutil"
@@ -94,7 +95,7 @@ func (f *feeder) run(n int, state func(*Signals) bool) []int {
 
 func decayed(s *Signals) bool { return s.Confidence.State == confidence.StateDecay }
 func outputDrift(s *Signals) bool {
-	return s.Output.State == confidence.StateDrift
+	return s.Output.State == output.StateDrift
 }
 
 // TestConfidenceDetection measures the targets of the confidence

@@ -14,9 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vigil-gw/vigil/analyzers/confidence"
-	"github.com/vigil-gw/vigil/analyzers/drift"
 	"github.com/vigil-gw/vigil/analyzers/errrate"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/output"
 	"github.com/vigil-gw/vigil/analyzers/segment"
 	"github.com/vigil-gw/vigil/analyzers/stats"
 	"github.com/vigil-gw/vigil/analyzers/window"
@@ -28,11 +29,16 @@ import (
 // of every model without a segment of its own (segment.Other). Each
 // monitor is safe for concurrent use.
 type modelMonitors struct {
-	name  string
-	base  string              // the base model of a LoRA adapter; empty otherwise
-	drift *drift.Monitor      // nil when disabled
-	conf  *confidence.Monitor // nil when both confidence and output are disabled
-	lat   *latency.Monitor    // nil when disabled
+	name     string
+	base     string    // the base model of a LoRA adapter; empty otherwise
+	monitors []monitor // the enabled signals'
+}
+
+// observe hands o to every monitor of the segment.
+func (mm *modelMonitors) observe(o *observation) {
+	for _, m := range mm.monitors {
+		m.observe(o)
+	}
 }
 
 // segments routes each request to its model's monitors and keeps them
@@ -58,7 +64,7 @@ func newSegments(c config.Analyzers, errSpan time.Duration, base func(string) st
 	// Within a segment the model is constant (or, in "other", a mix of
 	// the least used names that the fleet's model feature watches).
 	var feats []string
-	for _, n := range append(drift.FeatureNames[:], drift.CategoricalNames[:]...) {
+	for _, n := range append(inputdrift.FeatureNames[:], inputdrift.CategoricalNames[:]...) {
 		if n != "model" && (len(c.Drift.Features) == 0 || slices.Contains(c.Drift.Features, n)) {
 			feats = append(feats, n)
 		}
@@ -91,19 +97,9 @@ func (s *segments) newMonitors(name string) *modelMonitors {
 	if name != segment.Other {
 		mm.base = s.base(name)
 	}
-	if s.cfg.Drift.Enabled {
-		// The configuration was validated and at least one feature is
-		// left, so New cannot fail.
-		if d, err := drift.New(s.cfg, s.seed); err == nil {
-			mm.drift = d
-		}
-	}
-	if s.cfg.Confidence.Enabled || s.cfg.Output.Enabled {
-		mm.conf = confidence.New(s.cfg)
-	}
-	if s.cfg.Latency.Enabled {
-		mm.lat = latency.New(s.cfg)
-	}
+	// The configuration was validated and drift keeps a feature, so
+	// this cannot fail.
+	mm.monitors, _ = newMonitors(s.cfg, s.seed, true)
 	return mm
 }
 
@@ -178,14 +174,8 @@ func (s *segments) Shared(f func(name string, sh window.Sharer)) {
 	for _, mm := range s.list() {
 		prefix := seriesPrefix + url.QueryEscape(mm.name) + "/"
 		g := func(name string, sh window.Sharer) { f(prefix+name, sh) }
-		if mm.drift != nil {
-			mm.drift.Shared(g)
-		}
-		if mm.conf != nil {
-			mm.conf.Shared(g)
-		}
-		if mm.lat != nil {
-			mm.lat.Shared(g)
+		for _, m := range mm.monitors {
+			m.Shared(g)
 		}
 	}
 }
@@ -203,14 +193,8 @@ func (s *segments) Sharing(name string) (time.Duration, int) {
 // prompts keeps its rolling input-drift reference.
 func (s *segments) pin(at time.Time) {
 	for _, mm := range s.list() {
-		if mm.drift != nil {
-			_ = mm.drift.Pin(at)
-		}
-		if mm.conf != nil {
-			mm.conf.Pin(at)
-		}
-		if mm.lat != nil {
-			mm.lat.Pin(at)
+		for _, m := range mm.monitors {
+			_ = m.pin(at)
 		}
 	}
 }
@@ -231,9 +215,9 @@ type Segment struct {
 	// served (client errors count in neither).
 	Requests   int64
 	ErrorRate  stats.Num
-	Drift      *drift.Result
+	Drift      *inputdrift.Result
 	Confidence *confidence.Decay
-	Output     *confidence.Output
+	Output     *output.Output
 	Latency    *latency.Result
 }
 
@@ -281,41 +265,16 @@ func (p *Pipeline) evaluateSegments(now time.Time, advance bool) []Segment {
 		if c[0] > 0 {
 			s.ErrorRate = stats.Num(float64(c[1]) / float64(c[0]))
 		}
-		verdict := func(signal, state, alarm, unknown string) {
-			switch state {
-			case alarm:
-				s.Alarms = append(s.Alarms, signal)
+		r, vs := evaluateAll(mm.monitors, now, advance, alpha)
+		s.Drift, s.Confidence, s.Output, s.Latency = r.drift, r.confidence, r.output, r.latency
+		for _, v := range vs {
+			switch {
+			case v.alarm:
+				s.Alarms = append(s.Alarms, v.signal)
 				s.State = segmentAlarm
-			case unknown:
-			default:
-				if s.State == segmentUnknown {
-					s.State = segmentOK
-				}
+			case v.known && s.State == segmentUnknown:
+				s.State = segmentOK
 			}
-		}
-		if d := mm.drift; d != nil {
-			d.SetAlpha(alpha)
-			r := pick(advance, d.Evaluate, d.Peek)(now)
-			s.Drift = &r
-			verdict("drift", r.State, drift.StateDrift, drift.StateUnknown)
-		}
-		if cm := mm.conf; cm != nil {
-			cm.SetAlpha(alpha)
-			d, o := pick(advance, cm.Evaluate, cm.Peek)(now)
-			if p.cfg.Confidence.Enabled {
-				s.Confidence = &d
-				verdict("confidence", d.State, confidence.StateDecay, confidence.StateUnknown)
-			}
-			if p.cfg.Output.Enabled {
-				s.Output = &o
-				verdict("output", o.State, confidence.StateDrift, confidence.StateUnknown)
-			}
-		}
-		if l := mm.lat; l != nil {
-			l.SetAlpha(alpha)
-			r := pick(advance, l.Evaluate, l.Peek)(now)
-			s.Latency = &r
-			verdict("latency", r.State, latency.StateAnomalous, latency.StateUnknown)
 		}
 		if s.State == segmentUnknown {
 			s.Reason = fmt.Sprintf("too little traffic for a verdict: %d requests in the last %v", s.Requests, p.cfg.Window)
@@ -343,24 +302,38 @@ func (p *Pipeline) evaluateSegments(now time.Time, advance bool) []Segment {
 	return out
 }
 
-// segmentsState is the fleet-wide state of a signal judged per model: the
+// segmentsState is the fleet-wide state of signal, judged per model: its
 // alarm when a segment is in it, "ok" when a segment has a verdict,
-// "unknown" otherwise. A change in the mix of models moves the fleet's
+// unknown otherwise. A change in the mix of models moves the fleet's
 // figures but no model's, so it is no alarm; a change in one model is
 // one, however little of the traffic it serves.
-func segmentsState(segs []Segment, of func(*Segment) (state string, ok bool), alarm, unknown string) string {
+func segmentsState(segs []Segment, signal, alarm, unknown string) string {
 	st := unknown
 	for i := range segs {
-		s, ok := of(&segs[i])
-		switch {
-		case !ok || s == unknown:
-		case s == alarm:
+		g := &segs[i]
+		if slices.Contains(g.Alarms, signal) {
 			return alarm
-		default:
-			st = s
+		}
+		if v := g.state(signal); v != "" && v != unknown {
+			st = v
 		}
 	}
 	return st
+}
+
+// state returns the state of signal in g, empty when it is disabled.
+func (g *Segment) state(signal string) string {
+	switch {
+	case signal == signalDrift && g.Drift != nil:
+		return g.Drift.State
+	case signal == signalConfidence && g.Confidence != nil:
+		return g.Confidence.State
+	case signal == signalOutput && g.Output != nil:
+		return g.Output.State
+	case signal == signalLatency && g.Latency != nil:
+		return g.Latency.State
+	}
+	return ""
 }
 
 // The segments' metrics: one series per segment (at most
@@ -405,21 +378,21 @@ func (p *Pipeline) collectSegments(ch chan<- prometheus.Metric) {
 			}
 		}
 		if d := g.Drift; d != nil {
-			state("drift", d.State, drift.StateDrift, drift.StateUnknown)
-			if d.State != drift.StateUnknown {
+			state(signalDrift, d.State, inputdrift.StateDrift, inputdrift.StateUnknown)
+			if d.State != inputdrift.StateUnknown {
 				gauge(segmentDriftDesc, d.Score, g.Model)
 			}
 		}
 		if c := g.Confidence; c != nil {
-			state("confidence", c.State, confidence.StateDecay, confidence.StateUnknown)
+			state(signalConfidence, c.State, confidence.StateDecay, confidence.StateUnknown)
 			gauge(segmentLogprobDesc, float64(c.MeanLogprob), g.Model)
 		}
 		if o := g.Output; o != nil {
-			state("output", o.State, confidence.StateDrift, confidence.StateUnknown)
+			state(signalOutput, o.State, output.StateDrift, output.StateUnknown)
 			gauge(segmentPerplexityDesc, float64(o.Perplexity), g.Model)
 		}
 		if l := g.Latency; l != nil {
-			state("latency", l.State, latency.StateAnomalous, latency.StateUnknown)
+			state(signalLatency, l.State, latency.StateAnomalous, latency.StateUnknown)
 			gauge(segmentLatencyDesc, float64(l.TTFT.P95)/1000, g.Model, "ttft")
 			gauge(segmentLatencyDesc, float64(l.E2E.P95)/1000, g.Model, "e2e")
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/config"
@@ -98,7 +98,7 @@ func BenchmarkSegmentMemory(b *testing.B) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		t := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 		end := t.Add(cfg.Window + cfg.Reference)
-		var f drift.Features
+		var f inputdrift.Features
 		sum := logprob.Summary{Tokens: 16, MarginTokens: 16}
 		var smp latency.Sample
 		for ; t.Before(end); t = t.Add(time.Second / (30 * segs)) {
@@ -113,9 +113,8 @@ func BenchmarkSegmentMemory(b *testing.B) {
 			}
 			smp.MeanLogprob = sum.MeanLogprob
 			mm := s.route(t, f.Model, true, true)
-			mm.drift.Add(t, &f)
-			mm.conf.Add(t, &sum)
-			mm.lat.Add(t, &smp)
+			mm.observe(&observation{at: t, prompt: &f})
+			mm.observe(&observation{at: t, summary: &sum, sample: &smp})
 			s.errs.Add(t, mm.name, false)
 		}
 		runtime.GC()

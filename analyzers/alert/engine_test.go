@@ -13,8 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/vigil-gw/vigil/analyzers/confidence"
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/output"
 	"github.com/vigil-gw/vigil/analyzers/stats"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/state"
@@ -527,9 +528,9 @@ func TestValues(t *testing.T) {
 	rate, lower := 0.03, 120.0
 	lbl := map[string]string{"model": "m"}
 	got := Values(Signals{
-		Drift:      &drift.Result{State: "ok", Score: 0.2},
+		Drift:      &inputdrift.Result{State: "ok", Score: 0.2},
 		Confidence: &confidence.Decay{State: "decay", Drop: 0.15},
-		Output:     &confidence.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1, Distance: 5},
+		Output:     &output.Output{State: "drift", Perplexity: 2.0, BaselineMean: 1.5, BaselineStd: 0.1, Distance: 5},
 		Latency: &latency.Result{State: "ok", Metrics: map[string]latency.Stat{
 			"ttft": {Quantiles: latency.Quantiles{P95: 140}, P95Lower: 120, Count: 20},
 			"e2e":  {Quantiles: latency.Quantiles{P95: stats.Num(math.NaN())}, Count: 30}}},
@@ -553,7 +554,7 @@ func TestValues(t *testing.T) {
 		"e2e":  {Quantiles: latency.Quantiles{P95: 900}, Count: 19}}}}); len(got) != 1 || got[RuleTTFT].V != 140 {
 		t.Errorf("latency without a reference: %+v, want the TTFT P95 only", got)
 	}
-	if got := Values(Signals{Drift: &drift.Result{State: "unknown", Score: 9}}); len(got) != 0 {
+	if got := Values(Signals{Drift: &inputdrift.Result{State: "unknown", Score: 9}}); len(got) != 0 {
 		t.Errorf("unknown state gave %v", got)
 	}
 	// A P95 of fewer than 20 values is its largest: no value.

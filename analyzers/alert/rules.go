@@ -4,8 +4,9 @@ import (
 	"math"
 
 	"github.com/vigil-gw/vigil/analyzers/confidence"
-	"github.com/vigil-gw/vigil/analyzers/drift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
+	"github.com/vigil-gw/vigil/analyzers/output"
 )
 
 // Rule names: the keys of the values passed to Engine.Observe, of
@@ -29,7 +30,7 @@ const (
 	RuleErrorRate = "error_rate"
 	// RulePerplexity is the perplexity's distance from its baseline band:
 	// the smallest |ppl − mean| / σ among the last analyzers.output.minutes
-	// per-minute means (confidence.Output.Distance). Its threshold is fixed
+	// per-minute means (output.Output.Distance). Its threshold is fixed
 	// at 3 (the ±3σ band) unless Config.Fixed says otherwise, so it
 	// breaches when every one of those minutes is outside the band: the
 	// design's "±3σ for 5 minutes". One such period fires
@@ -118,9 +119,9 @@ func info(rule string) ruleInfo {
 // Signals is one evaluation of the analyzers, the input of Values. Nil
 // fields are absent: their rules are skipped this period.
 type Signals struct {
-	Drift      *drift.Result
+	Drift      *inputdrift.Result
 	Confidence *confidence.Decay
-	Output     *confidence.Output
+	Output     *output.Output
 	Latency    *latency.Result
 	// ErrorRate is the share of failed requests in the period.
 	ErrorRate *float64
@@ -145,15 +146,15 @@ func Values(s Signals) map[string]Value {
 			out[rule] = v
 		}
 	}
-	if d := s.Drift; d != nil && d.State != drift.StateUnknown {
+	if d := s.Drift; d != nil && d.State != inputdrift.StateUnknown {
 		put(RuleDrift, d.Score)
-		verdict(RuleDrift, d.State == drift.StateDrift)
+		verdict(RuleDrift, d.State == inputdrift.StateDrift)
 	}
 	if c := s.Confidence; c != nil && c.State != confidence.StateUnknown {
 		put(RuleConfidenceDrop, float64(c.Drop))
 		verdict(RuleConfidenceDrop, c.State == confidence.StateDecay)
 	}
-	if o := s.Output; o != nil && o.State != confidence.StateUnknown {
+	if o := s.Output; o != nil && o.State != output.StateUnknown {
 		put(RulePerplexity, float64(o.Distance))
 	}
 	if l := s.Latency; l != nil {

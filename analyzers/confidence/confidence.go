@@ -1,6 +1,5 @@
 // Package confidence turns per-response token-logprob summaries into
-// signal 2, confidence decay (the model grows less sure of its tokens), and
-// signal 4, output drift (per-minute perplexity leaves its baseline band).
+// signal 2, confidence decay: the model grows less sure of its tokens.
 package confidence
 
 import (
@@ -20,8 +19,7 @@ import (
 const (
 	StateUnknown = "unknown"
 	StateOK      = "ok"
-	StateDecay   = "decay" // confidence decay
-	StateDrift   = "drift" // output drift
+	StateDecay   = "decay"
 )
 
 // summary is what one time bucket holds: moments of the per-response
@@ -50,22 +48,18 @@ type Monitor struct {
 	alpha atomic.Uint64 // SetAlpha's level, float64 bits; 0: cfg.Alpha
 
 	mu      sync.Mutex
-	buckets *window.Shared[summary, *summary]               // decay windows
-	minutes *window.Shared[window.Moments, *window.Moments] // perplexity per minute
+	buckets *window.Shared[summary, *summary] // decay windows
 	pinned  *summary
 	pinAt   time.Time
-	band    *band // pinned perplexity baseline
 	streak  int
 }
 
 // New returns a Monitor for validated analyzer settings.
 func New(cfg config.Analyzers) *Monitor {
 	span := int((cfg.Window+cfg.Reference)/cfg.Bucket) + 2
-	mins := int(cfg.Reference/time.Minute) + cfg.Output.Minutes + 2
 	return &Monitor{
 		cfg:     cfg,
 		buckets: window.NewShared[summary](cfg.Bucket, span, nil),
-		minutes: window.NewShared[window.Moments](time.Minute, mins, nil),
 	}
 }
 
@@ -100,21 +94,15 @@ func (m *Monitor) Add(t time.Time, s *logprob.Summary) {
 		b.low.Add(s.LowShare)
 		b.ppl.Add(s.Perplexity)
 	}
-	if b := m.minutes.Bucket(t); b != nil {
-		b.Add(s.Perplexity)
-	}
 }
 
-// Pin makes the current window the reference of the decay signal and the
-// last reference span of minutes the perplexity baseline.
+// Pin makes the current window the reference.
 func (m *Monitor) Pin(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	view, _ := m.buckets.View()
 	cur, _, _, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
 	m.pinned, m.pinAt = cur, now
-	b := m.baseline(now)
-	m.band = &b
 }
 
 // Decay is the confidence-decay result, as /admin/signals shows it.
@@ -146,40 +134,16 @@ type Decay struct {
 	Sources map[string]string `json:"sources,omitempty"`
 }
 
-// Output is the output-drift result.
-type Output struct {
-	State      string    `json:"state"`
-	Perplexity stats.Num `json:"perplexity"` // latest complete minute's mean
-	// Current is the mean perplexity of the minute in progress. Both are
-	// reported whether or not the baseline exists yet.
-	Current      stats.Num `json:"current_perplexity"`
-	BaselineMean stats.Num `json:"baseline_mean"`
-	BaselineStd  stats.Num `json:"baseline_std"`
-	// Minutes is how many consecutive complete minutes, newest first, lie
-	// outside the band.
-	Minutes         int `json:"minutes_outside"`
-	BaselineMinutes int `json:"baseline_minutes"`
-	// Distance is the smallest distance from the baseline mean, in
-	// baseline standard deviations, among the last analyzers.output.minutes
-	// complete minutes (0 when one of them had no responses): above Sigma
-	// exactly when all of them lie outside the band.
-	Distance stats.Num `json:"band_distance"`
-	// Sources is Decay.Sources.
-	Sources map[string]string `json:"sources,omitempty"`
-	// Reason says why the state is "unknown"; empty otherwise.
-	Reason string `json:"reason,omitempty"`
-}
-
-// Evaluate computes both signals as of now.
-func (m *Monitor) Evaluate(now time.Time) (Decay, Output) { return m.evaluate(now, true) }
+// Evaluate computes the signal as of now.
+func (m *Monitor) Evaluate(now time.Time) Decay { return m.evaluate(now, true) }
 
 // Peek is Evaluate without counting the evaluation: the alarm streak
 // (analyzers.consecutive evaluations in a row) neither grows nor resets,
 // so that reading the signals more often than analyzers.interval (the
 // admin API, evaluating on read) does not change when they alarm.
-func (m *Monitor) Peek(now time.Time) (Decay, Output) { return m.evaluate(now, false) }
+func (m *Monitor) Peek(now time.Time) Decay { return m.evaluate(now, false) }
 
-func (m *Monitor) evaluate(now time.Time, advance bool) (Decay, Output) {
+func (m *Monitor) evaluate(now time.Time, advance bool) Decay {
 	m.mu.Lock()
 	view, _ := m.buckets.View()
 	cur, _, ref, _ := view.Split(now, m.cfg.Window, m.cfg.Reference, int64(m.cfg.MinRequests), count)
@@ -188,7 +152,6 @@ func (m *Monitor) evaluate(now time.Time, advance bool) (Decay, Output) {
 		*ref = *m.pinned
 		d.Reference = "pinned"
 	}
-	out := m.output(now)
 	m.mu.Unlock()
 
 	d.Responses, d.RefResponses = count(cur), count(ref)
@@ -232,7 +195,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) (Decay, Output) {
 	if d.Streak >= m.cfg.Consecutive && d.State != StateUnknown {
 		d.State = StateDecay
 	}
-	return d, out
+	return d
 }
 
 // Shared hands the monitor's series to the replica flusher, under the
@@ -241,85 +204,6 @@ func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f("confidence", m.buckets)
-	f("perplexity", m.minutes)
-}
-
-// band is a perplexity baseline: mean and standard deviation of per-minute
-// mean perplexity.
-type band struct {
-	mean, std float64
-	minutes   int
-}
-
-// baseline computes the band over the complete minutes of the reference
-// span before the newest Output.Minutes minutes. Callers hold m.mu.
-func (m *Monitor) baseline(now time.Time) band {
-	var per window.Moments
-	minutes, _ := m.minutes.View()
-	last := minutes.Start(now)                                          // the minute in progress
-	end := last.Add(-time.Duration(m.cfg.Output.Minutes) * time.Minute) // the band excludes the minutes tested
-	from := end.Add(-m.cfg.Reference)
-	for t, b := range minutes.All() {
-		if !t.Before(from) && t.Before(end) && b.Count() > 0 {
-			per.Add(b.Mean())
-		}
-	}
-	return band{mean: per.Mean(), std: per.SampleStd(), minutes: int(per.Count())}
-}
-
-// output evaluates the output-drift signal. Callers hold m.mu.
-func (m *Monitor) output(now time.Time) Output {
-	b := m.baseline(now)
-	if m.band != nil {
-		b = *m.band
-	}
-	o := Output{BaselineMean: stats.Num(b.mean), BaselineStd: stats.Num(b.std), BaselineMinutes: b.minutes,
-		Perplexity: stats.Num(math.NaN()), Current: stats.Num(math.NaN())}
-	// Per-minute means, the minute in progress included.
-	means := map[time.Time]float64{}
-	minutes, _ := m.minutes.View()
-	for t, mm := range minutes.All() {
-		if mm.Count() > 0 {
-			means[t] = mm.Mean()
-		}
-	}
-	last := m.minutes.Start(now)
-	if v, ok := means[last]; ok {
-		o.Current = stats.Num(v)
-	}
-	if v, ok := means[last.Add(-time.Minute)]; ok {
-		o.Perplexity = stats.Num(v)
-	}
-	if b.minutes < m.cfg.Output.MinBaselineMinutes || math.IsNaN(b.std) {
-		o.State = StateUnknown
-		o.Reason = fmt.Sprintf("the baseline holds %d minutes with responses; %d needed", b.minutes, m.cfg.Output.MinBaselineMinutes)
-		return o
-	}
-	o.State = StateOK
-	// The complete minutes, newest first, are tested; a minute without
-	// responses ends the run.
-	// A perfectly steady baseline would make any wobble an alarm: the band
-	// is at least ±0.1% of the mean wide.
-	std := max(b.std, 1e-3*b.mean)
-	half := m.cfg.Output.Sigma * std
-	dist := math.Inf(1)
-	for i := 1; i <= m.cfg.Output.Minutes; i++ {
-		v, ok := means[last.Add(-time.Duration(i)*time.Minute)]
-		if !ok {
-			dist = 0
-			break
-		}
-		dist = min(dist, math.Abs(v-b.mean)/std)
-		if math.Abs(v-b.mean) <= half {
-			break
-		}
-		o.Minutes++
-	}
-	o.Distance = stats.Num(dist)
-	if o.Minutes >= m.cfg.Output.Minutes {
-		o.State = StateDrift
-	}
-	return o
 }
 
 // MarshalBinary encodes s (a window.Codec, for sharing across replicas).

@@ -1,9 +1,9 @@
-// Package drift turns prompt features into signal 1, input drift: a
+// Package inputdrift turns prompt features into signal 1, input drift: a
 // reference window of prompts against the current one, tested per feature
 // (KS and PSI for numeric features, chi-square and PSI for categorical ones)
 // and jointly (share of current prompts beyond the reference's robust
 // Mahalanobis cutoff).
-package drift
+package inputdrift
 
 import (
 	"encoding/json"
