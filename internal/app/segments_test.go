@@ -3,21 +3,27 @@ package app
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/state/redistest"
+	"github.com/vigil-gw/vigil/test/alertmanagertest"
 )
 
 // TestSegmentsBoundedNames: 10,000 distinct model names, all served (a
@@ -206,5 +212,164 @@ func TestSegmentsReplicasAgree(t *testing.T) {
 		if got["x"] != 60 || got["y"] != 40 {
 			t.Errorf("replica %d: responses with logprobs by segment %v, want x 60 and y 40", i, got)
 		}
+	}
+}
+
+// twoModels is a gateway in front of a simulator of "big" (confidence
+// 0.9) and one of "small" (0.55), logprobs injected into every request,
+// alerting every period to a real Alertmanager, with windows of seconds.
+type twoModels struct {
+	*alertScenario
+	sims  map[string]*sim.Server
+	share atomic.Uint64 // float64 bits: the share of requests to big
+}
+
+func newTwoModels(t *testing.T, seed int64) *twoModels {
+	am := alertmanagertest.Start(t)
+	m := &twoModels{sims: map[string]*sim.Server{}}
+	cfg := testConfig("")
+	cfg.Backends = nil
+	for _, model := range []string{"big", "small"} {
+		k := sim.DefaultKnobs()
+		k.TTFT, k.ITL, k.OutputTokens = 0, 0, 8
+		k.Confidence = map[string]float64{"big": 0.9, "small": 0.55}[model]
+		s := sim.New(sim.Options{Model: model, Seed: seed, Knobs: k})
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(srv.Close)
+		m.sims[model] = s
+		cfg.Backends = append(cfg.Backends, config.Backend{Name: model, URL: srv.URL, Kind: "openai", Weight: 100, Models: []string{model}})
+	}
+	const period = 2 * time.Second
+	cfg.Alerts.AlertmanagerURL, cfg.Alerts.Period = am.URL(), period
+	an := &cfg.Analyzers
+	an.Bucket, an.Window, an.MinRequests, an.Interval = time.Second, 10*time.Second, 40, time.Second
+	an.Seed = seed
+	an.Confidence.Inject.SampleRatio = 1
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	a, url, _ := serveApp(t, cfg)
+	m.alertScenario = &alertScenario{t: t, am: am, url: url, period: period, periods: a.pipeline.AlertPeriods}
+	return m
+}
+
+// setShare sends the share big of the requests to big from now on.
+func (m *twoModels) setShare(big float64) { m.share.Store(math.Float64bits(big)) }
+
+// load sends chat requests from n clients, each to big with the current
+// share, until stop is closed.
+func (m *twoModels) load(seed uint64, n int, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for w := range n {
+		rng := rand.New(rand.NewPCG(seed, uint64(w)))
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				model := "small"
+				if rng.Float64() < math.Float64frombits(m.share.Load()) {
+					model = "big"
+				}
+				body := fmt.Sprintf(`{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":"w%d q%d"}]}`, model, w, i)
+				resp, err := http.Post(m.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	return &wg
+}
+
+// pin pins the baseline through the admin API.
+func (m *twoModels) pin() {
+	m.t.Helper()
+	resp, err := http.Post(m.url+"/admin/baseline", "application/json", nil)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		m.t.Fatalf("POST /admin/baseline: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestSegmentsMixChangeThroughGateway: 80 % of the traffic to big, the
+// baseline pinned, then 20 %: no model changed, and in three seeds no
+// confidence or output alert goes pending or fires over 10 alert periods,
+// though the fleet's mean logprob falls by more than a decay's minimum.
+func TestSegmentsMixChangeThroughGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: half a minute of traffic per seed")
+	}
+	for seed := range int64(3) {
+		t.Run(fmt.Sprint("seed", seed+1), func(t *testing.T) {
+			t.Parallel()
+			m := newTwoModels(t, seed+1)
+			m.setShare(0.8)
+			stop := make(chan struct{})
+			wg := m.load(uint64(seed+1), 4, stop)
+			defer func() { close(stop); wg.Wait() }()
+			m.waitPeriods(4)
+			m.pin()
+			m.setShare(0.2)
+			for range 10 {
+				m.waitPeriods(1)
+				for _, name := range []string{"VigilConfidenceDecay", "VigilOutputDrift"} {
+					if as := m.vigilAlerts(name, nil); len(as) > 0 {
+						t.Fatalf("%s after a mix change: %+v", name, as)
+					}
+				}
+			}
+			code, body := testutil.Get(t, m.url+"/admin/signals")
+			var sig struct {
+				Confidence struct {
+					State string
+					Drop  float64
+				}
+			}
+			if err := json.Unmarshal(body, &sig); code != http.StatusOK || err != nil {
+				t.Fatalf("GET /admin/signals: %d %v", code, err)
+			}
+			if sig.Confidence.State == "decay" || sig.Confidence.Drop < 0.05 {
+				t.Errorf("fleet confidence %+v, want not decay, with the mix's drop (> 5%%) in its figures", sig.Confidence)
+			}
+			t.Logf("fleet confidence drop after the mix change: %.3f, state %s", sig.Confidence.Drop, sig.Confidence.State)
+		})
+	}
+}
+
+// TestSegmentsDecayThroughGateway: 90 % big, 10 % small, the baseline
+// pinned; small's confidence falls from 0.55 to 0.40. VigilConfidenceDecay
+// fires labelled model="small" within 10 alert periods and reaches
+// Alertmanager so labelled; big's never fires.
+func TestSegmentsDecayThroughGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: half a minute of traffic")
+	}
+	m := newTwoModels(t, 1)
+	m.setShare(0.9)
+	stop := make(chan struct{})
+	wg := m.load(1, 4, stop)
+	defer func() { close(stop); wg.Wait() }()
+	m.waitPeriods(6)
+	m.pin()
+	k := m.sims["small"].Knobs()
+	k.Confidence = 0.40
+	m.sims["small"].SetKnobs(k)
+	from := m.periods()
+	want := map[string]string{"model": "small"}
+	_, took := m.fires("VigilConfidenceDecay", want, from, 10)
+	l := m.delivered("VigilConfidenceDecay", want)
+	t.Logf("VigilConfidenceDecay{model=small} after %d alert periods: %v", took, l)
+	if as := m.vigilAlerts("VigilConfidenceDecay", map[string]string{"model": "big"}); len(as) > 0 {
+		t.Errorf("big's confidence alerted: %+v", as)
 	}
 }
