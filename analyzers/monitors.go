@@ -20,6 +20,7 @@ type observation struct {
 	prompt  *inputdrift.Features
 	summary *logprob.Summary // a response with token logprobs
 	sample  *latency.Sample  // a successful response
+	backend string           // the backend that answered it
 	// anomalous is set by a segment's latency monitor: the metrics in
 	// which the response was anomalous for its model.
 	anomalous [latency.NumMetrics]bool
@@ -63,11 +64,12 @@ const (
 	signalLatency    = "latency"
 )
 
-// newMonitors returns the monitors of the enabled signals for cfg, with
-// inputs the input-drift settings (a segment's leave out the model
-// feature); records says that the latency monitor reports anomalies in
-// the observation.
-func newMonitors(cfg config.Analyzers, seed uint64, records bool) ([]monitor, error) {
+// newMonitors returns the monitors of the enabled signals for cfg (a
+// segment's input drift leaves out the model feature). A segment's
+// latency monitor reports anomalies in the observation (against the
+// model's own limits), and a segment keeps its latency per backend too,
+// with a series for each of backends.
+func newMonitors(cfg config.Analyzers, seed uint64, segment bool, backends []string) ([]monitor, error) {
 	var ms []monitor
 	if cfg.Drift.Enabled {
 		d, err := inputdrift.New(cfg, seed)
@@ -83,7 +85,10 @@ func newMonitors(cfg config.Analyzers, seed uint64, records bool) ([]monitor, er
 		ms = append(ms, outputMonitor{output.New(cfg)})
 	}
 	if cfg.Latency.Enabled {
-		ms = append(ms, latencyMonitor{latency.New(cfg), records})
+		ms = append(ms, latencyMonitor{latency.New(cfg), segment})
+		if segment {
+			ms = append(ms, byBackendMonitor{latency.NewByBackend(cfg, backends)})
+		}
 	}
 	return ms, nil
 }
@@ -163,6 +168,22 @@ func (m latencyMonitor) evaluate(now time.Time, advance bool, alpha float64) ver
 
 func (m latencyMonitor) pin(at time.Time) error { m.Pin(at); return nil }
 
+// byBackendMonitor is a model's latency per backend: a view, with no
+// verdict of its own.
+type byBackendMonitor struct{ *latency.ByBackend }
+
+func (m byBackendMonitor) observe(o *observation) {
+	if o.sample != nil && o.backend != "" {
+		m.Add(o.at, o.backend, o.sample)
+	}
+}
+
+func (m byBackendMonitor) evaluate(now time.Time, _ bool, _ float64) verdict {
+	return verdict{signal: signalLatency, result: m.Evaluate(now)}
+}
+
+func (m byBackendMonitor) pin(time.Time) error { return nil }
+
 // results are the signals of one evaluation of a set of monitors; nil:
 // disabled.
 type results struct {
@@ -170,6 +191,7 @@ type results struct {
 	confidence *confidence.Decay
 	output     *output.Output
 	latency    *latency.Result
+	backends   []latency.BackendStat // a segment's latency per backend
 }
 
 // evaluateAll evaluates ms and returns their results and verdicts.
@@ -187,6 +209,8 @@ func evaluateAll(ms []monitor, now time.Time, advance bool, alpha float64) (resu
 			r.output = x
 		case *latency.Result:
 			r.latency = x
+		case []latency.BackendStat:
+			r.backends = x
 		}
 		vs = append(vs, v)
 	}

@@ -209,7 +209,7 @@ func (p *Pipeline) OnResponse(r *exchange.Request, resp *exchange.Response) {
 			attribute.Float64("vigil.logprob.entropy", s.MeanEntropy),
 			attribute.Float64("vigil.logprob.low_share", s.LowShare))
 	}
-	sc.obs = observation{at: t}
+	sc.obs = observation{at: t, backend: r.Backend}
 	o := &sc.obs
 	if a != nil {
 		o.summary = s

@@ -145,7 +145,7 @@ func New(o Options) (*Pipeline, error) {
 		p.now = time.Now
 	}
 	var err error
-	if p.fleet, err = newMonitors(c, uint64(c.Seed), false); err != nil {
+	if p.fleet, err = newMonitors(c, uint64(c.Seed), false, nil); err != nil {
 		return nil, err
 	}
 	span := p.alertPeriod
@@ -163,7 +163,11 @@ func New(o Options) (*Pipeline, error) {
 			p.models[m] = true
 		}
 	}
-	p.segs = newSegments(c, span, o.BaseModel, slices.Collect(maps.Keys(p.models)))
+	var backends []string
+	for _, b := range o.Backends {
+		backends = append(backends, b.Name)
+	}
+	p.segs = newSegments(c, span, o.BaseModel, slices.Collect(maps.Keys(p.models)), backends)
 	p.usage = usage.New(p.models, o.Backends)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)

@@ -45,10 +45,11 @@ func (mm *modelMonitors) observe(o *observation) {
 // bounded (segment.Registry). It is safe for concurrent use: the
 // dispatcher routes, Run evaluates and rebalances, the sharer flushes.
 type segments struct {
-	cfg  config.Analyzers // the segments' own: their drift reservoir, no model feature
-	seed uint64
-	reg  *segment.Registry
-	errs *errrate.Rates // requests and failures by segment name
+	cfg      config.Analyzers // the segments' own: their drift reservoir, no model feature
+	seed     uint64
+	backends []string // the configured backends
+	reg      *segment.Registry
+	errs     *errrate.Rates // requests and failures by segment name
 	// base names a LoRA adapter's base model (Options.BaseModel).
 	base func(model string) string
 
@@ -58,7 +59,7 @@ type segments struct {
 
 // newSegments returns the segments of validated analyzer settings;
 // errSpan is the longest span asked of the error counts.
-func newSegments(c config.Analyzers, errSpan time.Duration, base func(string) string, known []string) *segments {
+func newSegments(c config.Analyzers, errSpan time.Duration, base func(string) string, known, backends []string) *segments {
 	sc := c
 	sc.Drift.Reservoir = c.Segments.Reservoir
 	// Within a segment the model is constant (or, in "other", a mix of
@@ -77,7 +78,7 @@ func newSegments(c config.Analyzers, errSpan time.Duration, base func(string) st
 		base = func(string) string { return "" }
 	}
 	s := &segments{
-		cfg: sc, seed: uint64(c.Seed), base: base,
+		cfg: sc, seed: uint64(c.Seed), base: base, backends: backends,
 		// Half-life: the current window's span, so that "most active"
 		// follows the traffic the signals judge.
 		reg:  segment.New(c.Segments.MaxModels, c.Window, c.Bucket, c.Window),
@@ -99,7 +100,7 @@ func (s *segments) newMonitors(name string) *modelMonitors {
 	}
 	// The configuration was validated and drift keeps a feature, so
 	// this cannot fail.
-	mm.monitors, _ = newMonitors(s.cfg, s.seed, true)
+	mm.monitors, _ = newMonitors(s.cfg, s.seed, true, s.backends)
 	return mm
 }
 
@@ -219,6 +220,9 @@ type Segment struct {
 	Confidence *confidence.Decay
 	Output     *output.Output
 	Latency    *latency.Result
+	// Backends is the model's latency per backend over the last
+	// analyzers.window.
+	Backends []latency.BackendStat
 }
 
 // Segment states.
@@ -230,20 +234,25 @@ const (
 
 // MarshalJSON writes s with each disabled signal as {"state": "unknown"}.
 func (s Segment) MarshalJSON() ([]byte, error) {
+	backends := s.Backends
+	if backends == nil {
+		backends = []latency.BackendStat{}
+	}
 	return json.Marshal(struct {
-		Model      string    `json:"model"`
-		BaseModel  string    `json:"base_model,omitempty"`
-		State      string    `json:"state"`
-		Alarms     []string  `json:"alarms,omitempty"`
-		Reason     string    `json:"reason,omitempty"`
-		Requests   int64     `json:"requests"`
-		ErrorRate  stats.Num `json:"error_rate"`
-		Drift      any       `json:"drift"`
-		Confidence any       `json:"confidence"`
-		Latency    any       `json:"latency"`
-		Output     any       `json:"output"`
+		Model      string                `json:"model"`
+		BaseModel  string                `json:"base_model,omitempty"`
+		State      string                `json:"state"`
+		Alarms     []string              `json:"alarms,omitempty"`
+		Reason     string                `json:"reason,omitempty"`
+		Requests   int64                 `json:"requests"`
+		ErrorRate  stats.Num             `json:"error_rate"`
+		Drift      any                   `json:"drift"`
+		Confidence any                   `json:"confidence"`
+		Latency    any                   `json:"latency"`
+		Output     any                   `json:"output"`
+		Backends   []latency.BackendStat `json:"backends"`
 	}{s.Model, s.BaseModel, s.State, s.Alarms, s.Reason, s.Requests, s.ErrorRate,
-		orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output)})
+		orUnknown(s.Drift), orUnknown(s.Confidence), orUnknown(s.Latency), orUnknown(s.Output), backends})
 }
 
 // evaluateSegments rebalances the segments and evaluates each as of now
@@ -266,7 +275,7 @@ func (p *Pipeline) evaluateSegments(now time.Time, advance bool) []Segment {
 			s.ErrorRate = stats.Num(float64(c[1]) / float64(c[0]))
 		}
 		r, vs := evaluateAll(mm.monitors, now, advance, alpha)
-		s.Drift, s.Confidence, s.Output, s.Latency = r.drift, r.confidence, r.output, r.latency
+		s.Drift, s.Confidence, s.Output, s.Latency, s.Backends = r.drift, r.confidence, r.output, r.latency, r.backends
 		for _, v := range vs {
 			switch {
 			case v.alarm:

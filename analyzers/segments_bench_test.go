@@ -94,7 +94,7 @@ func BenchmarkSegmentMemory(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		s := newSegments(cfg, time.Hour, nil, nil)
+		s := newSegments(cfg, time.Hour, nil, nil, []string{"a"})
 		rng := rand.New(rand.NewPCG(1, 2))
 		t := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 		end := t.Add(cfg.Window + cfg.Reference)
@@ -114,7 +114,7 @@ func BenchmarkSegmentMemory(b *testing.B) {
 			smp.MeanLogprob = sum.MeanLogprob
 			mm := s.route(t, f.Model, true, true)
 			mm.observe(&observation{at: t, prompt: &f})
-			mm.observe(&observation{at: t, summary: &sum, sample: &smp})
+			mm.observe(&observation{at: t, summary: &sum, sample: &smp, backend: "a"})
 			s.errs.Add(t, mm.name, false)
 		}
 		runtime.GC()

@@ -30,8 +30,8 @@ const (
 
 // Metrics measured per response. The gap metrics (ITL, ITLP95, Stall) are
 // read from the times between consecutive content chunks of the same
-// choice of a stream, as they reached the gateway (exchange.Gaps, issue
-// 14), not derived from the total: a stream that pauses once for seconds
+// choice of a stream, as they reached the gateway (exchange.Gaps), not
+// derived from the total: a stream that pauses once for seconds
 // and otherwise runs at pace shows in Stall, where an average would hide
 // it.
 const (

@@ -208,6 +208,9 @@ func TestSegmentsReplicasAgree(t *testing.T) {
 			if g.Requests != want[g.Model] || g.Latency == nil || g.Latency.Responses != want[g.Model] {
 				t.Errorf("replica %d, segment %s: %d requests, latency %+v; want %d of each", i, g.Model, g.Requests, g.Latency, want[g.Model])
 			}
+			if len(g.Backends) != 1 || g.Backends[0].Backend != "a" || g.Backends[0].Responses != want[g.Model] {
+				t.Errorf("replica %d, segment %s: latency by backend %+v, want backend a with %d responses", i, g.Model, g.Backends, want[g.Model])
+			}
 		}
 		if got["x"] != 60 || got["y"] != 40 {
 			t.Errorf("replica %d: responses with logprobs by segment %v, want x 60 and y 40", i, got)
