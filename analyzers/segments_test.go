@@ -190,3 +190,33 @@ func TestSmallModelDecayNamed(t *testing.T) {
 		t.Errorf("the mixed fleet took %d periods, the model alone %d", mixed, alone)
 	}
 }
+
+// TestModelsAlertApart: small's decay fires its alert; big's decay, while
+// small's still fires, fires big's own, not silenced or hidden by it:
+// the silence and the series go by label set.
+func TestModelsAlertApart(t *testing.T) {
+	f := newFleet(t, 2)
+	f.run(15*time.Minute, 20, 0.5, nil)
+	if err := f.p.PinBaseline(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	firing := func() map[string]alert.State {
+		out := map[string]alert.State{}
+		for _, a := range f.p.alerts.Alerts() {
+			if a.Rule == alert.RuleConfidenceDrop {
+				out[a.Labels["model"]] = a.State
+			}
+		}
+		return out
+	}
+	f.setConfidence("small", 0.40)
+	f.run(5*time.Minute, 20, 0.5, nil)
+	if got := firing(); got["small"] != alert.Firing || got["big"] != "" {
+		t.Fatalf("after small's decay: confidence alerts %v, want small firing alone", got)
+	}
+	f.setConfidence("big", 0.7)
+	f.run(5*time.Minute, 20, 0.5, nil)
+	if got := firing(); got["small"] != alert.Firing || got["big"] != alert.Firing {
+		t.Errorf("after big's decay too: confidence alerts %v, want both firing", got)
+	}
+}
