@@ -102,6 +102,8 @@
     return "warn";
   }
   function alertSignal(a) { return (a.labels && a.labels.signal) || RULE_SIGNAL[a.rule] || ""; }
+  // modelOf is the model an alert or threshold is about; "" for the fleet.
+  function modelOf(x) { return (x && x.labels && x.labels.model) || ""; }
   function isActive(a) { return a.state === "pending" || a.state === "firing" || a.state === "silenced"; }
 
   // ---- DOM helpers --------------------------------------------------------
@@ -171,7 +173,7 @@
     if (notEnabled(d)) return { big: DASH, reason: "not enabled" };
     const ref = d.reference === "pinned" ? "pinned baseline" : "rolling reference";
     if (d.state === "unknown") {
-      return { big: DASH, reason: "waiting for data (" + count(d.current_requests) + " requests" +
+      return { big: DASH, reason: d.reason || "waiting for data (" + count(d.current_requests) + " requests" +
         (isNum(d.reference_requests) && d.reference_requests === 0 ? ", no reference yet)" : ")") };
     }
     let worst = null;
@@ -188,7 +190,7 @@
   function confidenceTile(c) {
     if (notEnabled(c)) return { big: DASH, reason: "not enabled" };
     if (c.state === "unknown" && !isNum(c.confidence)) {
-      return { big: DASH, reason: "waiting for data (" + count(c.responses) + " responses)" };
+      return { big: DASH, reason: c.reason || "waiting for data (" + count(c.responses) + " responses)" };
     }
     let reason = "confidence " + num(c.confidence);
     if (isNum(c.drop)) reason += " (" + signedPct(-c.drop) + " vs reference)";
@@ -206,7 +208,7 @@
     let key = "ttft";
     for (const k of ["ttft", "e2e", "itl", "stall", "tokens_per_second"]) if (m[k] && m[k].anomalous) { key = k; break; }
     if (!isNum(p95(key))) key = isNum(p95("e2e")) ? "e2e" : key;
-    if (!isNum(p95(key))) return { big: DASH, reason: "waiting for data (" + count(l.responses) + " responses)" };
+    if (!isNum(p95(key))) return { big: DASH, reason: l.reason || "waiting for data (" + count(l.responses) + " responses)" };
     let reason = LAT_NAMES[key] + " P95 " + fmtK(key, p95(key));
     if (m[key] && m[key].anomalous) reason += ", anomalous share " + pct(m[key].anomalous_share) + " vs " + pct(m[key].reference_anomalous_share);
     const t = findThreshold(thresholds, key === "e2e" ? "latency_e2e_p95" : "latency_ttft_p95");
@@ -221,7 +223,7 @@
     const cur = isNum(o.perplexity) ? o.perplexity : numOrNull(o.current_perplexity ?? o.current);
     if (!isNum(o.baseline_mean) || !isNum(o.baseline_std)) {
       return { big: num(cur), reason: (isNum(cur) ? "perplexity " + num(cur) + "; " : "") +
-        "waiting for data (" + count(o.baseline_minutes) + " baseline minutes)" };
+        (o.reason || "waiting for data (" + count(o.baseline_minutes) + " baseline minutes)") };
     }
     let reason = "perplexity " + num(cur) + ", band " + num(o.baseline_mean) + " \u00b1 " + num(3 * o.baseline_std);
     if (isNum(o.minutes_outside) && o.minutes_outside > 0) reason += "; " + o.minutes_outside + " min outside";
@@ -242,18 +244,30 @@
     return { big: nats(worst.kl), reason };
   }
 
-  function renderTiles(sig, alerts) {
-    const active = (alerts || []).filter(isActive);
+  // renderTiles fills the main tiles with the fleet's signals or, given a
+  // segment, one model's; precision compares backends, not models, and
+  // stays the fleet's (the scope line says so). With seg null (missing
+  // says why) the model's tiles show that reason. The alerts and
+  // thresholds are the scope's.
+  function renderTiles(sig, alerts, seg, missing) {
+    const one = seg !== undefined;
+    const view = one ? Object.assign({}, seg, { precision: sig.precision }) : sig;
+    const scope = one ? (seg && seg.model) || "" : "";
+    const thresholds = (Array.isArray(sig.thresholds) ? sig.thresholds : []).filter(t => modelOf(t) === scope);
+    const active = (alerts || []).filter(a => isActive(a) && (!one || alertSignal(a) === "precision" || modelOf(a) === scope));
     const fns = {
-      drift: () => driftTile(sig.drift), confidence: () => confidenceTile(sig.confidence),
-      latency: () => latencyTile(sig.latency, sig.thresholds), output: () => outputTile(sig.output),
-      precision: () => precisionTile(sig.precision),
+      drift: () => driftTile(view.drift), confidence: () => confidenceTile(view.confidence),
+      latency: () => latencyTile(view.latency, thresholds), output: () => outputTile(view.output),
+      precision: () => precisionTile(view.precision),
     };
+    // In the fleet's view an alert names its model, if it has one.
+    const alertName = a => a.name + (!one && modelOf(a) ? " (" + modelOf(a) + ")" : "");
     for (const name of SIGNALS) {
       const tile = $("tile-" + name);
-      const s = sig[name];
+      const absent = one && !seg && name !== "precision";
+      const s = absent ? null : view[name];
       const state = (s && typeof s.state === "string") ? s.state : "unknown";
-      const t = fns[name]();
+      const t = absent ? { big: DASH, reason: missing } : fns[name]();
       tile.dataset.state = state;
       tile.className = "tile " + stateClass(state);
       tile.querySelector("h2").dataset.label = state;
@@ -262,7 +276,7 @@
       const mine = active.filter(a => alertSignal(a) === name);
       const firing = mine.filter(a => a.state !== "pending");
       tile.querySelector(".alert-note").textContent = mine.length === 0 ? "" :
-        (firing.length ? "alert firing: " + firing.map(a => a.name).join(", ") : "alert pending: " + mine.map(a => a.name).join(", "));
+        (firing.length ? "alert firing: " + firing.map(alertName).join(", ") : "alert pending: " + mine.map(alertName).join(", "));
     }
     const w = sig.window;
     if (w) {
@@ -281,6 +295,172 @@
       tile.querySelector(".reason").textContent = msg;
       tile.querySelector(".alert-note").textContent = "";
     }
+  }
+
+  // ---- models -------------------------------------------------------------
+
+  // The gateway keeps every signal but precision per model too: a segment
+  // per model (an adapter is one of its own), worst first, and "other"
+  // for the models without one. Older gateways send no segments.
+  const OTHER = "other";
+  const MODEL_SIGNALS = [
+    ["drift", "Input drift", driftTile], ["confidence", "Confidence", confidenceTile],
+    ["latency", "Latency", latencyTile], ["output", "Output", outputTile],
+  ];
+
+  let model = params.get("model") || ""; // the model the tiles show; "" for all
+  let lastPoll = null; // {sig, alerts}: to redraw at once when the model changes
+
+  function segmentsOf(sig) {
+    return sig && Array.isArray(sig.segments) ? sig.segments.filter(s => s && typeof s.model === "string") : [];
+  }
+  function segmentLabel(s) {
+    if (s.model === OTHER && !s.base_model) return "other (models without their own)";
+    return s.model + (s.base_model ? " (base: " + s.base_model + ")" : "");
+  }
+  // segmentClass: a segment is "alarm", "ok" or "unknown".
+  function segmentClass(st) { return st === "alarm" ? "alarm" : stateClass(st); }
+
+  // renderModelPicker lists "All models" and the segments by name
+  // ("other" last), rebuilt only when they change so that an open list
+  // stays open; a model asked for by the URL stays listed.
+  function renderModelPicker(segs) {
+    const opts = segs.slice().sort((a, b) => (a.model === OTHER) - (b.model === OTHER) || a.model.localeCompare(b.model))
+      .map(s => [s.model, segmentLabel(s)]);
+    if (model && !opts.some(o => o[0] === model)) opts.push([model, model]);
+    opts.unshift(["", "All models"]);
+    const sel = $("model");
+    const key = JSON.stringify(opts);
+    if (sel.dataset.key !== key) {
+      sel.replaceChildren(...opts.map(([v, t]) => { const o = el("option", t); o.value = v; return o; }));
+      sel.dataset.key = key;
+    }
+    sel.value = model;
+    $("model-pick").hidden = opts.length === 1;
+  }
+
+  function miniTile(signal, title, state, cls, big, reason, note) {
+    const t = el("div", null, "tile mini " + cls);
+    t.dataset.signal = signal;
+    t.dataset.state = state;
+    const h = el("h3", title);
+    h.dataset.label = state;
+    t.append(h, el("p", big, "big"));
+    const r = el("p", reason, "reason");
+    r.title = reason;
+    t.appendChild(r);
+    if (note) t.appendChild(el("p", note, "alert-note"));
+    return t;
+  }
+
+  // renderModelRows draws a row of compact tiles per segment, in the
+  // gateway's order (worst first); shown is the segment the main tiles
+  // show ("" for the fleet).
+  function renderModelRows(segs, alerts, thresholds, shown) {
+    $("models").hidden = segs.length === 0;
+    const box = $("model-rows");
+    const focused = box.contains(document.activeElement) ? document.activeElement.dataset.model : undefined;
+    const active = (alerts || []).filter(isActive);
+    box.replaceChildren(...segs.map(s => {
+      const row = el("div", null, "model-row " + segmentClass(s.state) + (shown && s.model === shown ? " selected" : ""));
+      row.dataset.model = s.model;
+      row.dataset.state = s.state || "unknown";
+      const head = el("div", null, "model-name");
+      const b = el("button", segmentLabel(s));
+      b.type = "button";
+      b.dataset.model = s.model;
+      b.title = s.model === model ? "show all models" : "show this model's signals in the tiles above";
+      b.setAttribute("aria-pressed", String(s.model === model));
+      head.append(b, " ", pill(s.state || "unknown", segmentClass(s.state)));
+      if (s.state !== "alarm" && s.state !== "ok" && s.reason) head.appendChild(el("p", s.reason, "reason"));
+      row.appendChild(head);
+
+      const mine = active.filter(a => modelOf(a) === s.model);
+      const note = sig => {
+        const m = mine.filter(a => alertSignal(a) === sig);
+        if (m.length === 0) return "";
+        return m.some(a => a.state !== "pending") ? "alert firing" : "alert pending";
+      };
+      const th = (Array.isArray(thresholds) ? thresholds : []).filter(t => modelOf(t) === s.model);
+      for (const [name, title, fn] of MODEL_SIGNALS) {
+        const sg = s[name];
+        const st = sg && typeof sg.state === "string" ? sg.state : "unknown";
+        const t = fn(sg, th);
+        row.appendChild(miniTile(name, title, st, stateClass(st), t.big, t.reason, note(name)));
+      }
+      // Errors are judged by the alert rules only: their state is the
+      // alerts'.
+      const errs = mine.filter(a => alertSignal(a) === "errors");
+      const est = errs.some(a => a.state !== "pending") ? "firing" : errs.length ? "pending"
+        : isNum(s.error_rate) ? "ok" : "unknown";
+      const ecls = { firing: "alarm", pending: "warn", ok: "ok", unknown: "unknown" }[est];
+      row.appendChild(miniTile("traffic", "Requests", est, ecls, count(s.requests),
+        "error rate " + pct(s.error_rate), errs.length ? errs.map(a => a.name).join(", ") : ""));
+      return row;
+    }));
+    if (focused !== undefined) {
+      const b = [...box.querySelectorAll("button")].find(x => x.dataset.model === focused);
+      if (b) b.focus();
+    }
+  }
+
+  // renderScope says whose signals the tiles show.
+  function renderScope(seg, missing) {
+    const box = $("scope");
+    $("history-scope").hidden = !model;
+    if (!model) { box.hidden = true; box.replaceChildren(); return; }
+    const parts = [];
+    if (!seg) parts.push("Model " + model + ": " + missing + ".");
+    else {
+      parts.push((seg.model === model ? "Model " + segmentLabel(seg) : "Model " + model + " has no segment of its own; showing " + segmentLabel(seg)) +
+        ": " + count(seg.requests) + " requests in the window, error rate " + pct(seg.error_rate) + ".");
+      if (seg.state === "alarm") parts.push("In alarm: " + (Array.isArray(seg.alarms) && seg.alarms.length ? seg.alarms.join(", ") : "yes") + ".");
+      else if (seg.state !== "ok" && seg.reason) parts.push(seg.reason.charAt(0).toUpperCase() + seg.reason.slice(1) + ".");
+    }
+    parts.push("Precision and the charts below cover all models.");
+    const all = el("button", "show all models");
+    all.type = "button";
+    all.addEventListener("click", () => setModel(""));
+    box.replaceChildren(el("span", parts.join(" ")), " ", all);
+    box.className = seg ? segmentClass(seg.state) : "unknown";
+    box.hidden = false;
+  }
+
+  // renderSignals draws the tiles, the picker and the model rows from one
+  // poll; one is /admin/signals?model= when the model has no segment in
+  // the poll (or the error that answered), undefined while not asked.
+  function renderSignals(sig, alerts, one) {
+    const segs = segmentsOf(sig);
+    renderModelPicker(segs);
+    if (!model) {
+      renderModelRows(segs, alerts, sig.thresholds, "");
+      renderScope(null);
+      renderTiles(sig, alerts);
+      return;
+    }
+    let seg = segs.find(s => s.model === model) || null, missing = "";
+    if (!seg) {
+      if (one === undefined) missing = "loading\u2026";
+      else if (one instanceof HTTPError && one.status === 404) missing = "no request of this model was seen yet";
+      else if (one instanceof Error) missing = "unavailable (" + one.message + ")";
+      else if (one && typeof one.model === "string") seg = one;
+      else missing = "this gateway keeps no signals per model";
+    }
+    renderModelRows(segs, alerts, sig.thresholds, seg ? seg.model : "");
+    renderScope(seg, missing);
+    renderTiles(sig, alerts, seg, missing);
+  }
+
+  function setModel(m) {
+    model = m;
+    const p = new URLSearchParams(location.hash.slice(1));
+    if (m) p.set("model", m); else p.delete("model");
+    history.replaceState(null, "", "#" + p.toString());
+    if (lastPoll) {
+      try { renderSignals(lastPoll.sig, lastPoll.alerts); } catch (e) { report("signals", e); showProblems(); }
+    }
+    if (busy) again = true; // the poll in flight may lack the model's segment
+    else refresh();
   }
 
   // ---- tables -------------------------------------------------------------
@@ -851,7 +1031,7 @@
     box.hidden = false;
   }
 
-  let busy = false;
+  let busy = false, again = false;
   async function refresh() {
     if (busy || document.hidden) return;
     busy = true;
@@ -870,8 +1050,24 @@
           else { report(name, res.reason); if (fallback) fallback(res.reason); }
         } catch (e) { report(name, e); }
       };
-      part("signals", sig, v => { renderTiles(v || {}, alerts); renderCalibration(v); },
-        e => { signalsUnavailable(e.status === 501 ? "signal analysis is not enabled" : "signals unavailable"); renderCalibration(null); });
+      // A model without a segment in this poll: the one it is counted in
+      // (unless the user chose another meanwhile).
+      let one;
+      const asked = model;
+      if (asked && sig.status === "fulfilled" && !segmentsOf(sig.value).some(s => s.model === asked)) {
+        try { one = await getJSON("/admin/signals?model=" + encodeURIComponent(asked)); } catch (e) { one = e; }
+      }
+      part("signals", sig, v => {
+        lastPoll = { sig: v || {}, alerts };
+        renderSignals(v || {}, alerts, asked === model ? one : undefined);
+        renderCalibration(v);
+      }, e => {
+        lastPoll = null;
+        renderModelRows([], [], [], "");
+        renderScope(null, "signals unavailable");
+        signalsUnavailable(e.status === 501 ? "signal analysis is not enabled" : "signals unavailable");
+        renderCalibration(null);
+      });
       part("backends", be, renderBackends);
       part("alerts", al, renderAlerts);
       part("notifications", no, renderNotifications);
@@ -891,6 +1087,7 @@
     } finally {
       busy = false;
       showProblems();
+      if (again) { again = false; setTimeout(refresh, 0); }
     }
   }
 
@@ -909,6 +1106,12 @@
       b.addEventListener("click", () => { setRange(b.dataset.range); refresh(); });
     }
     $("unzoom").addEventListener("click", () => { zoom = null; applyZoom(); });
+    $("model").addEventListener("change", e => setModel(e.target.value));
+    $("model-rows").addEventListener("click", e => {
+      const row = e.target.closest(".model-row");
+      // A click that ends a text selection is not a choice.
+      if (row && !String(window.getSelection())) setModel(row.dataset.model === model ? "" : row.dataset.model);
+    });
     setRange(range);
     let resizeTimer = 0;
     window.addEventListener("resize", () => {
