@@ -237,7 +237,7 @@ func (p *Pipeline) SegmentJSON(ctx context.Context, model string) (b []byte, ok 
 	if err != nil {
 		return nil, false, err
 	}
-	name := p.segs.reg.Segment(model, false)
+	name := p.segs.reg.Segment(time.Time{}, model, false)
 	for i := range s.Segments {
 		if s.Segments[i].Model == name {
 			b, err := json.Marshal(&s.Segments[i])

@@ -124,18 +124,23 @@ func (s *segments) route(t time.Time, model string, prompt, response bool) *mode
 	if response {
 		return s.get(s.reg.Of(t, model))
 	}
-	return s.get(s.reg.Segment(model, prompt))
+	return s.get(s.reg.Segment(t, model, prompt))
 }
 
 // rebalance gives the most active names their segments as of now (see
-// segment.Registry.Rebalance) and drops the monitors of those that lost
-// theirs; an adapter whose base model was not known yet is asked again.
+// segment.Registry.Rebalance) and drops the monitors of every name
+// without one (those that lost theirs, and any a request routed just
+// before it lost it made again); an adapter whose base model was not
+// known yet is asked again.
 func (s *segments) rebalance(now time.Time) {
 	ch := s.reg.Rebalance(now)
+	active := s.reg.Active()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, name := range ch.Removed {
-		delete(s.m, name)
+	for name := range s.m {
+		if _, ok := slices.BinarySearch(active, name); !ok && name != segment.Other {
+			delete(s.m, name)
+		}
 	}
 	for _, name := range ch.Added {
 		if s.m[name] == nil {

@@ -51,8 +51,12 @@ type Registry struct {
 	counts map[string]entry // decayed local requests, at most 4·max names
 	active map[string]bool  // names with a segment of their own
 	pinned map[string]bool  // active names that never lose their segment (Pin)
-	fleet  *window.Shared[window.Counts, *window.Counts]
-	decay  time.Time // when the counts were last halved
+	// since is when each active name took its segment: a name is not
+	// idle before a half-life has passed (its first prompt may come
+	// long before its first answer is counted).
+	since map[string]time.Time
+	fleet *window.Shared[window.Counts, *window.Counts]
+	decay time.Time // when the counts were last halved
 }
 
 // New returns a registry of at most max segments (besides Other) whose
@@ -62,7 +66,7 @@ func New(max int, halfLife, width, span time.Duration) *Registry {
 	n := int(span/width) + 2
 	return &Registry{
 		max: max, halfLife: halfLife, span: span,
-		counts: map[string]entry{}, active: map[string]bool{}, pinned: map[string]bool{},
+		counts: map[string]entry{}, active: map[string]bool{}, pinned: map[string]bool{}, since: map[string]time.Time{},
 		fleet: window.NewShared[window.Counts](width, n, func() *window.Counts {
 			// Replicas agree on at most max names; room for some
 			// disagreement while they converge.
@@ -94,7 +98,7 @@ func (r *Registry) Of(t time.Time, model string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.count(model, 1)
-	seg := r.segment(model, true)
+	seg := r.segment(t, model, true)
 	if b := r.fleet.Bucket(t); b != nil {
 		b.Add(seg)
 	}
@@ -102,20 +106,20 @@ func (r *Registry) Of(t time.Time, model string) string {
 }
 
 // Segment returns model's segment without counting a request; when admit,
-// a new name takes a free segment, as in Of.
-func (r *Registry) Segment(model string, admit bool) string {
+// a new name takes a free segment at t, as in Of.
+func (r *Registry) Segment(t time.Time, model string, admit bool) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.segment(model, admit)
+	return r.segment(t, model, admit)
 }
 
 // segment is Segment. Callers hold r.mu.
-func (r *Registry) segment(model string, admit bool) string {
+func (r *Registry) segment(t time.Time, model string, admit bool) string {
 	if r.active[model] {
 		return model
 	}
 	if admit && model != Other && len(r.active) < r.max {
-		r.active[model] = true
+		r.active[model], r.since[model] = true, t
 		return model
 	}
 	return Other
@@ -195,8 +199,9 @@ func (r *Registry) Rebalance(now time.Time) Change {
 	var ch Change
 	// Segments without traffic for the whole span, here or elsewhere, end.
 	for k := range r.active {
-		if score[k] < 0.01 && !r.pinned[k] {
+		if score[k] < 0.01 && !r.pinned[k] && now.Sub(r.since[k]) >= r.halfLife {
 			delete(r.active, k)
+			delete(r.since, k)
 			ch.Removed = append(ch.Removed, k)
 		}
 	}
@@ -215,7 +220,7 @@ func (r *Registry) Rebalance(now time.Time) Change {
 	slices.SortFunc(cands, byScore)
 	for _, k := range cands {
 		if len(r.active) < r.max {
-			r.active[k] = true
+			r.active[k], r.since[k] = true, now
 			ch.Added = append(ch.Added, k)
 			continue
 		}
@@ -229,8 +234,9 @@ func (r *Registry) Rebalance(now time.Time) Change {
 			break // the rest score lower still
 		}
 		delete(r.active, weakest)
+		delete(r.since, weakest)
 		ch.Removed = append(ch.Removed, weakest)
-		r.active[k] = true
+		r.active[k], r.since[k] = true, now
 		ch.Added = append(ch.Added, k)
 	}
 	slices.Sort(ch.Added)

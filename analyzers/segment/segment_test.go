@@ -30,11 +30,11 @@ func TestFirstNamesTakeFreeSegments(t *testing.T) {
 		t.Errorf("rebalance %+v, want no change", ch)
 	}
 	for m, want := range map[string]string{"a": "a", "b": "b", "c": Other, "never": Other} {
-		if got := r.Segment(m, false); got != want {
+		if got := r.Segment(t0, m, false); got != want {
 			t.Errorf("Segment(%s) = %s, want %s", m, got, want)
 		}
 	}
-	if got := newTest(2).Segment("x", false); got != Other {
+	if got := newTest(2).Segment(t0, "x", false); got != Other {
 		t.Errorf("a lookup without admission gave x %s, want %s", got, Other)
 	}
 }
@@ -154,5 +154,21 @@ func TestReplicasConverge(t *testing.T) {
 	})
 	if ch := b.Rebalance(at); !slices.Contains(ch.Added, "only-on-a") {
 		t.Errorf("b's rebalance %+v, want only-on-a added", ch)
+	}
+}
+
+// TestPromptHoldsItsSegment: a name that took a segment with its prompt
+// keeps it through a rebalance before its answer is counted; a name idle
+// for a half-life loses it.
+func TestPromptHoldsItsSegment(t *testing.T) {
+	r := newTest(4)
+	if got := r.Segment(t0, "slow", true); got != "slow" {
+		t.Fatalf("the prompt of slow went to %s, want its own segment", got)
+	}
+	if ch := r.Rebalance(t0.Add(time.Second)); len(ch.Removed) > 0 {
+		t.Errorf("a rebalance before the answer removed %v", ch.Removed)
+	}
+	if ch := r.Rebalance(t0.Add(time.Minute + time.Second)); !slices.Equal(ch.Removed, []string{"slow"}) {
+		t.Errorf("a half-life later, idle: rebalance %+v, want slow removed", ch)
 	}
 }

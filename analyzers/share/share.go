@@ -99,7 +99,7 @@ type Sharer struct {
 	warned  atomic.Int64 // unix seconds of the last warning
 	// readTo is, per series, the newest bucket number of its span at its
 	// last successful read: the next read starts a few buckets before it
-	// (readFrom). Bounded by the series, which are fixed at New.
+	// (readFrom). Bounded by the series of the latest export.
 	readTo map[string]int64
 }
 
@@ -281,6 +281,17 @@ func (s *Sharer) export(full bool) map[string]*batch {
 			}
 			batches[name] = b
 		})
+	}
+	// Series come and go with the analyzers' segments: forget those gone.
+	for name := range s.readTo {
+		if batches[name] == nil {
+			delete(s.readTo, name)
+		}
+	}
+	for name := range s.dropped {
+		if batches[name] == nil {
+			delete(s.dropped, name)
+		}
 	}
 	return batches
 }
