@@ -26,8 +26,9 @@ import (
 
 // modelMonitors are one segment's monitors: every signal but precision
 // (which is per backend pair already), for the requests of one model, or
-// of every model without a segment of its own (segment.Other). Each
-// monitor is safe for concurrent use.
+// of every model without a segment of its own (segment.Other). It is
+// immutable once in segments.m (a base model learnt later replaces it with
+// a copy); each monitor is safe for concurrent use.
 type modelMonitors struct {
 	name     string
 	base     string    // the base model of a LoRA adapter; empty otherwise
@@ -148,8 +149,15 @@ func (s *segments) rebalance(now time.Time) {
 		}
 	}
 	for name, mm := range s.m {
-		if mm.base == "" && name != segment.Other {
-			mm.base = s.base(name)
+		if mm.base != "" || name == segment.Other {
+			continue
+		}
+		// A copy: the old one may be read (evaluated, routed to) without
+		// the lock; the monitors are the same.
+		if base := s.base(name); base != "" {
+			with := *mm
+			with.base = base
+			s.m[name] = &with
 		}
 	}
 }
