@@ -101,17 +101,40 @@ type Output struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// band is a perplexity baseline: mean and standard deviation of per-minute
-// mean perplexity.
+// band is a perplexity baseline: mean and standard deviation of the
+// per-minute mean perplexity, and that deviation split into its two
+// sources. A minute's mean varies with the model (between), and with the
+// responses it happens to hold, the more the fewer they are (within / n):
+// a model whose share of the traffic falls answers fewer responses a
+// minute, whose means scatter wider though the model did not change. So a
+// minute is judged against between + within / its own count, not against
+// the baseline's spread at the baseline's traffic.
 type band struct {
 	mean, std float64
 	minutes   int
+	// between is the variance of the per-minute means less their
+	// sampling noise (at least 0); within the pooled variance of single
+	// responses' perplexity within a minute, NaN when no baseline minute
+	// held two responses.
+	between, within float64
+}
+
+// stdFor is the standard deviation of the mean of a minute of n
+// responses under the baseline: at least 0.1 % of the mean, since a
+// perfectly steady baseline would make any wobble an alarm.
+func (b *band) stdFor(n int64) float64 {
+	std := b.std
+	if !math.IsNaN(b.within) && n > 0 {
+		std = math.Sqrt(b.between + b.within/float64(n))
+	}
+	return max(std, 1e-3*b.mean)
 }
 
 // baseline computes the band over the complete minutes of the reference
 // span before the newest Output.Minutes minutes. Callers hold m.mu.
 func (m *Monitor) baseline(now time.Time) band {
 	var per window.Moments
+	var m2, dof, invN float64
 	minutes, _ := m.minutes.View()
 	last := minutes.Start(now)                                          // the minute in progress
 	end := last.Add(-time.Duration(m.cfg.Output.Minutes) * time.Minute) // the band excludes the minutes tested
@@ -119,9 +142,17 @@ func (m *Monitor) baseline(now time.Time) band {
 	for t, b := range minutes.All() {
 		if !t.Before(from) && t.Before(end) && b.Count() > 0 {
 			per.Add(b.Mean())
+			m2 += b.M2()
+			dof += float64(b.Count() - 1)
+			invN += 1 / float64(b.Count())
 		}
 	}
-	return band{mean: per.Mean(), std: per.SampleStd(), minutes: int(per.Count())}
+	bd := band{mean: per.Mean(), std: per.SampleStd(), minutes: int(per.Count()), within: math.NaN()}
+	if dof > 0 {
+		bd.within = m2 / dof
+		bd.between = max(per.SampleVar()-bd.within*invN/float64(per.Count()), 0)
+	}
+	return bd
 }
 
 // output evaluates the output-drift signal. Callers hold m.mu.
@@ -132,12 +163,13 @@ func (m *Monitor) output(now time.Time) Output {
 	}
 	o := Output{BaselineMean: stats.Num(b.mean), BaselineStd: stats.Num(b.std), BaselineMinutes: b.minutes,
 		Perplexity: stats.Num(math.NaN()), Current: stats.Num(math.NaN())}
-	// Per-minute means, the minute in progress included.
+	// Per-minute means and counts, the minute in progress included.
 	means := map[time.Time]float64{}
+	counts := map[time.Time]int64{}
 	minutes, _ := m.minutes.View()
 	for t, mm := range minutes.All() {
 		if mm.Count() > 0 {
-			means[t] = mm.Mean()
+			means[t], counts[t] = mm.Mean(), mm.Count()
 		}
 	}
 	last := m.minutes.Start(now)
@@ -153,21 +185,20 @@ func (m *Monitor) output(now time.Time) Output {
 		return o
 	}
 	o.State = StateOK
-	// The complete minutes, newest first, are tested; a minute without
-	// responses ends the run.
-	// A perfectly steady baseline would make any wobble an alarm: the band
-	// is at least ±0.1% of the mean wide.
-	std := max(b.std, 1e-3*b.mean)
-	half := m.cfg.Output.Sigma * std
+	// The complete minutes, newest first, are tested, each against the
+	// spread of a minute of as many responses; a minute without responses
+	// ends the run.
 	dist := math.Inf(1)
 	for i := 1; i <= m.cfg.Output.Minutes; i++ {
-		v, ok := means[last.Add(-time.Duration(i)*time.Minute)]
+		t := last.Add(-time.Duration(i) * time.Minute)
+		v, ok := means[t]
 		if !ok {
 			dist = 0
 			break
 		}
-		dist = min(dist, math.Abs(v-b.mean)/std)
-		if math.Abs(v-b.mean) <= half {
+		d := math.Abs(v-b.mean) / b.stdFor(counts[t])
+		dist = min(dist, d)
+		if d <= m.cfg.Output.Sigma {
 			break
 		}
 		o.Minutes++
