@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 )
 
 // TestTrafficBodies: every 20 requests hold 12 chat, 5 Responses and 3
 // Messages requests, half of them streaming; each body is JSON in its
-// API's shape, names its model, asks for logprobs where the API has them,
-// and every API asks every prompt of the mix, the system prompt included.
+// API's shape, asks for logprobs where the API has them, and every API
+// asks every prompt of the mix, the system prompt included.
 func TestTrafficBodies(t *testing.T) {
 	tr := newTraffic("http://unused", 1)
 	for _, m := range []*promptMix{normalMix, shiftedMix} {
@@ -22,8 +21,7 @@ func TestTrafficBodies(t *testing.T) {
 		asked := [numAPIs]map[string]bool{{}, {}, {}}
 		const total = 100 * len(apiSlots)
 		for i := range total {
-			model := servedModels()[i%len(servedModels())]
-			a, b := tr.body(model, i)
+			a, b := tr.body(i)
 			n[a]++
 			var r struct {
 				Model        string
@@ -44,8 +42,8 @@ func TestTrafficBodies(t *testing.T) {
 			if r.Stream {
 				streams++
 			}
-			if r.Model != model {
-				t.Fatalf("request %d: model %q, want %q", i, r.Model, model)
+			if r.Model != demoModel {
+				t.Fatalf("request %d: model %q", i, r.Model)
 			}
 			var sys string
 			switch a {
@@ -94,16 +92,13 @@ func TestTrafficBodies(t *testing.T) {
 }
 
 // TestTrafficAPIs sends demo traffic through the gateway for a moment:
-// every API and every model is answered, none fails, and each model is
-// answered only by the backends that serve it, as the gateway read them
-// from the backends' /v1/models: the adapter by sim-a, demo-small by
-// sim-small.
+// every API is answered, none fails.
 func TestTrafficAPIs(t *testing.T) {
 	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 50, log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	if err := d.run(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -116,65 +111,5 @@ func TestTrafficAPIs(t *testing.T) {
 		if tl.ByAPI[a] == 0 {
 			t.Errorf("no %s request answered (by API: %v)", apiNames[a], tl.ByAPI)
 		}
-	}
-	serves := map[string][]string{
-		demoModel:  {"sim-a", "sim-b", "sim-a-int8"},
-		loraModel:  {"sim-a"},
-		smallModel: {"sim-small"},
-	}
-	for _, m := range servedModels() {
-		if tl.answered(m, "") == 0 {
-			t.Errorf("no request for %s answered", m)
-		}
-	}
-	for k, n := range tl.Answers {
-		if !slices.Contains(serves[k.model], k.backend) {
-			t.Errorf("%d requests for %s answered by %s, which does not serve it", n, k.model, k.backend)
-		}
-	}
-}
-
-// TestModelMix: each mix gives each model its weight's share of the
-// slots, spread evenly (a model's requests no further apart than its
-// share allows, rounded up, plus one); demo-model is the most used and
-// demo-small the least in the normal mix, and the shifted mix swaps them.
-func TestModelMix(t *testing.T) {
-	for _, m := range []*modelMix{normalModels, shiftedModels} {
-		total := 0
-		for _, w := range m.weights {
-			total += w.weight
-		}
-		if len(m.slots) != total {
-			t.Fatalf("%v: %d slots, want %d", m, len(m.slots), total)
-		}
-		for _, w := range m.weights {
-			var at []int
-			for i, s := range m.slots {
-				if s == w.model {
-					at = append(at, i)
-				}
-			}
-			if len(at) != w.weight {
-				t.Errorf("%v: %s has %d slots, want %d", m, w.model, len(at), w.weight)
-				continue
-			}
-			limit := (total+w.weight-1)/w.weight + 1
-			for j := range at {
-				gap := (at[(j+1)%len(at)] - at[j] + total) % total
-				if gap == 0 {
-					gap = total
-				}
-				if gap > limit {
-					t.Errorf("%v: %s's slots %d apart, want at most %d", m, w.model, gap, limit)
-				}
-			}
-		}
-	}
-	n, s := normalModels, shiftedModels
-	if !(n.share(demoModel) > n.share(loraModel) && n.share(loraModel) > n.share(smallModel)) {
-		t.Errorf("normal mix %v: want demo-model the most used and demo-small the least", n)
-	}
-	if s.share(demoModel) != n.share(smallModel) || s.share(smallModel) != n.share(demoModel) || s.share(loraModel) != n.share(loraModel) {
-		t.Errorf("shifted mix %v: want demo-model's and demo-small's shares of %v swapped", s, n)
 	}
 }
