@@ -59,7 +59,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	bin := browser(t)
 	sc := newIncident(0.5, true)
 	sc.untilDetected = true
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 10, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
+	// Phases (f) and (g), a change of the mix of models and one model's
+	// decay, add a minute and nothing the test reads.
+	sc.phases = slices.DeleteFunc(sc.phases, func(p phase) bool { return p.label == "(f)" || p.label == "(g)" })
+	// As TestScenarioShort's: each model has verdicts of its own, which
+	// the warm-up waits for.
+	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 24, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
 	if err != nil {
 		t.Fatal(err)
 	}

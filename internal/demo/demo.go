@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,15 +24,26 @@ import (
 	"github.com/vigil-gw/vigil/sim"
 )
 
-const demoModel = "demo-model"
+// The demo's models. demo-model is served by sim-a, sim-b and sim-a-int8,
+// with the LoRA adapter sql-lora loaded on sim-a (vLLM's --lora-modules:
+// the adapter is a model of its own to clients and to the analyzers);
+// demo-small, a smaller and less confident model, by sim-small.
+const (
+	demoModel  = "demo-model"
+	loraModel  = "sql-lora"
+	smallModel = "demo-small"
+)
 
 // Request rates of the demo traffic when --rps is not given: a story needs
 // enough requests for its compressed windows to fill within seconds.
 const (
 	// PlainRPS is the rate without a scenario.
 	PlainRPS = 2
-	// ScenarioRPS is the rate of a scenario.
-	ScenarioRPS = 8
+	// ScenarioRPS is the rate of a scenario: each model's segment needs
+	// analyzers.min_requests responses with logprobs (seven requests in
+	// ten have them) within a window, and demo-small, the least used,
+	// gets a fifth of the requests (normalModels).
+	ScenarioRPS = 20
 )
 
 // Options configure Run.
@@ -54,8 +67,9 @@ type Options struct {
 	Version      string       // the build's version, reported by the tracer
 }
 
-// Run runs three simulated backends, a gateway in front of them with
-// in-memory state and demo traffic and, unless the scenario is
+// Run runs four simulated backends serving two models and a LoRA adapter,
+// a gateway in front of them with in-memory state and demo traffic and,
+// unless the scenario is
 // ScenarioNone, tells a scripted incident (scenario.go) until ctx is done
 // or the duration passes. The options are validated by the caller (the
 // flags of `vigil demo`).
@@ -147,15 +161,20 @@ type demoOptions struct {
 	// outOfService counts a backend failing its active health checks as
 	// out (sigEjection), not only a passively ejected one.
 	outOfService bool
-	// alike gives every backend sim-a's speed and confidence (sim-a-int8
-	// keeps its noise): the matrix's faults then move only what they
-	// inject, not which backend a request lands on.
+	// alike gives sim-small, too, the speed of demo-model's replicas
+	// (which are alike always; sim-a-int8 keeps its noise, sim-small its
+	// model's confidence): the matrix's faults then move only what they
+	// inject, not which backend a request lands on. The models stay
+	// unlike: a request's model, not the balancer, picks between them.
 	alike bool
 }
 
 // demoSim is one simulated backend of the demo and the knobs it starts with.
 type demoSim struct {
 	name, reference string
+	model           string   // the base model it serves
+	adapters        []string // the LoRA adapters it serves on top of model
+	seed            int64
 	srv             *sim.Server
 	base            sim.Knobs // the knobs of normal operation
 	ln              net.Listener
@@ -196,20 +215,28 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	}()
 	// sim-a-int8 is sim-a's model "quantized": the same seed, a little
 	// noise on its logprobs; it is shadow-compared against sim-a (signal 5).
+	// sim-b is another replica of demo-model, as fast and as sure of its
+	// tokens as sim-a: with unlike replicas demo-model's output and
+	// latency would change whenever the balancer moved its requests
+	// between them, as it does when the load changes (phase f changes the
+	// load). sim-small is a smaller model: faster, less sure of its
+	// tokens; no faster than a third of the others' time, though, or they
+	// would read as slow beside it (backend_slow compares backends
+	// whatever their model).
 	a := demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)
-	b := demoKnobs(90*time.Millisecond, 20*time.Millisecond, 0.75)
-	int8 := demoKnobs(50*time.Millisecond, 12*time.Millisecond, 0.85)
+	b, int8 := a, a
+	small := demoKnobs(40*time.Millisecond, 10*time.Millisecond, smallConfidence)
 	if o.alike {
-		b, int8 = a, a
+		small = demoKnobs(a.TTFT, a.ITL, smallConfidence)
 	}
 	int8.Noise = 0.05
-	d.sims = []*demoSim{
-		{name: "sim-a", base: a},
-		{name: "sim-b", base: b},
-		{name: "sim-a-int8", reference: "sim-a", base: int8},
-	}
 	// sim-a-int8 shares sim-a's seed: the same model, quantized.
-	seeds := map[string]int64{"sim-a": 2*seed - 1, "sim-b": 2 * seed, "sim-a-int8": 2*seed - 1}
+	d.sims = []*demoSim{
+		{name: "sim-a", model: demoModel, adapters: []string{loraModel}, seed: 2*seed - 1, base: a},
+		{name: "sim-b", model: demoModel, seed: 2 * seed, base: b},
+		{name: "sim-a-int8", model: demoModel, reference: "sim-a", seed: 2*seed - 1, base: int8},
+		{name: "sim-small", model: smallModel, seed: 1000 + seed, base: small},
+	}
 	cfg := config.Default()
 	cfg.Listen = o.listen
 	// The demo runs on a laptop, behind no load balancer: Ctrl-C stops it
@@ -260,10 +287,15 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 			return nil, err
 		}
 		opened = append(opened, s.ln)
-		s.srv = sim.New(sim.Options{Model: demoModel, Seed: seeds[s.name], Knobs: s.base})
+		s.srv = sim.New(sim.Options{Model: s.model, Seed: s.seed, Knobs: s.base, LoRAModules: s.adapters})
 		s.base = s.srv.Knobs() // normalized, as SetKnobs will store it
+		// No models list: the gateway reads each backend's /v1/models
+		// (it asks the backends whose metrics it reads), routes each
+		// model to the backends that list it and learns the adapter's
+		// base model from its "parent".
+		url := "http://" + s.ln.Addr().String()
 		cfg.Backends = append(cfg.Backends, config.Backend{
-			Name: s.name, URL: "http://" + s.ln.Addr().String(), Kind: "openai", Models: []string{demoModel}, Weight: 100,
+			Name: s.name, URL: url, Kind: "openai", Metrics: url + "/metrics", Weight: 100,
 			Reference: s.reference,
 		})
 	}
@@ -302,25 +334,30 @@ func (d *demo) sim(name string) *demoSim {
 
 // printIntro prints the demo's URLs and how to use them.
 func (d *demo) printIntro(w io.Writer) {
-	fmt.Fprintf(w, `Vigil demo: a gateway in front of three simulated vLLM backends (in-memory state);
-sim-a-int8 is shadow-compared against sim-a for precision divergence.
+	var sims []string
+	for i, s := range d.sims {
+		sims = append(sims, s.name+" "+d.cfg.Backends[i].URL)
+	}
+	fmt.Fprintf(w, `Vigil demo: a gateway in front of four simulated vLLM backends (in-memory state) serving
+two models and a LoRA adapter: %[2]s on sim-a, sim-b and sim-a-int8 (shadow-compared against
+sim-a for precision divergence), the adapter %[3]s on sim-a, %[4]s on sim-small.
 
   gateway     %[1]s
   dashboard   %[1]s/dashboard
   metrics     %[1]s/metrics
-  signals     %[1]s/admin/signals
+  signals     %[1]s/admin/signals   (one model's: %[1]s/admin/signals?model=%[4]s)
   alerts      %[1]s/admin/alerts   (deliveries: %[1]s/admin/notifications)
-  backends    %[1]s/admin/backends   (sim-a %[2]s, sim-b %[3]s, sim-a-int8 %[6]s)
+  backends    %[1]s/admin/backends   (%[5]s)
 
 Point any OpenAI or Anthropic client at it; only the base URL changes:
   export OPENAI_BASE_URL=%[1]s/v1 OPENAI_API_KEY=unused
   export ANTHROPIC_BASE_URL=%[1]s ANTHROPIC_API_KEY=unused
   curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
-    -d '{"model":"%[4]s","messages":[{"role":"user","content":"Hello"}]}'
-  curl -s %[1]s/v1/responses -H 'Content-Type: application/json' -d '{"model":"%[4]s","input":"Hello"}'
+    -d '{"model":"%[2]s","messages":[{"role":"user","content":"Hello"}]}'
+  curl -s %[1]s/v1/responses -H 'Content-Type: application/json' -d '{"model":"%[3]s","input":"Hello"}'
 
-Sending %.1[5]f requests/s of demo traffic (%[7]s). Ctrl-C stops.
-`, d.base, d.cfg.Backends[0].URL, d.cfg.Backends[1].URL, demoModel, d.rps, d.cfg.Backends[2].URL, mixNote)
+Sending %.1[6]f requests/s of demo traffic (%[7]s; %[8]s). Ctrl-C stops.
+`, d.base, demoModel, loraModel, smallModel, strings.Join(sims, ", "), d.rps, normalModels, mixNote)
 }
 
 // run serves the simulators, the alert receiver, the gateway and the
@@ -348,7 +385,10 @@ func (d *demo) run(ctx context.Context, story func(context.Context) error) error
 		return d.app.Serve(ctx, d.ln)
 	})
 	if d.traffic != nil {
-		g.Go(func() error { return d.traffic.run(ctx) })
+		g.Go(func() error {
+			d.awaitModels(ctx)
+			return d.traffic.run(ctx)
+		})
 	}
 	if story != nil {
 		g.Go(func() error {
@@ -360,6 +400,34 @@ func (d *demo) run(ctx context.Context, story func(context.Context) error) error
 		})
 	}
 	return g.Wait()
+}
+
+// modelsWait bounds awaitModels: the gateway's first scrape round reads
+// the lists at once, within balancer.scrape_interval (2 s).
+const modelsWait = 10 * time.Second
+
+// awaitModels waits, at most modelsWait, until the gateway has read every
+// backend's model list: until then a backend serves every model as far as
+// the gateway knows, and a request for demo-small could go to a server of
+// demo-model and get its 404.
+func (d *demo) awaitModels(ctx context.Context) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.Now().Add(modelsWait)
+	for time.Now().Before(deadline) {
+		read := true
+		for _, b := range d.app.Gateway().Pool().Backends() {
+			read = read && b.DiscoveredModels() != nil
+		}
+		if read {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func demoKnobs(ttft, itl time.Duration, confidence float64) sim.Knobs {
@@ -384,18 +452,100 @@ var normalMix = &promptMix{prompts: []string{
 	"Explain KV-cache in one paragraph.",
 }}
 
-// traffic sends the demo's requests at a steady rate through the three
-// analyzed APIs (apiSlots), alternating streaming and non-streaming, with
-// logprobs on every Responses request and on every other pair of chat
-// requests, and counts how they ended, which backend answered them
-// (X-Vigil-Backend) and through which API. Its mix can change while it
-// runs; Tally and setMix are safe for concurrent use with run.
+// smallConfidence is demo-small's confidence: a smaller model is less
+// sure of its tokens, so that a change in the mix of models moves the
+// fleet's mean confidence (phase f).
+const smallConfidence = 0.55
+
+// modelMix is how the demo traffic spreads its requests over the models:
+// a cycle of slots, each model taking as many as its weight, spread
+// evenly (smooth weighted round robin). It is read-only once made.
+type modelMix struct {
+	weights []modelWeight
+	slots   []string // the model of each request of the cycle
+}
+
+// modelWeight is one model's weight in a modelMix.
+type modelWeight struct {
+	model  string
+	weight int
+}
+
+// newModelMix returns the mix of ws.
+func newModelMix(ws ...modelWeight) *modelMix {
+	m := &modelMix{weights: ws}
+	total := 0
+	for _, w := range ws {
+		total += w.weight
+	}
+	cur := make([]int, len(ws))
+	for range total {
+		best := 0
+		for i, w := range ws {
+			cur[i] += w.weight
+			if cur[i] > cur[best] {
+				best = i
+			}
+		}
+		cur[best] -= total
+		m.slots = append(m.slots, ws[best].model)
+	}
+	return m
+}
+
+// share is model's share of the requests.
+func (m *modelMix) share(model string) float64 {
+	n := 0
+	for _, s := range m.slots {
+		if s == model {
+			n++
+		}
+	}
+	return float64(n) / float64(len(m.slots))
+}
+
+// String lists each model's share: "demo-model 52%, sql-lora 26%, ...".
+func (m *modelMix) String() string {
+	parts := make([]string, len(m.weights))
+	for i, w := range m.weights {
+		parts[i] = fmt.Sprintf("%s %.0f%%", w.model, 100*m.share(w.model))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// The demo traffic's spreads over the models. normalModels is the
+// everyday one: about half the requests to demo-model, a quarter to its
+// adapter, a fifth to demo-small, the least used. shiftedModels is
+// phase (f)'s: demo-model and demo-small swap their shares.
+var (
+	normalModels  = newModelMix(modelWeight{demoModel, 12}, modelWeight{loraModel, 6}, modelWeight{smallModel, 5})
+	shiftedModels = newModelMix(modelWeight{demoModel, 5}, modelWeight{loraModel, 6}, modelWeight{smallModel, 12})
+)
+
+// servedModels are the models of the normal mix, most used first.
+func servedModels() []string {
+	out := make([]string, len(normalModels.weights))
+	for i, w := range normalModels.weights {
+		out[i] = w.model
+	}
+	return out
+}
+
+// traffic sends the demo's requests at a steady rate, spread over the
+// models (modelMix), each model's requests through the three analyzed
+// APIs (apiSlots) in its own cycle of bodies, alternating streaming and
+// non-streaming, with logprobs on every Responses request and on every
+// other pair of chat requests; it counts how they ended, which model was
+// asked and which backend answered (X-Vigil-Backend), and through which
+// API. Its prompt and model mixes can change while it runs; Tally,
+// setMix and setModels are safe for concurrent use with run.
 type traffic struct {
 	base   string
 	rps    float64
-	start  int // the first request's place in the cycle of bodies
+	start  int // the first request's place in the cycles of models and bodies
 	client *http.Client
 	mix    atomic.Pointer[promptMix]
+	models atomic.Pointer[modelMix]
 
 	mu    sync.Mutex
 	tally trafficTally
@@ -433,59 +583,89 @@ var apiSlots = [20]api{
 const mixNote = "60% chat completions, 25% Responses, 15% Messages"
 
 // trafficTally counts the demo's requests: sent, answered 200, failed
-// (another status or no answer), the 200s by the backend that answered
-// them and by the API they were sent through. The zero value is empty.
+// (another status or no answer), the 200s by the model asked and the
+// backend that answered, and by the API they were sent through. The zero
+// value is empty.
 type trafficTally struct {
 	Sent, OK, Failed int64
-	ByBackend        map[string]int64
+	Answers          map[answer]int64
 	ByAPI            [numAPIs]int64
 }
 
+// answer is a model asked and the backend that answered.
+type answer struct{ model, backend string }
+
 // newTraffic returns traffic to the gateway at base, rps requests a second
-// of the normal mix.
+// of the normal mixes.
 func newTraffic(base string, rps float64) *traffic {
 	t := &traffic{base: base, rps: rps, client: &http.Client{Timeout: 30 * time.Second}}
 	t.mix.Store(normalMix)
+	t.models.Store(normalModels)
 	return t
 }
 
 // setMix makes the next requests ask from m.
 func (t *traffic) setMix(m *promptMix) { t.mix.Store(m) }
 
+// setModels makes the next requests spread over the models as m does.
+func (t *traffic) setModels(m *modelMix) { t.models.Store(m) }
+
 // Tally returns a copy of the counts so far.
 func (t *traffic) Tally() trafficTally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.tally
-	c.ByBackend = make(map[string]int64, len(t.tally.ByBackend))
-	for k, v := range t.tally.ByBackend {
-		c.ByBackend[k] = v
+	c.Answers = maps.Clone(t.tally.Answers)
+	if c.Answers == nil {
+		c.Answers = map[answer]int64{}
 	}
 	return c
 }
 
 // sub returns the counts of a since b (a later tally of the same traffic).
 func (a trafficTally) sub(b trafficTally) trafficTally {
-	c := trafficTally{Sent: a.Sent - b.Sent, OK: a.OK - b.OK, Failed: a.Failed - b.Failed, ByBackend: map[string]int64{}}
+	c := trafficTally{Sent: a.Sent - b.Sent, OK: a.OK - b.OK, Failed: a.Failed - b.Failed, Answers: map[answer]int64{}}
 	for i := range c.ByAPI {
 		c.ByAPI[i] = a.ByAPI[i] - b.ByAPI[i]
 	}
-	for k, v := range a.ByBackend {
-		c.ByBackend[k] = v - b.ByBackend[k]
+	for k, v := range a.Answers {
+		c.Answers[k] = v - b.Answers[k]
 	}
 	return c
+}
+
+// answered counts the 200s of model ("": every model) by backend ("":
+// every backend).
+func (a trafficTally) answered(model, backend string) int64 {
+	var n int64
+	for k, v := range a.Answers {
+		if (model == "" || k.model == model) && (backend == "" || k.backend == backend) {
+			n += v
+		}
+	}
+	return n
 }
 
 // minShareRequests is the fewest answered requests a share is told of.
 const minShareRequests = 20
 
-// share is backend's share of the answered requests; NaN when fewer than
-// minShareRequests were answered.
-func (a trafficTally) share(backend string) float64 {
+// share is backend's share of the answered requests for model; NaN when
+// fewer than minShareRequests were answered.
+func (a trafficTally) share(backend, model string) float64 {
+	all := a.answered(model, "")
+	if all < minShareRequests {
+		return math.NaN()
+	}
+	return float64(a.answered(model, backend)) / float64(all)
+}
+
+// modelShare is model's share of the answered requests; NaN when fewer
+// than minShareRequests were answered.
+func (a trafficTally) modelShare(model string) float64 {
 	if a.OK < minShareRequests {
 		return math.NaN()
 	}
-	return float64(a.ByBackend[backend]) / float64(a.OK)
+	return float64(a.answered(model, "")) / float64(a.OK)
 }
 
 // run sends requests until ctx is done and waits for those in flight.
@@ -494,33 +674,50 @@ func (t *traffic) run(ctx context.Context) error {
 	defer tick.Stop()
 	var wg sync.WaitGroup // owns the request goroutines; waited for on return
 	defer wg.Wait()
+	sent := map[string]int{} // by model: its place in its own cycle of bodies
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		a, body := t.body(t.start + i)
-		wg.Go(func() { t.send(ctx, a, body) })
+		ms := t.models.Load()
+		model := ms.slots[(t.start+i)%len(ms.slots)]
+		a, body := t.body(model, t.start+sent[model])
+		sent[model]++
+		wg.Go(func() { t.send(ctx, model, a, body) })
 	}
 }
 
-// body is the i-th request of the current mix and the API it is for
-// (apiSlots): streaming every other request, 16 to 47 output tokens; chat
-// asks for logprobs on every other pair (the gateway injects them into a
-// share of the rest), Responses always (the gateway injects none there),
-// Messages never (the API has none). The prompt turns one further every
-// 20 requests, so that every API asks every prompt of the mix.
-func (t *traffic) body(i int) (api, []byte) {
+// body is the i-th request for model of the current mix and the API it is
+// for (apiSlots): streaming every other request, 16 to 47 output tokens
+// (ten lengths in turn);
+// chat asks for logprobs on every other pair (the gateway injects them
+// into a share of the rest), Responses always (the gateway injects none
+// there), Messages never (the API has none). The prompt turns one further
+// every 20 requests, so that every API asks every prompt of the mix.
+// Everything but the prompt and its number repeats every 20 requests,
+// and any 20 in a row ask every prompt alike: a window of 40 or 80 prompts (the
+// compressed analyzers.min_requests) holds the same mix as any other, and
+// its input-drift scores against a pinned window stay low. (Output
+// lengths that repeated every 32 requests read as a PSI of 0.2–0.4 on
+// max_tokens between one model's windows of 40 prompts, above the alert's
+// floor of 0.1.)
+func (t *traffic) body(model string, i int) (api, []byte) {
 	m := t.mix.Load()
 	a := apiSlots[i%len(apiSlots)]
-	user, _ := json.Marshal(m.prompts[(i+i/len(apiSlots))%len(m.prompts)])
+	// Each request's prompt ends in its own number, of fixed width: the
+	// simulators answer a prompt always alike (a pure function of seed
+	// and text), so a few prompts sent again and again would make every
+	// window's responses a handful of samples repeated, whose chance
+	// differences the confidence tests take for many.
+	user, _ := json.Marshal(fmt.Sprintf("%s (ref %06d)", m.prompts[(i+i/len(apiSlots))%len(m.prompts)], i%1000000))
 	msgs := `{"role":"user","content":` + string(user) + `}`
 	var sys []byte
 	if m.system != "" {
 		sys, _ = json.Marshal(m.system)
 	}
-	maxTokens, stream := 16+i%32, i%2 == 0
+	maxTokens, stream := 16+i%10*31/9, i%2 == 0
 	switch a {
 	case apiResponses:
 		// The system prompt is the instructions; the messages are input
@@ -530,14 +727,14 @@ func (t *traffic) body(i int) (api, []byte) {
 			instr = `"instructions":` + string(sys) + `,`
 		}
 		return a, fmt.Appendf(nil, `{"model":%q,%s"input":[%s],"max_output_tokens":%d,"stream":%t,"store":false,`+
-			`"include":["message.output_text.logprobs"],"top_logprobs":3}`, demoModel, instr, msgs, maxTokens, stream)
+			`"include":["message.output_text.logprobs"],"top_logprobs":3}`, model, instr, msgs, maxTokens, stream)
 	case apiMessages:
 		system := ""
 		if sys != nil {
 			system = `"system":` + string(sys) + `,`
 		}
 		return a, fmt.Appendf(nil, `{"model":%q,"max_tokens":%d,%s"messages":[%s],"stream":%t}`,
-			demoModel, maxTokens, system, msgs, stream)
+			model, maxTokens, system, msgs, stream)
 	}
 	lp := ""
 	if i%4 < 2 {
@@ -547,13 +744,14 @@ func (t *traffic) body(i int) (api, []byte) {
 		msgs = `{"role":"system","content":` + string(sys) + `},` + msgs
 	}
 	return a, fmt.Appendf(nil, `{"model":%q,"messages":[%s],"max_tokens":%d,"stream":%t%s}`,
-		demoModel, msgs, maxTokens, stream, lp)
+		model, msgs, maxTokens, stream, lp)
 }
 
-// send posts one request through API a and counts its outcome. Every API
-// answers with the same statuses and X-Vigil-Backend; only the error
-// bodies differ (Anthropic's shape on Messages), and they are not read.
-func (t *traffic) send(ctx context.Context, a api, body []byte) {
+// send posts one request for model through API a and counts its outcome.
+// Every API answers with the same statuses and X-Vigil-Backend; only the
+// error bodies differ (Anthropic's shape on Messages), and they are not
+// read.
+func (t *traffic) send(ctx context.Context, model string, a api, body []byte) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+apiPaths[a], bytes.NewReader(body))
 	if err != nil {
 		return
@@ -576,8 +774,8 @@ func (t *traffic) send(ctx context.Context, a api, body []byte) {
 	}
 	t.tally.OK++
 	t.tally.ByAPI[a]++
-	if t.tally.ByBackend == nil {
-		t.tally.ByBackend = map[string]int64{}
+	if t.tally.Answers == nil {
+		t.tally.Answers = map[answer]int64{}
 	}
-	t.tally.ByBackend[resp.Header.Get("X-Vigil-Backend")]++
+	t.tally.Answers[answer{model, resp.Header.Get("X-Vigil-Backend")}]++
 }

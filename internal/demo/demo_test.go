@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
 
 // TestTrafficBodies: every 20 requests hold 12 chat, 5 Responses and 3
 // Messages requests, half of them streaming; each body is JSON in its
-// API's shape, asks for logprobs where the API has them, and every API
-// asks every prompt of the mix, the system prompt included.
+// API's shape, names its model, asks for logprobs where the API has them,
+// every API asks every prompt of the mix, the system prompt included, and
+// no two requests of a model ask the same text.
 func TestTrafficBodies(t *testing.T) {
 	tr := newTraffic("http://unused", 1)
 	for _, m := range []*promptMix{normalMix, shiftedMix} {
@@ -19,9 +22,11 @@ func TestTrafficBodies(t *testing.T) {
 		var n [numAPIs]int
 		streams := 0
 		asked := [numAPIs]map[string]bool{{}, {}, {}}
+		texts := map[string]bool{}
 		const total = 100 * len(apiSlots)
 		for i := range total {
-			a, b := tr.body(i)
+			model := servedModels()[i%len(servedModels())]
+			a, b := tr.body(model, i)
 			n[a]++
 			var r struct {
 				Model        string
@@ -42,10 +47,10 @@ func TestTrafficBodies(t *testing.T) {
 			if r.Stream {
 				streams++
 			}
-			if r.Model != demoModel {
-				t.Fatalf("request %d: model %q", i, r.Model)
+			if r.Model != model {
+				t.Fatalf("request %d: model %q, want %q", i, r.Model, model)
 			}
-			var sys string
+			var sys, user string
 			switch a {
 			case apiChat:
 				if len(r.Messages) == 0 || r.MaxTokens == 0 {
@@ -54,7 +59,7 @@ func TestTrafficBodies(t *testing.T) {
 				if r.Messages[0].Role == "system" {
 					sys = r.Messages[0].Content
 				}
-				asked[a][r.Messages[len(r.Messages)-1].Content] = true
+				user = r.Messages[len(r.Messages)-1].Content
 			case apiResponses:
 				if len(r.Input) != 1 || r.MaxOutput == 0 || r.TopLogprobs == 0 ||
 					len(r.Include) != 1 || r.Include[0] != "message.output_text.logprobs" {
@@ -63,7 +68,7 @@ func TestTrafficBodies(t *testing.T) {
 				if r.Instructions != nil {
 					sys = *r.Instructions
 				}
-				asked[a][r.Input[0].Content] = true
+				user = r.Input[0].Content
 			case apiMessages:
 				if len(r.Messages) != 1 || r.MaxTokens == 0 || r.Logprobs {
 					t.Fatalf("Messages request %d: %s", i, b)
@@ -71,8 +76,14 @@ func TestTrafficBodies(t *testing.T) {
 				if r.System != nil {
 					sys = *r.System
 				}
-				asked[a][r.Messages[0].Content] = true
+				user = r.Messages[0].Content
 			}
+			prompt, ref, ok := strings.Cut(user, " (ref ")
+			if !ok || len(ref) != len("000000)") || texts[model+user] {
+				t.Fatalf("request %d (%s): prompt %q is not the mix's with a number of its own", i, apiNames[a], user)
+			}
+			texts[model+user] = true
+			asked[a][prompt] = true
 			if sys != m.system {
 				t.Fatalf("request %d (%s): system prompt %q, want %q", i, apiNames[a], sys, m.system)
 			}
@@ -92,13 +103,16 @@ func TestTrafficBodies(t *testing.T) {
 }
 
 // TestTrafficAPIs sends demo traffic through the gateway for a moment:
-// every API is answered, none fails.
+// every API and every model is answered, none fails, and each model is
+// answered only by the backends that serve it, as the gateway read them
+// from the backends' /v1/models: the adapter by sim-a, demo-small by
+// sim-small.
 func TestTrafficAPIs(t *testing.T) {
 	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 50, log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	if err := d.run(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -111,5 +125,65 @@ func TestTrafficAPIs(t *testing.T) {
 		if tl.ByAPI[a] == 0 {
 			t.Errorf("no %s request answered (by API: %v)", apiNames[a], tl.ByAPI)
 		}
+	}
+	serves := map[string][]string{
+		demoModel:  {"sim-a", "sim-b", "sim-a-int8"},
+		loraModel:  {"sim-a"},
+		smallModel: {"sim-small"},
+	}
+	for _, m := range servedModels() {
+		if tl.answered(m, "") == 0 {
+			t.Errorf("no request for %s answered", m)
+		}
+	}
+	for k, n := range tl.Answers {
+		if !slices.Contains(serves[k.model], k.backend) {
+			t.Errorf("%d requests for %s answered by %s, which does not serve it", n, k.model, k.backend)
+		}
+	}
+}
+
+// TestModelMix: each mix gives each model its weight's share of the
+// slots, spread evenly (a model's requests no further apart than its
+// share allows, rounded up, plus one); demo-model is the most used and
+// demo-small the least in the normal mix, and the shifted mix swaps them.
+func TestModelMix(t *testing.T) {
+	for _, m := range []*modelMix{normalModels, shiftedModels} {
+		total := 0
+		for _, w := range m.weights {
+			total += w.weight
+		}
+		if len(m.slots) != total {
+			t.Fatalf("%v: %d slots, want %d", m, len(m.slots), total)
+		}
+		for _, w := range m.weights {
+			var at []int
+			for i, s := range m.slots {
+				if s == w.model {
+					at = append(at, i)
+				}
+			}
+			if len(at) != w.weight {
+				t.Errorf("%v: %s has %d slots, want %d", m, w.model, len(at), w.weight)
+				continue
+			}
+			limit := (total+w.weight-1)/w.weight + 1
+			for j := range at {
+				gap := (at[(j+1)%len(at)] - at[j] + total) % total
+				if gap == 0 {
+					gap = total
+				}
+				if gap > limit {
+					t.Errorf("%v: %s's slots %d apart, want at most %d", m, w.model, gap, limit)
+				}
+			}
+		}
+	}
+	n, s := normalModels, shiftedModels
+	if !(n.share(demoModel) > n.share(loraModel) && n.share(loraModel) > n.share(smallModel)) {
+		t.Errorf("normal mix %v: want demo-model the most used and demo-small the least", n)
+	}
+	if s.share(demoModel) != n.share(smallModel) || s.share(smallModel) != n.share(demoModel) || s.share(loraModel) != n.share(loraModel) {
+		t.Errorf("shifted mix %v: want demo-model's and demo-small's shares of %v swapped", s, n)
 	}
 }

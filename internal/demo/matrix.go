@@ -62,6 +62,10 @@ type matrixRow struct {
 	// gap, when set, says what the signals cannot see of this fault
 	// (expect is then empty) and what the gateway does about it.
 	gap string
+	// calm, when set, says why the fault must move nothing but its
+	// allowed consequences (expect is then empty): the row is watched its
+	// whole window for anything else.
+	calm string
 	// report, when set, turns the counters around the row into a note.
 	report func(phaseCounters) string
 }
@@ -110,13 +114,13 @@ func newMatrixScale(scale float64) matrixScale {
 // at scale 1 and scale them down with the timings (never below what the
 // compressed windows allow).
 func matrixRows(ms matrixScale) []matrixRow {
-	all := []string{"sim-a", "sim-b", "sim-a-int8"}
+	all := allSims
 	return []matrixRow{
 		{
 			name: "prompt mix shift", says: "prompts turn long, Russian and Chinese, with code blocks and a system prompt",
 			inject:  func(d *demo) error { d.traffic.setMix(shiftedMix); return nil },
 			restore: func(d *demo) error { d.traffic.setMix(normalMix); return nil },
-			expect:  []expectation{{sigDrift, []string{"VigilInputDrift"}}},
+			expect:  []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
 			// The balancer places the shifted prompts (one shared
 			// system prompt) anew; the matrix's backends are alike
 			// (demoOptions.alike), so where they land moves nothing
@@ -124,10 +128,27 @@ func matrixRows(ms matrixScale) []matrixRow {
 			report: sharesNote,
 		},
 		{
-			name: "confidence drop", says: "every simulator's confidence 0.85 → 0.4",
+			// The models have segments: the fleet's confidence,
+			// perplexity and latency move with the mix (demo-small is
+			// less confident than demo-model), no model's does, and only
+			// the models' verdicts make states and alerts. Input drift is
+			// judged fleet-wide, and its model feature is the mix: it may
+			// move (at half scale, in windows of 40 prompts, its test
+			// across the features lacks the power to: its alert's score
+			// breaches alone).
+			name: "model mix change", says: fmt.Sprintf("the traffic's models turn from %s to %s; no model changes", normalModels, shiftedModels),
+			inject:  func(d *demo) error { d.traffic.setModels(shiftedModels); return nil },
+			restore: func(d *demo) error { d.traffic.setModels(normalModels); return nil },
+			calm:    "no model changes: confidence, output drift and latency are judged per model, and none may move",
+			allowed: []signalKind{sigDrift}, allowedAlerts: []string{"VigilInputDrift"},
+			why:    "the mix of models is a change of the inputs, judged fleet-wide by input drift's model feature",
+			report: func(c phaseCounters) string { return c.mixNote() },
+		},
+		{
+			name: "confidence drop", says: "every simulator's confidence 0.85 (demo-small's 0.55) → 0.4",
 			inject:  knobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, all...),
 			restore: restore(all...),
-			expect:  []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}},
+			expect:  []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}}},
 			allowed: []signalKind{sigOutput, sigPrecision}, allowedAlerts: []string{"VigilOutputDrift", "VigilPrecisionDivergence"},
 			why: "perplexity is exp(−mean logprob): lower confidence is higher perplexity, so output drift may follow; " +
 				"and the KL that the same quantization noise makes grows as the distribution flattens (for small noise ε on " +
@@ -135,10 +156,21 @@ func matrixRows(ms matrixScale) []matrixRow {
 				"divergence may cross its adaptive alert threshold, learnt at confidence 0.85",
 		},
 		{
+			name: "least-used model decay",
+			says: fmt.Sprintf("sim-small's confidence %.2f → %.2f: %s, the least-used model (%.0f%% of the requests), decays",
+				smallConfidence, smallDecayed, smallModel, 100*normalModels.share(smallModel)),
+			inject:  knobs(func(k *sim.Knobs) { k.Confidence = smallDecayed }, "sim-small"),
+			restore: restore("sim-small"),
+			expect:  []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}, model: smallModel}},
+			allowed: []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
+			why: "perplexity is exp(−mean logprob): demo-small's lower confidence is a higher perplexity " +
+				"(its alert, too, for model demo-small alone)",
+		},
+		{
 			name: "TTFT ×10 (all backends)", says: "every backend's time to first token ×10",
 			inject:  knobs(func(k *sim.Knobs) { k.TTFT *= 10 }, all...),
 			restore: restore(all...),
-			expect:  []expectation{{sigLatency, []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
+			expect:  []expectation{{signal: sigLatency, alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
 		},
 		{
 			name: "one backend ×30 latency", says: "sim-b's time to first token ×30 (60 ms → 1.8 s)",
@@ -148,7 +180,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			// still reaches it is too little to move the global latency
 			// percentiles, but sim-b's own answers are 30 times its
 			// peers'.
-			expect:  []expectation{{sigSlow, []string{"VigilBackendSlow"}}},
+			expect:  []expectation{{signal: sigSlow, alerts: []string{"VigilBackendSlow"}}},
 			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
 			why:    "the requests sim-b answers before the balancer moves off it are slow; the global latency may notice them",
 			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
@@ -157,7 +189,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "quantization noise (shadowed replica)", says: "sim-a-int8's logprob noise 0.05 → 1.0",
 			inject:  knobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
 			restore: restore("sim-a-int8"),
-			expect:  []expectation{{sigPrecision, []string{"VigilPrecisionDivergence"}}},
+			expect:  []expectation{{signal: sigPrecision, alerts: []string{"VigilPrecisionDivergence"}}},
 			allowed: []signalKind{sigDecay, sigOutput}, allowedAlerts: []string{"VigilConfidenceDecay", "VigilOutputDrift"},
 			why: "sim-a-int8 answers a third of the clients: its noisy logprobs lower their mean confidence and raise perplexity",
 		},
@@ -165,7 +197,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "one backend answers 500", says: "sim-b answers every request with HTTP 500",
 			inject:  knobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
 			restore: restore("sim-b"),
-			expect:  []expectation{{sigEjection, []string{"VigilBackendDown"}}},
+			expect:  []expectation{{signal: sigEjection, alerts: []string{"VigilBackendDown"}}},
 			allowed: nil, allowedAlerts: []string{"VigilErrorRate"},
 			why:    "the 500s before the ejection are the backend's own error rate (clients get a retry on another backend)",
 			report: errorsNote("sim-b"),
@@ -174,7 +206,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "one backend hangs", says: "sim-b accepts every request (health checks too) and never answers",
 			inject:  knobs(func(k *sim.Knobs) { k.Hang = true }, "sim-b"),
 			restore: restore("sim-b"),
-			expect:  []expectation{{sigEjection, []string{"VigilBackendDown"}}},
+			expect:  []expectation{{signal: sigEjection, alerts: []string{"VigilBackendDown"}}},
 			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E", "VigilErrorRate"},
 			why:    "requests caught on sim-b wait for its health check to fail (health.timeout) before they move: their latency is real",
 			report: errorsNote("sim-b"),
@@ -183,7 +215,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "one backend stalls mid-stream", says: "sim-b pauses 3 s after 4 tokens of every answer",
 			inject:  knobs(func(k *sim.Knobs) { k.Stall, k.StallAfter = 3*time.Second, 4 }, "sim-b"),
 			restore: restore("sim-b"),
-			expect:  []expectation{{sigSlow, []string{"VigilBackendSlow"}}},
+			expect:  []expectation{{signal: sigSlow, alerts: []string{"VigilBackendSlow"}}},
 			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyE2E"},
 			why:    "the stalled answers sim-b gives before the balancer moves off it are slow end to end",
 			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
@@ -193,7 +225,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			needs:   needsRedis,
 			inject:  func(d *demo) error { d.infra.store.Cut(); return nil },
 			restore: func(d *demo) error { return d.infra.store.Restore() },
-			expect:  []expectation{{sigStore, nil}},
+			expect:  []expectation{{signal: sigStore}},
 			why:     "",
 		},
 		{
@@ -201,7 +233,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			needs:   needsCollector,
 			inject:  func(d *demo) error { d.infra.collector.Cut(); return nil },
 			restore: func(d *demo) error { return d.infra.collector.Restore() },
-			expect:  []expectation{{sigSpans, nil}},
+			expect:  []expectation{{signal: sigSpans}},
 		},
 	}
 }
@@ -211,13 +243,17 @@ func matrixRows(ms matrixScale) []matrixRow {
 // fault), at least 15 s, precision and backend slow within 10 s more;
 // an ejection within a few health checks; the store within a few flushes
 // (1 s each); dropped spans within an export cycle (5 s, OTLP's schedule
-// delay) and its retries.
+// delay) and its retries. A calm row's deadline is the window it is
+// watched.
 func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 	p := ms.timings.alertPeriod
 	sig := max(ms.timings.window, 15*time.Second)
 	for i := range rows {
 		r := &rows[i]
 		switch {
+		case r.calm != "":
+			// Watched its whole window.
+			r.deadline = ms.window
 		case len(r.expect) == 0:
 		case r.expect[0].signal == sigPrecision, r.expect[0].signal == sigSlow:
 			// A window and a bit more. Precision: comparisons finish
@@ -257,15 +293,16 @@ func restore(names ...string) func(*demo) error {
 	return func(d *demo) error { restoreKnobs(names...)(d); return nil }
 }
 
-// sharesNote compares every backend's share of the answered requests
-// before the row with its share in the row's second half.
+// sharesNote compares the share of demo-model's answered requests that
+// each of its backends served before the row with its share in the row's
+// second half.
 func sharesNote(c phaseCounters) string {
 	var parts []string
 	for _, b := range []string{"sim-a", "sim-b", "sim-a-int8"} {
-		parts = append(parts, fmt.Sprintf("%s %s → %s", b, fmtShare(c.start.tally.sub(c.before.tally).share(b)),
-			fmtShare(c.end.tally.sub(c.mid.tally).share(b))))
+		parts = append(parts, fmt.Sprintf("%s %s → %s", b, fmtShare(c.start.tally.sub(c.before.tally).share(b, demoModel)),
+			fmtShare(c.end.tally.sub(c.mid.tally).share(b, demoModel))))
 	}
-	return "shares of the answered requests, before → second half: " + strings.Join(parts, ", ")
+	return "shares of " + demoModel + "'s answered requests, before → second half: " + strings.Join(parts, ", ")
 }
 
 // errorsNote reports what backend's errors became for clients.
@@ -653,20 +690,17 @@ func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before c
 	p := &phase{label: "", name: r.name, expect: r.expect, duration: ms.window}
 	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
 	rr.sent, rr.errors = pc.start.tally.Sent, pc.start.tally.Failed
-	exp := "nothing (" + r.gap + ")"
-	if len(r.expect) > 0 {
-		var xs []string
-		for _, e := range r.expect {
-			x := signalNames[e.signal]
-			if len(e.alerts) > 0 {
-				x += " (alert " + strings.Join(e.alerts, " or ") + ")"
-			}
-			xs = append(xs, x)
-		}
-		exp = strings.Join(xs, ", ") + " within " + fmtDuration(r.deadline)
+	var exp string
+	switch {
+	case len(r.expect) > 0:
+		exp = p.expected() + " within " + fmtDuration(r.deadline)
+	case r.calm != "":
+		exp = "nothing but " + allowedNames(r) + " for " + fmtDuration(r.deadline) + " (" + r.calm + ")"
+	default:
+		exp = "nothing (" + r.gap + ")"
 	}
 	s.printf("%s: %s → expect %s", r.name, r.says, exp)
-	res := phaseResult{phase: p, start: time.Now()}
+	res := phaseResult{phase: p, start: time.Now(), segSeen: map[segKey]time.Duration{}}
 	for k := range res.seen {
 		res.seen[k] = -1
 	}
@@ -688,7 +722,7 @@ func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before c
 		}
 		s.observe(ctx, &res)
 		el := time.Since(res.start)
-		if pc.mid.tally.ByBackend == nil && el >= ms.window/2 {
+		if pc.mid.tally.Answers == nil && el >= ms.window/2 {
 			pc.mid = s.d.counters(ctx)
 		}
 		if el >= ms.window {
@@ -708,7 +742,7 @@ func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before c
 	}
 	res.end = time.Now()
 	pc.end = s.d.counters(ctx)
-	if pc.mid.tally.ByBackend == nil {
+	if pc.mid.tally.Answers == nil {
 		pc.mid = pc.start
 	}
 	if r.report != nil {

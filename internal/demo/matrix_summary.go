@@ -21,9 +21,16 @@ func (r *matrixRow) expectsSignal(k signalKind) bool {
 	return slices.ContainsFunc(r.expect, func(e expectation) bool { return e.signal == k })
 }
 
-// expectsAlert reports whether name is one of r's diagonal alerts.
+// expectsAlert reports whether name is one of r's diagonal alerts, for
+// any model.
 func (r *matrixRow) expectsAlert(name string) bool {
 	return slices.ContainsFunc(r.expect, func(e expectation) bool { return slices.Contains(e.alerts, name) })
+}
+
+// diagonal reports whether fa is one of r's diagonal alerts: one of an
+// expectation's names, with its model's label when it names a model.
+func (r *matrixRow) diagonal(fa firedAlert) bool {
+	return slices.ContainsFunc(r.expect, func(e expectation) bool { return e.matches(fa) })
 }
 
 // failures lists what rr got wrong: a diagonal signal or alert missing or
@@ -39,18 +46,31 @@ func (rr *rowResult) failures() []string {
 		out = append(out, rr.err.Error())
 	}
 	for _, e := range r.expect {
-		switch d := pr.seen[e.signal]; {
+		name := signalNames[e.signal]
+		if e.model != "" {
+			name = "model " + e.model + "'s " + name
+		}
+		switch d := pr.seenFor(e); {
 		case d < 0:
-			out = append(out, fmt.Sprintf("%s did not leave ok", signalNames[e.signal]))
+			out = append(out, fmt.Sprintf("%s did not leave ok", name))
 		case d > r.deadline:
-			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", signalNames[e.signal], fmtSeconds(d), fmtDuration(r.deadline)))
+			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", name, fmtSeconds(d), fmtDuration(r.deadline)))
+		}
+		// A fault confined to one model moves no other model's segment.
+		for _, m := range pr.othersSeen(e) {
+			out = append(out, fmt.Sprintf("off the diagonal: model %s's %s %s after %s", m, signalNames[e.signal],
+				alarmStates[e.signal], fmtSeconds(pr.segSeen[segKey{m, e.signal}])))
 		}
 		if len(e.alerts) == 0 {
 			continue
 		}
-		switch fa := pr.firstAlert(e.alerts); {
+		want := strings.Join(e.alerts, " or ")
+		if e.model != "" {
+			want += " with model=" + e.model
+		}
+		switch fa := pr.firstAlert(e); {
 		case fa == nil:
-			out = append(out, fmt.Sprintf("no %s fired", strings.Join(e.alerts, " or ")))
+			out = append(out, fmt.Sprintf("no %s fired", want))
 		case fa.after > r.alertDeadline:
 			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", fa.name, fmtSeconds(fa.after), fmtDuration(r.alertDeadline)))
 		}
@@ -61,7 +81,7 @@ func (rr *rowResult) failures() []string {
 		}
 	}
 	for _, fa := range pr.alerts {
-		if !r.expectsAlert(fa.name) && !slices.Contains(r.allowedAlerts, fa.name) {
+		if !r.diagonal(fa) && !slices.Contains(r.allowedAlerts, fa.name) {
 			out = append(out, fmt.Sprintf("off the diagonal: alert %s%s after %s", fa.name, labelNote(fa.labels), fmtSeconds(fa.after)))
 		}
 	}
@@ -121,8 +141,11 @@ func printMatrix(out io.Writer, rows []matrixRow, results []*matrixResult) {
 			}
 		}
 		deadline := ""
-		if len(r.expect) > 0 {
+		switch {
+		case len(r.expect) > 0:
 			deadline = fmt.Sprintf(" (≤ %s)", fmtDuration(r.deadline))
+		case r.calm != "":
+			deadline = fmt.Sprintf(" (watched %s)", fmtDuration(r.deadline))
 		}
 		fmt.Fprintf(out, "| %s%s |", r.name, deadline)
 		if skipped != "" {
@@ -160,7 +183,7 @@ func printMatrix(out io.Writer, rows []matrixRow, results []*matrixResult) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "Bold: the diagonal (the fault's own signal); (…) allowed: a documented consequence; ✗: off the diagonal and not allowed.")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "Allowed consequences and gaps:")
+	fmt.Fprintln(out, "Allowed consequences, gaps and calm rows:")
 	for i := range rows {
 		r := &rows[i]
 		if r.why != "" {
@@ -168,6 +191,9 @@ func printMatrix(out io.Writer, rows []matrixRow, results []*matrixResult) {
 		}
 		if r.gap != "" {
 			fmt.Fprintf(out, "- %s: gap: %s.\n", r.name, r.gap)
+		}
+		if r.calm != "" {
+			fmt.Fprintf(out, "- %s: nothing else may move: %s.\n", r.name, r.calm)
 		}
 	}
 	if len(notes) > 0 {
@@ -208,6 +234,11 @@ func signalCell(r *matrixRow, k signalKind, byseed []*rowResult) string {
 			continue
 		}
 		d := rr.phase.seen[k]
+		for _, e := range r.expect {
+			if e.signal == k && e.model != "" {
+				d = rr.phase.seenFor(e) // the model's own segment
+			}
+		}
 		if d < 0 {
 			ts = append(ts, "–")
 			continue
@@ -231,6 +262,7 @@ func signalCell(r *matrixRow, k signalKind, byseed []*rowResult) string {
 // per seed.
 func alertsCell(r *matrixRow, byseed []*rowResult) string {
 	var names []string
+	diagonal := map[string]bool{} // by name and labels
 	for _, rr := range byseed {
 		if rr == nil {
 			continue
@@ -239,6 +271,7 @@ func alertsCell(r *matrixRow, byseed []*rowResult) string {
 			n := fa.name + labelNote(fa.labels)
 			if !slices.Contains(names, n) {
 				names = append(names, n)
+				diagonal[n] = r.diagonal(fa)
 			}
 		}
 	}
@@ -267,7 +300,7 @@ func alertsCell(r *matrixRow, byseed []*rowResult) string {
 		}
 		mark := ""
 		switch {
-		case r.expectsAlert(name):
+		case diagonal[n]:
 			n = "**" + n + "**"
 		case slices.Contains(r.allowedAlerts, name):
 			mark = " allowed"

@@ -14,16 +14,17 @@ import (
 
 // TestMatrixRows: the row table is well formed. Every row restores what
 // it injects (checked on a demo that is not served: each inject leaves
-// some knob, the mix or a relay changed and its restore brings all of
-// them back); every row has a diagonal with deadlines or a written gap;
+// some knob, a mix or a relay changed and its restore brings all of
+// them back); every row has a diagonal with deadlines, a written gap, or
+// says why nothing but its allowed consequences may move (calm);
 // no allowed consequence is on its own diagonal; every allowed
 // consequence says why.
 func TestMatrixRows(t *testing.T) {
 	for _, scale := range []float64{0.5, 1} {
 		ms := newMatrixScale(scale)
 		rows := withDeadlines(matrixRows(ms), ms)
-		if len(rows) != 10 {
-			t.Errorf("scale %v: %d rows, want the 10 faults", scale, len(rows))
+		if len(rows) != 12 {
+			t.Errorf("scale %v: %d rows, want the 12 faults", scale, len(rows))
 		}
 		names := map[string]bool{}
 		for _, r := range rows {
@@ -34,8 +35,11 @@ func TestMatrixRows(t *testing.T) {
 			if r.inject == nil || r.restore == nil {
 				t.Errorf("%s: inject and restore are both needed", r.name)
 			}
-			if len(r.expect) == 0 && r.gap == "" {
-				t.Errorf("%s: no diagonal and no gap written down", r.name)
+			if len(r.expect) == 0 && r.gap == "" && r.calm == "" {
+				t.Errorf("%s: no diagonal and no gap or calm written down", r.name)
+			}
+			if len(r.expect) > 0 && r.calm != "" {
+				t.Errorf("%s: a diagonal and calm", r.name)
 			}
 			if len(r.expect) > 0 && (r.deadline <= 0 || r.alertDeadline < r.deadline || r.deadline > ms.window) {
 				t.Errorf("%s: deadlines %v / %v, want 0 < signal ≤ alert and signal within the window %v", r.name, r.deadline, r.alertDeadline, ms.window)
@@ -86,6 +90,7 @@ func TestMatrixRows(t *testing.T) {
 	type snapshot struct {
 		knobs     []string
 		mix       *promptMix
+		models    *modelMix
 		cut, cutC bool
 	}
 	snap := func() snapshot {
@@ -94,8 +99,11 @@ func TestMatrixRows(t *testing.T) {
 			b, _ := x.srv.Knobs().MarshalJSON()
 			s.knobs = append(s.knobs, string(b))
 		}
-		s.mix, s.cut, s.cutC = d.traffic.mix.Load(), store.IsCut(), coll.IsCut()
+		s.mix, s.models, s.cut, s.cutC = d.traffic.mix.Load(), d.traffic.models.Load(), store.IsCut(), coll.IsCut()
 		return s
+	}
+	same := func(a, b snapshot) bool {
+		return slices.Equal(a.knobs, b.knobs) && a.mix == b.mix && a.models == b.models && a.cut == b.cut && a.cutC == b.cutC
 	}
 	before := snap()
 	ms := newMatrixScale(0.5)
@@ -103,13 +111,13 @@ func TestMatrixRows(t *testing.T) {
 		if err := r.inject(d); err != nil {
 			t.Fatalf("%s: inject: %v", r.name, err)
 		}
-		if mid := snap(); slices.Equal(mid.knobs, before.knobs) && mid.mix == before.mix && mid.cut == before.cut && mid.cutC == before.cutC {
+		if same(snap(), before) {
 			t.Errorf("%s: inject changed nothing", r.name)
 		}
 		if err := r.restore(d); err != nil {
 			t.Fatalf("%s: restore: %v", r.name, err)
 		}
-		if after := snap(); !slices.Equal(after.knobs, before.knobs) || after.mix != before.mix || after.cut != before.cut || after.cutC != before.cutC {
+		if after := snap(); !same(after, before) {
 			t.Errorf("%s: restore left %+v, want %+v", r.name, after, before)
 		}
 	}
@@ -118,7 +126,7 @@ func TestMatrixRows(t *testing.T) {
 // TestMatrixVerdict: a row's failures are a missing or late diagonal and
 // anything off it that is not allowed; an allowed consequence is none.
 func TestMatrixVerdict(t *testing.T) {
-	row := &matrixRow{name: "confidence drop", expect: []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}},
+	row := &matrixRow{name: "confidence drop", expect: []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}}},
 		deadline: 10 * time.Second, alertDeadline: 20 * time.Second,
 		allowed: []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"}, why: "perplexity"}
 	mk := func(f func(*phaseResult)) *rowResult {
@@ -155,13 +163,47 @@ func TestMatrixVerdict(t *testing.T) {
 	if got := (&rowResult{row: row, skipped: "no redis-server"}).failures(); len(got) != 0 {
 		t.Errorf("a skipped row fails: %q", got)
 	}
+
+	// A fault confined to one model: its segment and its alert with its
+	// model label; another model's segment or alert is off the diagonal.
+	one := &matrixRow{name: "least-used model decay", expect: []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}, model: smallModel}},
+		deadline: 10 * time.Second, alertDeadline: 20 * time.Second}
+	small := map[string]string{"model": smallModel}
+	other := map[string]string{"model": demoModel}
+	for _, c := range []struct {
+		name string
+		f    func(*phaseResult)
+		want int
+	}{
+		{"the model's segment and its alert", func(p *phaseResult) {
+			p.seen[sigDecay], p.segSeen[segKey{smallModel, sigDecay}] = 3*time.Second, 3*time.Second
+			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", labels: small, after: 6 * time.Second}}
+		}, 0},
+		{"another model's segment and alert only", func(p *phaseResult) {
+			p.seen[sigDecay], p.segSeen[segKey{demoModel, sigDecay}] = 3*time.Second, 3*time.Second
+			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", labels: other, after: 6 * time.Second}}
+		}, 4}, // its segment and alert missing; the other's both off the diagonal
+		{"the alert without the model label", func(p *phaseResult) {
+			p.seen[sigDecay], p.segSeen[segKey{smallModel, sigDecay}] = 3*time.Second, 3*time.Second
+			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 6 * time.Second}}
+		}, 2},
+	} {
+		rr := &rowResult{row: one, seed: 1, phase: phaseResult{phase: &phase{expect: one.expect}, segSeen: map[segKey]time.Duration{}}}
+		for k := range rr.phase.seen {
+			rr.phase.seen[k] = -1
+		}
+		c.f(&rr.phase)
+		if got := rr.failures(); len(got) != c.want {
+			t.Errorf("%s: failures %q, want %d", c.name, got, c.want)
+		}
+	}
 }
 
 // TestMatrix runs the fault-isolation matrix at half scale with the three
 // seeds concurrently and asserts it: every fault's own signal (and its
 // alert) within its deadline, nothing else but its documented
 // consequences, and no client error outside the rows whose faults are
-// errors. About 5 minutes on two cores; -short skips it.
+// errors. About 6 minutes on two cores; -short skips it.
 func TestMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the matrix takes minutes")

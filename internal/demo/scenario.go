@@ -89,11 +89,25 @@ var (
 
 // expectation is what a phase's fault should move: a signal into its
 // alarm state and, when alerts is not empty, one of those alerts into
-// firing.
+// firing. With model set it is confined to that model: the model's own
+// segment must reach the alarm, the alert must carry the label
+// model=model, and no other model's segment should follow.
 type expectation struct {
 	signal signalKind
 	alerts []string
+	model  string
 }
+
+// matches reports whether fa is one of e's alerts (for e's model, when it
+// names one).
+func (e expectation) matches(fa firedAlert) bool {
+	return slices.Contains(e.alerts, fa.name) && (e.model == "" || fa.labels["model"] == e.model)
+}
+
+// segSignals are the signals kept per model (the segments of
+// /admin/signals); precision is per backend pair, the rest per backend
+// or gateway.
+var segSignals = []signalKind{sigDrift, sigDecay, sigOutput, sigLatency}
 
 // A phase is one fault of a scenario: injected when the phase starts,
 // restored when it ends, and expected to be noticed within it.
@@ -105,25 +119,77 @@ type phase struct {
 	restore  func(*demo)
 	restored string // what restore did, in words
 	expect   []expectation
-	duration time.Duration
+	// calm are what the phase must not move: neither the signal (fleet-wide
+	// or any model's) nor any of the alerts. A phase with calm and no
+	// expect runs its whole duration, also with untilDetected.
+	calm []expectation
+	// allowed are signals, and allowedAlerts alerts, that the phase may
+	// move besides what it expects, because the fault truly changes them;
+	// why says so.
+	allowed       []signalKind
+	allowedAlerts []string
+	why           string
+	// clearFirst waits, before the injection, until every signal is out of
+	// its alarm and no alert is active (at most the scenario's recovery),
+	// so that what the phase must not move starts from "ok".
+	clearFirst bool
+	duration   time.Duration
 	// report, when set, turns the counters taken around the phase into a
 	// note for the summary.
 	report func(phaseCounters) string
 }
 
 // phaseCounters are the counters taken around a phase: at the start of
-// the previous phase's second half, at this phase's start, at its middle
-// (or its first detection, whichever comes first) and at its end.
+// the previous phase's second half (of the wait for all clear, after
+// one), at this phase's start, at its middle (or its first detection,
+// whichever comes first) and at its end.
 type phaseCounters struct {
 	before, start, mid, end counters
 }
 
-// shareNote compares backend's share of the answered requests before the
-// phase (the previous phase's second half) with its share in this phase's
-// second half (after its first detection, when that came earlier).
+// shareNote compares backend's share of demo-model's answered requests
+// before the phase (the previous phase's second half) with its share in
+// this phase's second half (after its first detection, when that came
+// earlier).
 func (c phaseCounters) shareNote(backend string) string {
-	return fmt.Sprintf("%s served %s of the answered requests before, %s in the phase's second half",
-		backend, fmtShare(c.start.tally.sub(c.before.tally).share(backend)), fmtShare(c.end.tally.sub(c.mid.tally).share(backend)))
+	return fmt.Sprintf("%s served %s of %s's answered requests before, %s in the phase's second half", backend,
+		fmtShare(c.start.tally.sub(c.before.tally).share(backend, demoModel)), demoModel,
+		fmtShare(c.end.tally.sub(c.mid.tally).share(backend, demoModel)))
+}
+
+// mixNote compares each model's share of the answered requests and its
+// mean confidence (exp of the mean token logprob over its current window)
+// before the phase and at its end, with the fleet's: the fleet's moves
+// with the mix of models, each model's does not. It tells how demo-model's
+// answers spread over its backends too: the balancer moves them with the
+// load.
+func (c phaseCounters) mixNote() string {
+	before, after := c.start.tally.sub(c.before.tally), c.end.tally.sub(c.mid.tally)
+	var shares, confs, backends []string
+	for _, m := range servedModels() {
+		shares = append(shares, fmt.Sprintf("%s %s → %s", m, fmtShare(before.modelShare(m)), fmtShare(after.modelShare(m))))
+		confs = append(confs, fmt.Sprintf("%s %s → %s", m, fmtConf(c.start.conf[m]), fmtConf(c.end.conf[m])))
+	}
+	for _, b := range []string{"sim-a", "sim-b", "sim-a-int8"} {
+		backends = append(backends, fmt.Sprintf("%s %s → %s", b, fmtShare(before.share(b, demoModel)), fmtShare(after.share(b, demoModel))))
+	}
+	e := c.end
+	verdict := "judged fleet-wide, as before the models had segments, the mix alone would have read as a decay"
+	if !e.fleetDecayed {
+		verdict = "not a decay fleet-wide either"
+	}
+	return fmt.Sprintf("answered requests, before → second half: %s (%s's by backend: %s); mean confidence per model, "+
+		"before → end: %s; the fleet's: %s → %s (drop %.0f%% against the baseline, p = %.2g: %s)",
+		strings.Join(shares, ", "), demoModel, strings.Join(backends, ", "), strings.Join(confs, ", "),
+		fmtConf(c.start.conf[""]), fmtConf(e.conf[""]), 100*e.fleetDrop, e.fleetP, verdict)
+}
+
+// fmtConf writes a confidence with two decimals; "n/a" when unknown.
+func fmtConf(v float64) string {
+	if math.IsNaN(v) || v == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // A scenario is a scripted incident: warm-up on normal traffic until the
@@ -147,7 +213,7 @@ type scenario struct {
 }
 
 // newIncident returns the incident scenario at scale (1: the demo's story,
-// 8 to 10 minutes; smaller is faster, for tests). short leaves out the
+// about 10 minutes; smaller is faster, for tests). short leaves out the
 // perplexity band, whose 1-minute buckets no scale compresses, so that the
 // warm-up need not wait for two complete baseline minutes.
 func newIncident(scale float64, short bool) *scenario {
@@ -182,13 +248,18 @@ func newIncident(scale float64, short bool) *scenario {
 		recovery: max(20*time.Second, dur(130*time.Second)),
 		poll:     500 * time.Millisecond,
 	}
-	confidence := []expectation{{sigDecay, []string{"VigilConfidenceDecay"}}}
+	confidence := []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}}}
+	// The mix change is watched for a complete minute of the new mix
+	// judged by the perplexity band: the phase spans a minute boundary.
+	mixWatch := dur(60 * time.Second)
 	if short {
-		// No minute-long band to wait for, in the warm-up or after.
+		// No minute-long band to wait for, in the warm-up or after; the
+		// mix change is watched a window and the alerts' periods.
 		sc.maxWarmup = max(sc.minWarmup, time.Minute)
 		sc.recovery = max(20*time.Second, 2*sc.timings.window)
+		mixWatch = sc.timings.window + 5*sc.timings.alertPeriod
 	} else {
-		confidence = append(confidence, expectation{sigOutput, []string{"VigilOutputDrift"}})
+		confidence = append(confidence, expectation{signal: sigOutput, alerts: []string{"VigilOutputDrift"}})
 	}
 	sc.phases = []phase{
 		{
@@ -197,15 +268,15 @@ func newIncident(scale float64, short bool) *scenario {
 			inject:   func(d *demo) { d.traffic.setMix(shiftedMix) },
 			restore:  func(d *demo) { d.traffic.setMix(normalMix) },
 			restored: "prompts back to the normal mix",
-			expect:   []expectation{{sigDrift, []string{"VigilInputDrift"}}},
+			expect:   []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
 			duration: dur(45 * time.Second),
 		},
 		{
 			label: "(b)", name: "confidence drop to 0.4",
-			says:     "every simulator's confidence 0.85/0.75 → 0.4",
-			inject:   turnKnobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, "sim-a", "sim-b", "sim-a-int8"),
-			restore:  restoreKnobs("sim-a", "sim-b", "sim-a-int8"),
-			restored: "confidence back to 0.85/0.75",
+			says:     "every simulator's confidence 0.85 (sim-small's 0.55) → 0.4",
+			inject:   turnKnobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, allSims...),
+			restore:  restoreKnobs(allSims...),
+			restored: "confidence back to 0.85 (sim-small's 0.55)",
 			expect:   confidence,
 			// The band's alarm needs a complete minute after the drop.
 			duration: dur(75 * time.Second),
@@ -218,14 +289,14 @@ func newIncident(scale float64, short bool) *scenario {
 			// moves traffic off it. Were only sim-b slow, the balancer would
 			// take nearly all traffic off it and clients would hardly notice.
 			label: "(c)", name: "TTFT ×10, sim-b ×30",
-			says: "every backend's time to first token ×10, sim-b's ×30 (90 ms → 2.7 s)",
+			says: "every backend's time to first token ×10, sim-b's ×30 (60 ms → 1.8 s)",
 			inject: func(d *demo) {
-				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-a", "sim-a-int8")(d)
+				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-a", "sim-a-int8", "sim-small")(d)
 				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 30 }, "sim-b")(d)
 			},
-			restore:  restoreKnobs("sim-a", "sim-b", "sim-a-int8"),
+			restore:  restoreKnobs(allSims...),
 			restored: "every backend's TTFT back",
-			expect:   []expectation{{sigLatency, []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
+			expect:   []expectation{{signal: sigLatency, alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
 			duration: dur(45 * time.Second),
 			report:   func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
 		},
@@ -235,7 +306,7 @@ func newIncident(scale float64, short bool) *scenario {
 			inject:   turnKnobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
 			restore:  restoreKnobs("sim-a-int8"),
 			restored: "sim-a-int8's noise back to 0.05",
-			expect:   []expectation{{sigPrecision, []string{"VigilPrecisionDivergence"}}},
+			expect:   []expectation{{signal: sigPrecision, alerts: []string{"VigilPrecisionDivergence"}}},
 			duration: dur(45 * time.Second),
 		},
 		{
@@ -249,7 +320,7 @@ func newIncident(scale float64, short bool) *scenario {
 			// sim-b has been out a whole alert period, VigilBackendDown
 			// fires, until a readmission probe passes after the restore.
 			restored: "sim-b answers again",
-			expect:   []expectation{{sigEjection, []string{"VigilBackendDown"}}},
+			expect:   []expectation{{signal: sigEjection, alerts: []string{"VigilBackendDown"}}},
 			duration: dur(30 * time.Second),
 			report: func(c phaseCounters) string {
 				s, e := c.start, c.end
@@ -262,8 +333,54 @@ func newIncident(scale float64, short bool) *scenario {
 					e.tally.Failed-s.tally.Failed, e.tally.Sent-s.tally.Sent, c.shareNote("sim-b"))
 			},
 		},
+		{
+			// The models have segments: the fleet's confidence, perplexity
+			// and latency move with the mix (demo-small is less confident
+			// than demo-model), no model's does. Input drift is judged
+			// fleet-wide too, and its model feature is the mix.
+			label: "(f)", name: "model mix change",
+			says:       fmt.Sprintf("the traffic's models turn from %s to %s; no model changes", normalModels, shiftedModels),
+			inject:     func(d *demo) { d.traffic.setModels(shiftedModels) },
+			restore:    func(d *demo) { d.traffic.setModels(normalModels) },
+			restored:   "the normal mix of models",
+			clearFirst: true,
+			calm:       mixCalm,
+			allowed:    []signalKind{sigDrift}, allowedAlerts: []string{"VigilInputDrift"},
+			why: "the mix of models is a change of the inputs, judged fleet-wide by input drift's model feature; " +
+				"each model's own prompts did not change",
+			duration: mixWatch,
+			report:   func(c phaseCounters) string { return c.mixNote() },
+		},
+		{
+			// After (f)'s mix back to normal, input drift clears first.
+			label: "(g)", name: "demo-small confidence drop",
+			clearFirst: true,
+			says: fmt.Sprintf("sim-small's confidence %.2f → %.2f: %s, the least-used model (%.0f%% of the requests), decays",
+				smallConfidence, smallDecayed, smallModel, 100*normalModels.share(smallModel)),
+			inject:   turnKnobs(func(k *sim.Knobs) { k.Confidence = smallDecayed }, "sim-small"),
+			restore:  restoreKnobs("sim-small"),
+			restored: "sim-small's confidence back",
+			expect:   []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}, model: smallModel}},
+			allowed:  []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
+			why:      "perplexity is exp(−mean logprob): demo-small's lower confidence is a higher perplexity",
+			duration: dur(45 * time.Second),
+		},
 	}
 	return sc
+}
+
+// allSims are the demo's simulators.
+var allSims = []string{"sim-a", "sim-b", "sim-a-int8", "sim-small"}
+
+// smallDecayed is demo-small's confidence in phase (g).
+const smallDecayed = 0.3
+
+// mixCalm is what a change in the mix of models must not move: the
+// signals judged per model and their alerts.
+var mixCalm = []expectation{
+	{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}},
+	{signal: sigOutput, alerts: []string{"VigilOutputDrift"}},
+	{signal: sigLatency, alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}},
 }
 
 // shiftedMix is what the prompt-mix phase sends: long Russian and Chinese
@@ -306,12 +423,13 @@ func restoreKnobs(names ...string) func(*demo) {
 }
 
 // restoreAll gives every simulator its normal knobs and the traffic its
-// normal mix.
+// normal mixes of prompts and models.
 func restoreAll(d *demo) {
 	for _, s := range d.sims {
 		s.srv.SetKnobs(s.base)
 	}
 	d.traffic.setMix(normalMix)
+	d.traffic.setModels(normalModels)
 }
 
 // storyResult is what one telling of a scenario saw.
@@ -343,6 +461,67 @@ type phaseResult struct {
 	// carried are the signals already in their alarm state when the phase
 	// began (a previous fault's, or a lasting one).
 	carried []signalKind
+	// segSeen is when each model's signal first reached its alarm state
+	// in the phase.
+	segSeen map[segKey]time.Duration
+	// clear is the wait for all clear before the phase (clearFirst);
+	// zero start: none.
+	clear recoveryResult
+}
+
+// segKey is one model's signal.
+type segKey struct {
+	model  string
+	signal signalKind
+}
+
+// seenFor is when e's signal first reached its alarm in the phase: in e's
+// model's segment when e names one, else fleet-wide; negative: it did
+// not.
+func (r *phaseResult) seenFor(e expectation) time.Duration {
+	if e.model == "" {
+		return r.seen[e.signal]
+	}
+	if d, ok := r.segSeen[segKey{e.model, e.signal}]; ok {
+		return d
+	}
+	return -1
+}
+
+// othersSeen lists the models other than e's whose segment reached e's
+// signal's alarm in the phase; none when e names no model.
+func (r *phaseResult) othersSeen(e expectation) []string {
+	if e.model == "" {
+		return nil
+	}
+	var out []string
+	for k := range r.segSeen {
+		if k.signal == e.signal && k.model != e.model {
+			out = append(out, k.model)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// moved lists what of calm expectation e the phase moved: its signal's
+// alarm (fleet-wide or a model's) and its alerts that fired (or were
+// silenced).
+func (r *phaseResult) moved(e expectation) (signals, alerts []string) {
+	if d := r.seen[e.signal]; d >= 0 {
+		signals = append(signals, fmt.Sprintf("%s: %s after %.1f s", signalNames[e.signal], alarmStates[e.signal], d.Seconds()))
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(r.segSeen), func(a, b segKey) int { return strings.Compare(a.model, b.model) }) {
+		if k.signal == e.signal {
+			signals = append(signals, fmt.Sprintf("model %s's %s: %s after %.1f s", k.model, signalNames[k.signal], alarmStates[k.signal], r.segSeen[k].Seconds()))
+		}
+	}
+	for _, fa := range r.alerts {
+		if slices.Contains(e.alerts, fa.name) {
+			alerts = append(alerts, fmt.Sprintf("%s%s after %.1f s", fa.name, labelNote(fa.labels), fa.after.Seconds()))
+		}
+	}
+	return signals, alerts
 }
 
 // firedAlert is an alert seen firing, or silenced, during a phase.
@@ -354,9 +533,10 @@ type firedAlert struct {
 	silenced bool          // it would have fired but was notified less than alerts.silence ago
 }
 
-// recoveryResult is what the recovery saw: how long until no signal was in
-// its alarm state and no alert active (negative: not within the wait),
-// and the resolutions that reached the receiver.
+// recoveryResult is what the recovery (or a wait for all clear before a
+// phase) saw: how long until no signal was in its alarm state and no
+// alert active (negative: not within the wait), and the resolutions that
+// reached the receiver.
 type recoveryResult struct {
 	start    time.Time
 	settled  time.Duration
@@ -418,7 +598,17 @@ func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*s
 	}
 	before := d.counters(ctx)
 	for i := range sc.phases {
-		pr, mid, err := s.phase(ctx, &sc.phases[i], before)
+		p := &sc.phases[i]
+		var clear recoveryResult
+		if p.clearFirst {
+			s.printf("before %s: waiting until every signal is out of its alarm and no alert is active", p.label)
+			var err error
+			if clear, err = s.awaitClear(ctx); err != nil {
+				return finish(err)
+			}
+		}
+		pr, mid, err := s.phase(ctx, p, before)
+		pr.clear = clear
 		res.phases = append(res.phases, pr)
 		if err != nil {
 			return finish(err)
@@ -459,14 +649,32 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 	for i, k := range need {
 		names[i] = signalNames[k]
 	}
+	// Each model's segment too: a phase may be about one model, and each
+	// segment's baseline is pinned with the fleet's.
+	models := servedModels()
+	var segNeed []signalKind
+	for _, k := range need {
+		if slices.Contains(segSignals, k) {
+			segNeed = append(segNeed, k)
+		}
+	}
 	why := ""
 	if slices.Contains(need, sigOutput) {
 		why = " (the perplexity band needs two complete minutes: 2–3 min)"
 	}
-	s.printf("warm-up: normal traffic until %s have a verdict, none an alarm%s", strings.Join(names, ", "), why)
-	settle := time.Duration(1.5*float64(s.sc.timings.minRequests)/s.d.rps*float64(time.Second)) + 2*time.Second
+	s.printf("warm-up: normal traffic until %s have a verdict, fleet-wide and for each model (%s), none an alarm%s",
+		strings.Join(names, ", "), strings.Join(models, ", "), why)
+	// The latency limits are set once its reference is full: the least
+	// used model's reference fills last.
+	least := s.d.rps
+	for _, m := range models {
+		least = min(least, s.d.rps*normalModels.share(m))
+	}
+	settle := func(rps float64) time.Duration {
+		return time.Duration(1.5*float64(s.sc.timings.minRequests)/rps*float64(time.Second)) + 2*time.Second
+	}
 	start := time.Now()
-	known := map[signalKind]time.Time{}
+	known := map[segKey]time.Time{} // "" model: fleet-wide
 	t := time.NewTicker(s.sc.poll)
 	defer t.Stop()
 	for {
@@ -474,17 +682,22 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 		now := time.Now()
 		ready := now.Sub(start) >= s.sc.minWarmup
 		var unknown []string
-		for _, k := range need {
-			if rd.state[k] == "unknown" || rd.state[k] == "" {
-				delete(known, k)
-				unknown = append(unknown, signalNames[k])
+		check := func(model string, k signalKind, st string) {
+			key := segKey{model, k}
+			name := signalNames[k]
+			if model != "" {
+				name = model + " " + name
+			}
+			if st == "unknown" || st == "" {
+				delete(known, key)
+				unknown = append(unknown, name)
 				ready = false
-				continue
+				return
 			}
-			if _, ok := known[k]; !ok {
-				known[k] = now
+			if _, ok := known[key]; !ok {
+				known[key] = now
 			}
-			if rd.state[k] == alarmStates[k] {
+			if st == alarmStates[k] {
 				// A false alarm on normal traffic (a perplexity band of two
 				// minutes is narrow: its σ has one degree of freedom) would
 				// be pinned with the baseline: wait for more data.
@@ -492,7 +705,19 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 			}
 			// The latency limits are set once its reference is full; the
 			// pinned window must have been checked against them.
-			ready = ready && (k != sigLatency || now.Sub(known[k]) >= settle)
+			rps := s.d.rps
+			if model != "" {
+				rps = least
+			}
+			ready = ready && (k != sigLatency || now.Sub(known[key]) >= settle(rps))
+		}
+		for _, k := range need {
+			check("", k, rd.state[k])
+		}
+		for _, m := range models {
+			for _, k := range segNeed {
+				check(m, k, rd.models[m].state[k])
+			}
 		}
 		if ready {
 			break
@@ -516,17 +741,9 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 // untilDetected, its expectations are met), restores the fault and
 // returns what it saw and the counters at its middle.
 func (s *story) phase(ctx context.Context, p *phase, before counters) (phaseResult, counters, error) {
-	exp := make([]string, 0, len(p.expect))
-	for _, e := range p.expect {
-		x := signalNames[e.signal]
-		if len(e.alerts) > 0 {
-			x += " (alert " + strings.Join(e.alerts, " or ") + ")"
-		}
-		exp = append(exp, x)
-	}
 	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
-	s.printf("%s %s: %s → expect %s", p.label, p.name, p.says, strings.Join(exp, ", then "))
-	res := phaseResult{phase: p, start: time.Now()}
+	s.printf("%s %s: %s → expect %s", p.label, p.name, p.says, p.expected())
+	res := phaseResult{phase: p, start: time.Now(), segSeen: map[segKey]time.Duration{}}
 	for k := range res.seen {
 		res.seen[k] = -1
 		if s.last.state[k] == alarmStates[k] {
@@ -577,34 +794,88 @@ func (s *story) phase(ctx context.Context, p *phase, before counters) (phaseResu
 	return res, pc.mid, nil
 }
 
+// expected says in words what p expects to move, and what it must not.
+func (p *phase) expected() string {
+	var exp []string
+	for _, e := range p.expect {
+		x := signalNames[e.signal]
+		if e.model != "" {
+			x += " of " + e.model + " alone"
+		}
+		if len(e.alerts) > 0 {
+			x += " (alert " + strings.Join(e.alerts, " or ")
+			if e.model != "" {
+				x += " with model=" + e.model
+			}
+			x += ")"
+		}
+		exp = append(exp, x)
+	}
+	out := strings.Join(exp, ", then ")
+	if len(p.calm) > 0 {
+		var calm []string
+		for _, e := range p.calm {
+			calm = append(calm, signalNames[e.signal])
+		}
+		if out != "" {
+			out += "; "
+		}
+		out += "no alarm and no alert of " + strings.Join(calm, ", ") + ", fleet-wide or for any model"
+	}
+	if len(p.allowed) > 0 {
+		var names []string
+		for _, k := range p.allowed {
+			names = append(names, signalNames[k])
+		}
+		out += "; " + strings.Join(names, ", ") + " may move (" + p.why + ")"
+	}
+	return out
+}
+
 // met reports whether every expected signal reached its alarm in the
-// phase and, with alerts, whether each expectation's alert fired too.
+// phase and, with alerts, whether each expectation's alert fired too. A
+// phase that expects nothing is never met: it runs its duration.
 func (r *phaseResult) met(alerts bool) bool {
+	if len(r.phase.expect) == 0 {
+		return false
+	}
 	for _, e := range r.phase.expect {
-		if r.seen[e.signal] < 0 {
+		if r.seenFor(e) < 0 {
 			return false
 		}
-		if alerts && len(e.alerts) > 0 && r.firstAlert(e.alerts) == nil {
+		if alerts && len(e.alerts) > 0 && r.firstAlert(e) == nil {
 			return false
 		}
 	}
 	return true
 }
 
-// expects reports whether the phase expects k to move.
+// expects reports whether the phase expects k to move (in any model).
 func (r *phaseResult) expects(k signalKind) bool {
 	return slices.ContainsFunc(r.phase.expect, func(e expectation) bool { return e.signal == k })
 }
 
-// firstAlert returns the first of names to have fired (or been silenced)
-// in the phase; nil when none did.
-func (r *phaseResult) firstAlert(names []string) *firedAlert {
+// expectsModel reports whether the phase expects model's k to move.
+func (r *phaseResult) expectsModel(k signalKind, model string) bool {
+	return slices.ContainsFunc(r.phase.expect, func(e expectation) bool { return e.signal == k && e.model == model })
+}
+
+// firstAlert returns the first of e's alerts to have fired (or been
+// silenced) in the phase; nil when none did. Of those first seen at the
+// same poll, a fleet-wide one (no model label) is preferred.
+func (r *phaseResult) firstAlert(e expectation) *firedAlert {
+	var first *firedAlert
 	for i := range r.alerts {
-		if slices.Contains(names, r.alerts[i].name) {
-			return &r.alerts[i]
+		fa := &r.alerts[i]
+		if !e.matches(*fa) {
+			continue
+		}
+		if first == nil || fa.after < first.after ||
+			(fa.after == first.after && first.labels["model"] != "" && fa.labels["model"] == "") {
+			first = fa
 		}
 	}
-	return nil
+	return first
 }
 
 // recover waits, faults removed, until no signal is in its alarm state and
@@ -612,6 +883,25 @@ func (r *phaseResult) firstAlert(names []string) *firedAlert {
 func (s *story) recover(ctx context.Context, res *storyResult) error {
 	restoreAll(s.d)
 	s.printf("recovery: every fault removed, normal traffic → expect every signal back to ok and every alert resolved")
+	rec, err := s.awaitClear(ctx)
+	if err != nil {
+		return err
+	}
+	// Every resolution of the telling.
+	rec.resolved = nil
+	for _, r := range s.d.recv.since(res.start) {
+		if r.resolved {
+			rec.resolved = append(rec.resolved, r.name)
+		}
+	}
+	res.recovery = rec
+	return nil
+}
+
+// awaitClear waits until no signal is in its alarm state and no alert is
+// active, at most the scenario's recovery, and returns how long it took
+// and the resolutions the receiver got meanwhile.
+func (s *story) awaitClear(ctx context.Context) (recoveryResult, error) {
 	rec := recoveryResult{start: time.Now(), settled: -1}
 	t := time.NewTicker(s.sc.poll)
 	defer t.Stop()
@@ -619,7 +909,7 @@ func (s *story) recover(ctx context.Context, res *storyResult) error {
 	for time.Since(rec.start) < s.sc.recovery {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return rec, ctx.Err()
 		case <-t.C:
 		}
 		if active = s.active(s.observe(ctx, nil)); len(active) == 0 {
@@ -631,13 +921,12 @@ func (s *story) recover(ctx context.Context, res *storyResult) error {
 	if rec.settled < 0 {
 		s.printf("  not all clear after %s: %s", fmtDuration(s.sc.recovery), strings.Join(active, ", "))
 	}
-	for _, r := range s.d.recv.since(res.start) {
+	for _, r := range s.d.recv.since(rec.start) {
 		if r.resolved {
 			rec.resolved = append(rec.resolved, r.name)
 		}
 	}
-	res.recovery = rec
-	return nil
+	return rec, nil
 }
 
 // active names the signals in their alarm state and the alerts pending,
@@ -690,6 +979,12 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		}
 		s.printf("%s", line)
 	}
+	if cur, was := modelAlarms(rd), modelAlarms(s.last); cur != was {
+		s.printf("  models in alarm: %s", cur)
+	}
+	if res != nil {
+		s.observeModels(rd, res, now)
+	}
 	s.last = rd
 	// Alerts() lists the series with a state; one that went back to
 	// inactive without firing (pending noise) leaves the list.
@@ -739,6 +1034,53 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 	return rd
 }
 
+// observeModels records in res each model's signals first seen in their
+// alarm state in its phase: on a change since the last reading, or, for a
+// perplexity band the phase expects of the model, once the minute judged
+// is past the injection (as observe does fleet-wide).
+func (s *story) observeModels(rd reading, res *phaseResult, now time.Time) {
+	for m, sr := range rd.models {
+		for _, k := range segSignals {
+			key := segKey{m, k}
+			if _, ok := res.segSeen[key]; ok || sr.state[k] != alarmStates[k] {
+				continue
+			}
+			band := k == sigOutput && res.expectsModel(k, m) && rd.evaluated.Truncate(time.Minute).After(res.start)
+			if s.last.models[m].state[k] == sr.state[k] && !band {
+				continue
+			}
+			res.segSeen[key] = now.Sub(res.start)
+		}
+	}
+}
+
+// modelAlarms lists the models whose segment has a signal in its alarm
+// state, with those signals; "none" when no model has one.
+func modelAlarms(rd reading) string {
+	var parts []string
+	for _, m := range slices.Sorted(maps.Keys(rd.models)) {
+		sr := rd.models[m]
+		var sigs []string
+		for _, k := range segSignals {
+			if sr.state[k] == alarmStates[k] {
+				sigs = append(sigs, signalNames[k])
+			}
+		}
+		if len(sigs) == 0 {
+			continue
+		}
+		name := m
+		if sr.base != "" {
+			name += " (adapter of " + sr.base + ")"
+		}
+		parts = append(parts, name+": "+strings.Join(sigs, ", "))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
 // alertKey identifies an alert's label set.
 func alertKey(l map[string]string) string {
 	var b strings.Builder
@@ -748,12 +1090,22 @@ func alertKey(l map[string]string) string {
 	return b.String()
 }
 
-// labelNote names the backend an alert is about, if any.
+// labelNote names the backend an alert is about, and the model (and an
+// adapter's base model), if any: " [sim-b]", " [model=demo-small]".
 func labelNote(l map[string]string) string {
+	var parts []string
 	if b := l["backend"]; b != "" {
-		return " [" + b + "]"
+		parts = append(parts, b)
 	}
-	return ""
+	for _, k := range []string{"model", "base_model"} {
+		if v := l[k]; v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(parts, ", ") + "]"
 }
 
 // reading is one look at every signal kind's state: "unknown", "ok" or
@@ -763,6 +1115,15 @@ type reading struct {
 	ejected   []string  // the backends ejected now
 	slow      []string  // the backends answering far slower than the others
 	evaluated time.Time // when the signals were evaluated
+	// models are the segments of /admin/signals, by model.
+	models map[string]modelReading
+}
+
+// modelReading is one model's segment: the state of each of segSignals
+// ("" for the others), and the base model of an adapter.
+type modelReading struct {
+	base  string
+	state [numSignals]string
 }
 
 // read looks at the latest evaluation of the signals (made by the
@@ -791,6 +1152,27 @@ func (d *demo) read(ctx context.Context) reading {
 		if s.Precision != nil {
 			rd.state[sigPrecision] = s.Precision.State
 		}
+		rd.models = make(map[string]modelReading, len(s.Segments))
+		for i := range s.Segments {
+			g := &s.Segments[i]
+			mr := modelReading{base: g.BaseModel}
+			for _, k := range segSignals {
+				mr.state[k] = "unknown"
+			}
+			if g.Drift != nil {
+				mr.state[sigDrift] = g.Drift.State
+			}
+			if g.Confidence != nil {
+				mr.state[sigDecay] = g.Confidence.State
+			}
+			if g.Output != nil {
+				mr.state[sigOutput] = g.Output.State
+			}
+			if g.Latency != nil {
+				mr.state[sigLatency] = g.Latency.State
+			}
+			rd.models[g.Model] = mr
+		}
 	}
 	rd.state[sigEjection] = "ok"
 	for _, b := range d.app.Gateway().Pool().Backends() {
@@ -816,19 +1198,41 @@ func (d *demo) read(ctx context.Context) reading {
 }
 
 // counters are the demo's counts at one time: its traffic, each
-// simulator's, and the gateway's retry and ejection counters.
+// simulator's, and the gateway's retry and ejection counters; and the
+// mean confidence of the current window.
 type counters struct {
 	tally   trafficTally
 	sims    map[string]sim.Stats
 	metrics map[string]float64 // by series, e.g. vigil_retries_total{reason="status_5xx"}
+	// conf is the mean confidence of the current window, by model (""
+	// fleet-wide); fleetDrop and fleetP the fleet's drop against the
+	// baseline and its test's p-value, and fleetDecayed whether they
+	// would make a decay judged fleet-wide.
+	conf         map[string]float64
+	fleetDrop    float64
+	fleetP       float64
+	fleetDecayed bool
 }
 
 // counters takes the demo's counters now; the gateway's are read from
 // its /metrics (missing when that fails).
 func (d *demo) counters(ctx context.Context) counters {
-	c := counters{tally: d.traffic.Tally(), sims: map[string]sim.Stats{}, metrics: map[string]float64{}}
+	c := counters{tally: d.traffic.Tally(), sims: map[string]sim.Stats{}, metrics: map[string]float64{}, conf: map[string]float64{}}
 	for _, s := range d.sims {
 		c.sims[s.name] = s.srv.Stats()
+	}
+	if s, err := d.app.Pipeline().Signals(ctx); err == nil && s != nil {
+		if s.Confidence != nil {
+			a := d.cfg.Analyzers
+			c.conf[""] = float64(s.Confidence.Confidence)
+			c.fleetDrop, c.fleetP = float64(s.Confidence.Drop), float64(s.Confidence.PValue)
+			c.fleetDecayed = c.fleetP < a.Alpha/2 && c.fleetDrop >= a.Confidence.MinDrop
+		}
+		for i := range s.Segments {
+			if g := &s.Segments[i]; g.Confidence != nil {
+				c.conf[g.Model] = float64(g.Confidence.Confidence)
+			}
+		}
 	}
 	c.metrics = metricSeries(ctx, d.base, func(series string) bool {
 		return strings.HasPrefix(series, "vigil_retries_total") || strings.HasPrefix(series, "vigil_backend_ejections_total") ||

@@ -35,11 +35,11 @@ func printSummary(out io.Writer, res *storyResult) {
 	fmt.Fprintln(tw, "  --------------\t-----------\t-----\t----------")
 	for i := range res.phases {
 		pr := &res.phases[i]
-		for j, e := range pr.phase.expect {
-			fault := ""
-			if j == 0 {
-				fault = pr.phase.label + " " + pr.phase.name
-			}
+		if c := pr.clear; !c.start.IsZero() {
+			fmt.Fprintf(tw, "  (all clear before %s)\t%s\t%s\t%s\n", pr.phase.label, clearCell(c), settledCell(c), resolutionCell(c.resolved))
+		}
+		fault := pr.phase.label + " " + pr.phase.name
+		for _, e := range pr.phase.expect {
 			det, after := signalNames[e.signal]+": not detected", "—"
 			switch {
 			case pr.cut:
@@ -47,19 +47,40 @@ func printSummary(out io.Writer, res *storyResult) {
 			case slices.Contains(pr.carried, e.signal):
 				det = signalNames[e.signal] + ": " + alarmStates[e.signal] + " already, before the fault"
 			}
-			if d := pr.seen[e.signal]; d >= 0 {
+			if d := pr.seenFor(e); d >= 0 {
 				det, after = signalNames[e.signal]+": "+alarmStates[e.signal], fmtSeconds(d)
 			}
+			if e.model != "" {
+				det += " (" + e.model + "'s own"
+				if others := pr.othersSeen(e); len(others) > 0 {
+					det += "; also " + strings.Join(others, ", ")
+				} else {
+					det += "; no other model's"
+				}
+				det += ")"
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fault, det, after, res.alertCell(pr, e))
+			fault = ""
+		}
+		for _, e := range pr.phase.calm {
+			det, after, alerts := signalNames[e.signal]+": no alarm, fleet-wide or per model (as it should)", "—",
+				"none fired ("+strings.Join(e.alerts, ", ")+"), as it should"
+			sig, fired := pr.moved(e)
+			if len(sig) > 0 {
+				det, after = "MOVED, it should not: "+strings.Join(sig, "; "), fmtSeconds(pr.firstMoved(e))
+			}
+			if pr.cut {
+				det += " (phase cut short)"
+			}
+			if len(fired) > 0 {
+				alerts = "FIRED, it should not: " + strings.Join(fired, "; ")
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fault, det, after, alerts)
+			fault = ""
 		}
 	}
 	if rec := res.recovery; !rec.start.IsZero() {
-		settled := "—"
-		det := "not all clear within the wait"
-		if rec.settled >= 0 {
-			settled, det = fmtSeconds(rec.settled), "all clear"
-		}
-		fmt.Fprintf(tw, "  recovery (all restored)\t%s\t%s\t%s\n", det, settled, resolutionCell(rec.resolved))
+		fmt.Fprintf(tw, "  recovery (all restored)\t%s\t%s\t%s\n", clearCell(rec), settledCell(rec), resolutionCell(rec.resolved))
 	}
 	tw.Flush()
 	var notes []string
@@ -68,7 +89,11 @@ func printSummary(out io.Writer, res *storyResult) {
 		if pr.note != "" {
 			notes = append(notes, pr.phase.label+" "+pr.note)
 		}
-		if also := pr.also(); also != "" {
+		also, allowed := pr.also()
+		if allowed != "" {
+			notes = append(notes, pr.phase.label+" also, as it may ("+pr.phase.why+"): "+allowed)
+		}
+		if also != "" {
 			notes = append(notes, pr.phase.label+" also: "+also)
 		}
 	}
@@ -80,18 +105,50 @@ func printSummary(out io.Writer, res *storyResult) {
 	}
 }
 
+// clearCell and settledCell say whether and when a wait for all clear
+// ended so.
+func clearCell(r recoveryResult) string {
+	if r.settled < 0 {
+		return "not all clear within the wait"
+	}
+	return "all clear"
+}
+
+func settledCell(r recoveryResult) string {
+	if r.settled < 0 {
+		return "—"
+	}
+	return fmtSeconds(r.settled)
+}
+
+// firstMoved is when the first of what e must not move moved in the
+// phase; negative: nothing did.
+func (r *phaseResult) firstMoved(e expectation) time.Duration {
+	first := r.seen[e.signal]
+	for k, d := range r.segSeen {
+		if k.signal == e.signal && (first < 0 || d < first) {
+			first = d
+		}
+	}
+	return first
+}
+
 // alertCell says which of e's alerts fired in the phase, after how long,
 // what became of Vigil's notification and whether the receiver got it.
 func (res *storyResult) alertCell(pr *phaseResult, e expectation) string {
 	if len(e.alerts) == 0 {
 		return "none expected"
 	}
-	fa := pr.firstAlert(e.alerts)
+	fa := pr.firstAlert(e)
 	if fa == nil && slices.Contains(pr.carried, e.signal) {
 		return "none fired anew (" + strings.Join(e.alerts, " or ") + ": the signal was in alarm before)"
 	}
 	if fa == nil {
-		return "none fired (" + strings.Join(e.alerts, " or ") + ")"
+		x := "none fired (" + strings.Join(e.alerts, " or ")
+		if e.model != "" {
+			x += " with model=" + e.model
+		}
+		return x + ")"
 	}
 	cell := fmt.Sprintf("%s%s after %.1f s", fa.name, labelNote(fa.labels), fa.after.Seconds())
 	if fa.silenced {
@@ -135,10 +192,11 @@ func resolutionCell(names []string) string {
 	return fmt.Sprintf("%d resolutions received (%s)", len(names), strings.Join(uniq, ", "))
 }
 
-// also lists what moved in the phase that it did not expect: other
-// signals' alarms and other alerts.
-func (pr *phaseResult) also() string {
-	var parts []string
+// also lists what moved in the phase that it did not expect, and that
+// its calm rows do not tell: other signals' alarms and other alerts; the
+// phase's allowed consequences apart.
+func (pr *phaseResult) also() (also, allowed string) {
+	var parts, ok []string
 	if len(pr.carried) > 0 {
 		names := make([]string, len(pr.carried))
 		for i, k := range pr.carried {
@@ -146,23 +204,37 @@ func (pr *phaseResult) also() string {
 		}
 		parts = append(parts, "already in alarm when it began: "+strings.Join(names, ", "))
 	}
+	calm := func(k signalKind) bool {
+		return slices.ContainsFunc(pr.phase.calm, func(e expectation) bool { return e.signal == k })
+	}
 	for k := range numSignals {
-		if pr.seen[k] < 0 || pr.expects(k) {
+		if pr.seen[k] < 0 || pr.expects(k) || calm(k) {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s: %s after %.1f s", signalNames[k], alarmStates[k], pr.seen[k].Seconds()))
+		x := fmt.Sprintf("%s: %s after %.1f s", signalNames[k], alarmStates[k], pr.seen[k].Seconds())
+		if slices.Contains(pr.phase.allowed, k) {
+			ok = append(ok, x)
+		} else {
+			parts = append(parts, x)
+		}
 	}
 	for _, fa := range pr.alerts {
-		if slices.ContainsFunc(pr.phase.expect, func(e expectation) bool { return slices.Contains(e.alerts, fa.name) }) {
+		named := func(e expectation) bool { return slices.Contains(e.alerts, fa.name) }
+		if slices.ContainsFunc(pr.phase.expect, func(e expectation) bool { return e.matches(fa) }) || slices.ContainsFunc(pr.phase.calm, named) {
 			continue
 		}
 		state := "fired"
 		if fa.silenced {
 			state = "silenced"
 		}
-		parts = append(parts, fmt.Sprintf("%s%s %s after %.1f s", fa.name, labelNote(fa.labels), state, fa.after.Seconds()))
+		x := fmt.Sprintf("%s%s %s after %.1f s", fa.name, labelNote(fa.labels), state, fa.after.Seconds())
+		if slices.Contains(pr.phase.allowedAlerts, fa.name) {
+			ok = append(ok, x)
+		} else {
+			parts = append(parts, x)
+		}
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(parts, "; "), strings.Join(ok, "; ")
 }
 
 // fmtSeconds writes d in seconds with one decimal.
