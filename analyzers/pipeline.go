@@ -167,7 +167,9 @@ func New(o Options) (*Pipeline, error) {
 	for _, b := range o.Backends {
 		backends = append(backends, b.Name)
 	}
-	p.segs = newSegments(c, span, o.BaseModel, slices.Collect(maps.Keys(p.models)), backends)
+	// A segment reports its requests and error rate over analyzers.window
+	// (/admin/signals), which may be longer than any alert's span.
+	p.segs = newSegments(c, max(span, c.Window), o.BaseModel, slices.Collect(maps.Keys(p.models)), backends)
 	p.usage = usage.New(p.models, o.Backends)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)

@@ -25,7 +25,10 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/window"
 )
 
-// Other is the segment of the models without one of their own.
+// Other is the segment of the models without one of their own, and of
+// the requests that name no model (TGI's native API, a completion whose
+// body leaves it out): a name of its own for them would be a segment
+// that mixes whatever models the backends serve.
 const Other = "other"
 
 // candidatesPerSegment sizes the table of counted names.
@@ -95,6 +98,9 @@ func (r *Registry) Pin(names ...string) {
 // itself when it has one (a new name takes a free segment at once), else
 // Other.
 func (r *Registry) Of(t time.Time, model string) string {
+	if model == "" {
+		model = Other
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.count(model, 1)
@@ -108,6 +114,9 @@ func (r *Registry) Of(t time.Time, model string) string {
 // Segment returns model's segment without counting a request; when admit,
 // a new name takes a free segment at t, as in Of.
 func (r *Registry) Segment(t time.Time, model string, admit bool) string {
+	if model == "" {
+		return Other
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.segment(t, model, admit)

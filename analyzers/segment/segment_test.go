@@ -172,3 +172,21 @@ func TestPromptHoldsItsSegment(t *testing.T) {
 		t.Errorf("a half-life later, idle: rebalance %+v, want slow removed", ch)
 	}
 }
+
+// TestUnnamedIsOther: a request that names no model counts in Other even
+// while segments are free, and "" never becomes a segment, however busy.
+func TestUnnamedIsOther(t *testing.T) {
+	r := newTest(2)
+	for i := range 100 {
+		if got := r.Of(t0.Add(time.Duration(i)*time.Millisecond), ""); got != Other {
+			t.Fatalf("request %d without a model went to %q, want %s", i, got, Other)
+		}
+	}
+	if got := r.Segment(t0, "", true); got != Other {
+		t.Errorf("Segment(\"\") = %q, want %s", got, Other)
+	}
+	r.Rebalance(t0.Add(time.Second))
+	if got := r.Active(); len(got) != 0 {
+		t.Errorf("active segments %q after unnamed requests, want none", got)
+	}
+}
