@@ -77,7 +77,12 @@ func (p *Pipeline) OnPrompt(start time.Time, op exchange.Operation, body []byte)
 	}
 	var err error
 	sc := &p.scratch
-	if sc.features, err = inputdrift.ExtractAPI(apiOf(op), body); err != nil {
+	if t := p.cfg.Drift.Text; t.Enabled {
+		sc.features, err = inputdrift.ExtractText(apiOf(op), body, &sc.reader, &sc.doc, t.Explain)
+	} else {
+		sc.features, err = inputdrift.ExtractAPI(apiOf(op), body)
+	}
+	if err != nil {
 		p.m.featureErrors.Inc()
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/history"
 	"github.com/vigil-gw/vigil/analyzers/inputdrift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift/content"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/analyzers/precision"
@@ -117,6 +118,8 @@ type Pipeline struct {
 	scratch struct {
 		obs      observation
 		features inputdrift.Features
+		reader   content.Reader
+		doc      content.Doc
 		summary  logprob.Summary
 		sample   latency.Sample
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/share"
 	"github.com/vigil-gw/vigil/analyzers/window"
@@ -537,5 +539,68 @@ func BenchmarkShareFlush(b *testing.B) {
 	b.ReportMetric(float64(r.stores[0].total())/float64(b.N), "buckets/op")
 	if n, err := r.failures(); n > 0 {
 		b.Fatalf("%d store operations failed, the last: %v", n, err)
+	}
+}
+
+// TestSharedContentWindows: two replicas serving alternate prompts
+// through a real Redis see one content test: the same held-out prompts,
+// the same AUC and p-value and the same risen terms, exactly, and the
+// change of subject that neither saw alone in full.
+func TestSharedContentWindows(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := state.OpenRedis(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	store := state.NewRedis(c, "test")
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	cfg := config.Default().Analyzers
+	cfg.Window, cfg.Reference, cfg.MinRequests = 2*time.Minute, 10*time.Minute, 100
+	cfg.Drift.Reservoir = 200
+	cfg.Drift.Text.Explain = true
+	var p [2]*Pipeline
+	for i, name := range []string{"a", "b"} {
+		if p[i], err = New(Options{Config: cfg, Now: func() time.Time { return now },
+			Sharing: &share.Config{Store: store, Replica: name}, Log: quiet}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	words := map[bool][]string{
+		false: strings.Fields("river mountain forest valley meadow canyon glacier island desert prairie"),
+		true:  strings.Fields("invoice payment refund ledger account balance receipt transfer budget audit"),
+	}
+	n := 0
+	serve := func(shift bool, d time.Duration) {
+		for end := now.Add(d); now.Before(end); now = now.Add(250 * time.Millisecond) {
+			n++
+			w := words[shift]
+			body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":"Tell me about the %s and the %s, please."}]}`,
+				w[n%len(w)], w[(n/len(w))%len(w)])
+			req := &exchange.Request{Operation: "chat", Model: "m", Backend: "x", Start: now, Body: body}
+			p[n%2].OnPrompt(req.Start, req.Operation, req.Body)
+			if n%40 == 0 {
+				p[0].Flush(ctx)
+				p[1].Flush(ctx)
+			}
+		}
+	}
+	serve(false, 12*time.Minute)
+	serve(true, 2*time.Minute)
+	for range 2 {
+		p[0].Flush(ctx)
+		p[1].Flush(ctx)
+	}
+	a, b := p[0].Evaluate().Drift, p[1].Evaluate().Drift
+	if a == nil || b == nil || a.Content == nil || b.Content == nil {
+		t.Fatalf("no content test: a %+v, b %+v", a, b)
+	}
+	if d := cmp.Diff(a.Content, b.Content); d != "" {
+		t.Errorf("the replicas' content tests differ (-a +b):\n%s", d)
+	}
+	if c := a.Content; c.CurPrompts != 100 || c.RefPrompts != 100 || !c.Drift || len(c.Rose) == 0 ||
+		!slices.Contains(words[true], c.Rose[0].Term) {
+		t.Errorf("content %+v: want 100 held-out prompts a side (a sample of 200 of both replicas' prompts) and a drift toward the new words", c)
 	}
 }

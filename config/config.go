@@ -464,6 +464,26 @@ type Drift struct {
 	// Mahalanobis adds the joint test: the share of current prompts beyond
 	// the reference's robust (MCD) chi-square cutoff.
 	Mahalanobis bool `yaml:"mahalanobis"`
+	// Text is the content test: what prompts are about.
+	Text DriftText `yaml:"text"`
+}
+
+// DriftText configures input drift's content test (package
+// analyzers/inputdrift/content). Its sample of prompts per bucket and
+// window is the drift reservoir's size.
+type DriftText struct {
+	// Enabled adds the content test to the features.
+	Enabled bool `yaml:"enabled"`
+	// MinAUC is the effect a significant content test must also reach to
+	// count as drifted: the held-out classifier's AUC (0.5: the windows
+	// are alike), as min_psi is for the other features.
+	MinAUC float64 `yaml:"min_auc"`
+	// Terms is how many terms each bucket counts, for the explanation.
+	Terms int `yaml:"terms"`
+	// Explain shows the terms that rose and fell as words. Off, only
+	// their hashes and counts are kept and shown: prompt text never
+	// leaves the process.
+	Explain bool `yaml:"explain"`
 }
 
 // Alerts configures alert delivery.

@@ -107,7 +107,8 @@ func DefaultSegments() Segments {
 
 // DefaultDrift returns the default analyzers.drift.
 func DefaultDrift() Drift {
-	return Drift{Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true}
+	return Drift{Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true,
+		Text: DriftText{Enabled: true, MinAUC: 0.55, Terms: 64}}
 }
 
 // DefaultConfidence returns the default analyzers.confidence.

@@ -339,6 +339,19 @@ func (d *Drift) Validate() error {
 	if !(d.MinPSI >= 0) {
 		l.add("min_psi", fmt.Errorf("must be >= 0, got %v", d.MinPSI))
 	}
+	l.nest("text", d.Text.Validate())
+	return l.err()
+}
+
+// Validate checks t.
+func (t *DriftText) Validate() error {
+	var l errList
+	if !(t.MinAUC >= 0.5 && t.MinAUC <= 1) {
+		l.add("min_auc", fmt.Errorf("must be in [0.5, 1], got %v", t.MinAUC))
+	}
+	if t.Terms < 1 || t.Terms > 4096 {
+		l.add("terms", fmt.Errorf("must be in [1, 4096], got %d", t.Terms))
+	}
 	return l.err()
 }
 

@@ -121,6 +121,10 @@ type Value struct {
 	// Fixed, when set, is this value's own fixed threshold (an SLO burn
 	// rate), in force over Config.Fixed and any adaptive one.
 	Fixed *float64
+	// Annotations, when set, say more of this period's value than the
+	// rule does (what drifted, the terms that rose); the notification
+	// carries the latest period's, beside summary and description.
+	Annotations map[string]string
 	// Verdict, when set, is the signal's own statistical verdict (drift,
 	// decay, divergent). Under a cold-start threshold (a floor, not learnt
 	// from this deployment) a breach needs it too: a deployment whose
@@ -231,6 +235,7 @@ type series struct {
 	notifiedExcess float64
 	episode        bool // the current episode notified: it needs a resolution
 	value          float64
+	notes          map[string]string // the latest value's Annotations
 	thresh         float64
 	source         ThresholdSource
 	// held are the values of the current pending run, kept out of the
@@ -406,7 +411,7 @@ func (e *Engine) step(ctx context.Context, s *series, p int64, now time.Time, va
 		s.streak = 0 // a gap breaks consecutiveness
 	}
 	s.observed = p
-	s.value = v
+	s.value, s.notes = v, val.Annotations
 	s.thresh, s.source = e.threshold(s, p, val)
 	breach := v > s.thresh && significant(v, val.N, s.thresh) && (val.Lower == nil || *val.Lower > s.thresh) &&
 		(s.source != ColdStart || val.Verdict == nil || *val.Verdict)
@@ -484,7 +489,7 @@ func (e *Engine) stillBreaching(ctx context.Context, s *series, now time.Time, v
 		(s.source != ColdStart || val.Verdict == nil || *val.Verdict)) {
 		return Notification{}, false
 	}
-	s.value = v
+	s.value, s.notes = v, val.Annotations
 	return e.fire(ctx, s, now, v)
 }
 
@@ -742,6 +747,13 @@ func (e *Engine) notification(s *series, now time.Time, resolved bool) Notificat
 		desc = fmt.Sprintf("%s = %.4g, back inside its threshold %.4g", s.rule, s.value, s.thresh)
 	}
 	n.Annotations = map[string]string{"summary": ri.summary, "description": desc}
+	if !resolved {
+		for k, v := range s.notes {
+			if _, ok := n.Annotations[k]; !ok {
+				n.Annotations[k] = v
+			}
+		}
+	}
 	if e.cfg.DashboardURL != "" {
 		n.Annotations["dashboard"] = e.cfg.DashboardURL
 	}

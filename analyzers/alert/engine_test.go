@@ -884,3 +884,40 @@ func TestPendingLapses(t *testing.T) {
 		t.Errorf("first breach after the lapse: %q, want pending", got)
 	}
 }
+
+// TestDriftAnnotations: a drift names what drifted and, for the content
+// test, the terms that rose and fell; the firing notification carries
+// them, the resolution does not.
+func TestDriftAnnotations(t *testing.T) {
+	d := &inputdrift.Result{State: "drift", Score: 0.4, Features: []inputdrift.FeatureResult{
+		{Name: "prompt_chars", Drift: false}, {Name: inputdrift.ContentFeature, Drift: true}},
+		Content: &inputdrift.ContentResult{Drift: true,
+			Rose: []inputdrift.TermShift{{Term: "#0000beef", Reference: 0.01, Current: 0.4}},
+			Fell: []inputdrift.TermShift{{Term: "#0000cafe", Reference: 0.3, Current: 0.05}}}}
+	v := Values(Signals{Drift: d})[RuleDrift]
+	want := map[string]string{"drifted": "content", "terms_rose": "#0000beef 1% → 40%", "terms_fell": "#0000cafe 30% → 5%"}
+	if diff := cmp.Diff(want, v.Annotations); diff != "" {
+		t.Fatalf("annotations (-want +got):\n%s", diff)
+	}
+	if ok := Values(Signals{Drift: &inputdrift.Result{State: "ok", Score: 0.01}})[RuleDrift]; ok.Annotations != nil {
+		t.Errorf("no drift, annotations %v", ok.Annotations)
+	}
+	e, c := newTest(Config{Fixed: map[string]float64{RuleDrift: 0.2}, Consecutive: 1}, nil)
+	var fired, resolved *Notification
+	for _, val := range []Value{v, v, {V: 0.01}} {
+		for _, n := range e.Observe(context.Background(), map[string]Value{RuleDrift: val}) {
+			if n.Resolved() {
+				resolved = &n
+			} else {
+				fired = &n
+			}
+		}
+		c.t = c.t.Add(5 * time.Minute)
+	}
+	if fired == nil || fired.Annotations["terms_rose"] != want["terms_rose"] || fired.Annotations["summary"] == "" {
+		t.Errorf("firing notification %+v, want the terms beside the summary", fired)
+	}
+	if resolved == nil || resolved.Annotations["terms_rose"] != "" {
+		t.Errorf("resolution %+v, want no terms", resolved)
+	}
+}

@@ -1,7 +1,9 @@
 package alert
 
 import (
+	"fmt"
 	"math"
+	"strings"
 
 	"github.com/vigil-gw/vigil/analyzers/confidence"
 	"github.com/vigil-gw/vigil/analyzers/inputdrift"
@@ -149,6 +151,10 @@ func Values(s Signals) map[string]Value {
 	if d := s.Drift; d != nil && d.State != inputdrift.StateUnknown {
 		put(RuleDrift, d.Score)
 		verdict(RuleDrift, d.State == inputdrift.StateDrift)
+		if v, ok := out[RuleDrift]; ok {
+			v.Annotations = driftNotes(d)
+			out[RuleDrift] = v
+		}
 	}
 	if c := s.Confidence; c != nil && c.State != confidence.StateUnknown {
 		put(RuleConfidenceDrop, float64(c.Drop))
@@ -175,4 +181,37 @@ func Values(s Signals) map[string]Value {
 		put(RuleErrorRate, *s.ErrorRate)
 	}
 	return out
+}
+
+// driftNotes says what drifted: the features, and for the content test
+// the terms whose share of the prompts rose and fell most (words only
+// with analyzers.drift.text.explain, hashed ids otherwise). Nil when
+// nothing drifted.
+func driftNotes(d *inputdrift.Result) map[string]string {
+	var drifted []string
+	for _, f := range d.Features {
+		if f.Drift {
+			drifted = append(drifted, f.Name)
+		}
+	}
+	if len(drifted) == 0 {
+		return nil
+	}
+	notes := map[string]string{"drifted": strings.Join(drifted, ", ")}
+	if c := d.Content; c != nil && c.Drift {
+		terms := func(ts []inputdrift.TermShift) string {
+			var parts []string
+			for _, t := range ts {
+				parts = append(parts, fmt.Sprintf("%s %.0f%% → %.0f%%", t.Term, 100*t.Reference, 100*t.Current))
+			}
+			return strings.Join(parts, ", ")
+		}
+		if len(c.Rose) > 0 {
+			notes["terms_rose"] = terms(c.Rose)
+		}
+		if len(c.Fell) > 0 {
+			notes["terms_fell"] = terms(c.Fell)
+		}
+	}
+	return notes
 }

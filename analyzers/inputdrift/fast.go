@@ -260,6 +260,7 @@ func (r *request) scanMessages(s *jsonscan.Scanner) bool {
 		}
 		s.Enter('{')
 		var m message
+		m.text.rd = r.text.rd
 		var seen uint32
 		for k := 0; s.Member(&k); {
 			i, ok := known(s, messageKeys, &seen)
@@ -313,12 +314,12 @@ func textFast(s *jsonscan.Scanner, t *textStats) bool {
 			if !ok {
 				return false
 			}
-			var p textStats
+			p := textStats{rd: t.rd}
 			p.scan(v)
 			t.merge(&p)
 		case '{':
 			s.Enter('{')
-			var p textStats
+			p := textStats{rd: t.rd}
 			var seen uint32
 			for k := 0; s.Member(&k); {
 				i, ok := known(s, partKeys, &seen)

@@ -11,6 +11,8 @@ import (
 	"math"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/vigil-gw/vigil/analyzers/inputdrift/content"
 )
 
 // Numeric features, in the order of Features.Vector.
@@ -55,6 +57,9 @@ type Features struct {
 	System bool
 	Code   bool
 	Model  string
+	// Content is what the prompt is about, when ExtractText read it: the
+	// caller's Doc. Nil otherwise.
+	Content *content.Doc
 }
 
 // Category returns categorical feature i as a string.
@@ -116,6 +121,27 @@ func ExtractAPI(api API, body []byte) (Features, error) {
 	if f, decided, err := extractFast(api, body); decided {
 		return f, err
 	}
+	return extractJSON(api, body)
+}
+
+// ExtractText is ExtractAPI that also reads what the prompt is about into
+// d, through r (both the caller's, reused: no allocation), keeping the
+// terms' text when keepText; Features.Content is then d. A body only
+// encoding/json can read (a key with an escape, a key twice: see fast.go)
+// gets its features but no content.
+func ExtractText(api API, body []byte, r *content.Reader, d *content.Doc, keepText bool) (Features, error) {
+	r.Reset(d, keepText)
+	req := request{api: api}
+	req.text.rd = r
+	if req.scanFast(body) {
+		f, err := req.features()
+		if err == nil {
+			r.Finish()
+			f.Content = d
+		}
+		return f, err
+	}
+	r.Reset(d, keepText)
 	return extractJSON(api, body)
 }
 
@@ -388,8 +414,10 @@ func (p *partField) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// textStats counts character classes of prompt text.
+// textStats counts character classes of prompt text and, when rd is set,
+// hands every character to the content reader.
 type textStats struct {
+	rd                                                       *content.Reader
 	seen                                                     bool
 	chars, latin, cjk, cyrillic, digits, punct, space, other int
 	code                                                     bool
@@ -432,8 +460,14 @@ func (t *textStats) scan(lit []byte) {
 			i += n
 		}
 		t.add(r)
+		if t.rd != nil {
+			t.rd.Rune(r)
+		}
 	}
 	t.ticks = 0
+	if t.rd != nil {
+		t.rd.Break()
+	}
 }
 
 // unescape decodes the escape at s[i] ('\\') and returns the rune and the

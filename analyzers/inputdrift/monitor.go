@@ -14,6 +14,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/vigil-gw/vigil/analyzers/inputdrift/content"
 	"github.com/vigil-gw/vigil/analyzers/stats"
 	"github.com/vigil-gw/vigil/analyzers/window"
 	"github.com/vigil-gw/vigil/config"
@@ -55,6 +56,11 @@ type Monitor struct {
 	streak int
 	last   Result
 
+	// The content test's windows (nil when analyzers.drift.text is off),
+	// bucketed as fine and coarse are, and its pinned reference.
+	tfine, tcoarse *window.Shared[textSummary, *textSummary]
+	tpinned        *textSummary
+
 	fitMu sync.Mutex // guards fit; held while fitting
 	fit   *jointFit
 }
@@ -93,6 +99,11 @@ func New(cfg config.Analyzers, seed uint64) (*Monitor, error) {
 	m.coarse = window.NewShared[summary](coarse, coarseSpan, newSummary)
 	m.vec = make([]float64, len(m.num))
 	m.last = Result{State: StateUnknown}
+	if cfg.Drift.Text.Enabled {
+		newText := func() *textSummary { return newTextSummary(cfg.Drift.Reservoir, cfg.Drift.Text.Terms) }
+		m.tfine = window.NewShared[textSummary](cfg.Bucket, fineSpan, newText)
+		m.tcoarse = window.NewShared[textSummary](coarse, coarseSpan, newText)
+	}
 	return m, nil
 }
 
@@ -138,6 +149,15 @@ func (m *Monitor) Add(t time.Time, f *Features) {
 			}
 		}
 	}
+	if d := f.Content; m.tfine != nil && d != nil && d.Words > 0 {
+		chars := f.Vector[FeatChars]
+		for _, s := range []*window.Shared[textSummary, *textSummary]{m.tfine, m.tcoarse} {
+			if b := s.Bucket(t); b != nil {
+				b.sample.Add(m.keys.Uint64(), d, chars)
+				b.terms.Add(d)
+			}
+		}
+	}
 }
 
 // Pin makes the current window, as of now, the reference until the next
@@ -150,6 +170,9 @@ func (m *Monitor) Pin(now time.Time) error {
 		return fmt.Errorf("the current window holds %d prompts; %d are needed to pin a baseline", n, m.cfg.MinRequests)
 	}
 	m.pinned, m.pinAt = cur, now
+	if m.tfine != nil {
+		m.tpinned, _ = m.textCurrent(now)
+	}
 	return nil
 }
 
@@ -179,6 +202,55 @@ func (m *Monitor) current(now time.Time) (*summary, time.Time) {
 		}
 	}
 	return out, start
+}
+
+// textCurrent is current for the content test: the newest fine buckets
+// until their sample is full (it then holds as many prompts as it can) or
+// they span the whole window. The content test needs more prompts than
+// the features' tests do, and a sample fuller than min_requests costs
+// nothing more to test. Callers hold m.mu.
+func (m *Monitor) textCurrent(now time.Time) (*textSummary, time.Time) {
+	out := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
+	fine, _ := m.tfine.View()
+	start := fine.Start(now)
+	oldest := now.Add(-m.cfg.Window)
+	type bucket struct {
+		start time.Time
+		s     *textSummary
+	}
+	var live []bucket // oldest first
+	for t, b := range fine.All() {
+		if !t.After(start) && t.Add(m.cfg.Bucket).After(oldest) {
+			live = append(live, bucket{t, b})
+		}
+	}
+	for i := len(live) - 1; i >= 0; i-- {
+		out.Merge(live[i].s)
+		start = live[i].start
+		if out.sample.Seen() >= int64(out.sample.Capacity()) {
+			break
+		}
+	}
+	return out, start
+}
+
+// textReference is reference for the content test. Callers hold m.mu.
+func (m *Monitor) textReference(curStart time.Time) *textSummary {
+	if m.tpinned != nil {
+		c := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
+		c.Merge(m.tpinned)
+		return c
+	}
+	out := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
+	from := curStart.Add(-m.cfg.Reference)
+	coarse, _ := m.tcoarse.View()
+	w := coarse.Width()
+	for start, b := range coarse.All() {
+		if !start.Add(w).After(curStart) && !start.Before(from.Truncate(w)) {
+			out.Merge(b)
+		}
+	}
+	return out
 }
 
 // reference merges the coarse buckets that end before the current window
@@ -234,6 +306,10 @@ func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
 	// with the estimate these hold while a fleet is upgraded.
 	f("prompts", m.fine)
 	f("prompts-reference", m.coarse)
+	if m.tfine != nil {
+		f("prompt-text", m.tfine)
+		f("prompt-text-reference", m.tcoarse)
+	}
 }
 
 // Result is one evaluation of the signal, as /admin/signals shows it.
@@ -250,7 +326,9 @@ type Result struct {
 	// CurrentStart is where the current window begins.
 	CurrentStart time.Time       `json:"current_start"`
 	Features     []FeatureResult `json:"features"`
-	Evaluated    time.Time       `json:"evaluated"`
+	// Content is the content test's detail, when it ran.
+	Content   *ContentResult `json:"content,omitempty"`
+	Evaluated time.Time      `json:"evaluated"`
 	// Reason says why the state is "unknown"; empty otherwise.
 	Reason string `json:"reason,omitempty"`
 }
@@ -290,6 +368,12 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	m.mu.Lock()
 	cur, curStart := m.current(now)
 	ref, key := m.reference(curStart)
+	var tcur, tref *textSummary
+	if m.tfine != nil {
+		var tstart time.Time
+		tcur, tstart = m.textCurrent(now)
+		tref = m.textReference(tstart)
+	}
 	res := Result{Reference: "rolling", Evaluated: now.UTC(), CurrentStart: curStart.UTC()}
 	if m.pinned != nil {
 		res.Reference = "pinned"
@@ -301,7 +385,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	res.Current, res.Baseline = cur.rows.Seen(), ref.rows.Seen()
 	drifted := false
 	if res.Current >= int64(m.cfg.MinRequests) && res.Baseline >= int64(m.cfg.MinRequests) {
-		res.Features = m.compare(ref, cur, key)
+		res.Features, res.Content = m.compare(ref, cur, key, tref, tcur)
 		res.State = StateOK
 		for _, f := range res.Features {
 			res.Score = max(res.Score, f.PSI)
@@ -331,8 +415,9 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	return res
 }
 
-// compare runs every test of ref against cur and applies the correction.
-func (m *Monitor) compare(ref, cur *summary, key refKey) []FeatureResult {
+// compare runs every test of ref against cur (and of tref against tcur,
+// the content test's windows, when set) and applies the correction.
+func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary) ([]FeatureResult, *ContentResult) {
 	var out []FeatureResult
 	refRows, curRows := ref.rows.Rows(), cur.rows.Rows()
 	for j, i := range m.num {
@@ -376,12 +461,34 @@ func (m *Monitor) compare(ref, cur *summary, key refKey) []FeatureResult {
 			out = append(out, r)
 		}
 	}
+	var detail *ContentResult
+	if tref != nil {
+		if r, ok := content.Compare(&tref.sample, &tcur.sample); ok {
+			out = append(out, FeatureResult{Name: ContentFeature, Test: "classifier", Statistic: r.AUC, PValue: r.P, PSI: r.PSI})
+			detail = m.explain(r, tref, tcur)
+		}
+	}
 	adjust(out, m.cfg.Drift.Correction)
 	for k := range out {
 		f := &out[k]
-		f.Drift = f.AdjustedP < m.level() && f.PSI >= m.cfg.Drift.MinPSI
+		effect := f.PSI >= m.cfg.Drift.MinPSI
+		if f.Name == ContentFeature {
+			// Its effect is the classifier's AUC; a content drift
+			// scores at least min_psi, so that the drift score (and
+			// its alert) sees it.
+			effect = f.Statistic >= m.cfg.Drift.Text.MinAUC
+			if effect {
+				f.PSI = max(f.PSI, m.cfg.Drift.MinPSI)
+			}
+		}
+		f.Drift = f.AdjustedP < m.level() && effect
 	}
-	return out
+	for _, f := range out {
+		if detail != nil && f.Name == ContentFeature {
+			detail.Drift, detail.AdjustedP = f.Drift, f.AdjustedP
+		}
+	}
+	return out, detail
 }
 
 // minJointShift is the smallest rise in the share of prompts beyond the

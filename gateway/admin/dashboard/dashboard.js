@@ -182,8 +182,15 @@
     }
     let reason;
     if (worst && worst.test === "mahalanobis") reason = "joint outliers " + signedPct(worst.psi) + " vs " + ref;
+    else if (worst && worst.test === "classifier") reason = "content: held-out AUC " + num(worst.statistic) + " vs " + ref;
     else if (worst) reason = worst.name + " PSI " + num(worst.psi) + " vs " + ref;
     else reason = "PSI " + num(d.score) + " vs " + ref;
+    // What the prompts are now about: the terms whose share rose most
+    // (hashed ids unless analyzers.drift.text.explain).
+    const c = d.content;
+    if (c && c.drift && Array.isArray(c.rose) && c.rose.length) {
+      reason += "; rising: " + c.rose.slice(0, 3).map(t => t.term + " " + pct(t.reference_share) + " → " + pct(t.current_share)).join(", ");
+    }
     return { big: "PSI " + num(d.score), reason };
   }
 
