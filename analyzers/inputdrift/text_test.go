@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,28 +14,6 @@ import (
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/internal/testutil"
 )
-
-// fortunes returns the texts of fortune databases (Debian's fortunes
-// package: short real-world texts filed by subject, which ./test/run
-// installs), skipping the test when it is absent.
-func fortunes(t testing.TB, subjects ...string) []string {
-	var out []string
-	for _, name := range subjects {
-		b, err := os.ReadFile("/usr/share/games/fortunes/" + name)
-		if err != nil {
-			t.Skipf("the fortunes package is not installed: %v", err)
-		}
-		for _, f := range strings.Split(string(b), "\n%\n") {
-			// One line, single spaces: the databases' layouts (verse,
-			// indented attributions) differ by subject, and that is a
-			// change of shape, for the script features.
-			if f = strings.Join(strings.Fields(f), " "); len(f) > 20 && len(f) < 1500 {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
 
 // topics makes chat requests on texts of some subjects, each in one of
 // four templates. Matched to another pool, each text is drawn as one of
@@ -99,8 +76,8 @@ func feed(t *testing.T, m *Monitor, g *topics, start time.Time, n int, rate floa
 // why the test exists.
 func TestContentShift(t *testing.T) {
 	testutil.SkipStatisticalUnderRace(t)
-	ref := fortunes(t, "politics", "work")
-	other := fortunes(t, "people", "kids")
+	ref := testutil.Fortunes(t, "politics", "work")
+	other := testutil.Fortunes(t, "people", "kids")
 	slices.SortFunc(other, func(a, b string) int { return len(a) - len(b) })
 	const rate = 10.0
 	for _, on := range []bool{true, false} {

@@ -3,31 +3,10 @@ package content
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/vigil-gw/vigil/internal/testutil"
 )
-
-// fortunes returns the texts of a fortune database (Debian's fortunes
-// package: short real-world texts filed by subject, which ./test/run
-// installs), skipping the test when it is absent.
-func fortunes(t testing.TB, subjects ...string) []string {
-	var out []string
-	for _, name := range subjects {
-		b, err := os.ReadFile("/usr/share/games/fortunes/" + name)
-		if err != nil {
-			t.Skipf("the fortunes package is not installed: %v", err)
-		}
-		for _, f := range strings.Split(string(b), "\n%\n") {
-			if f = strings.TrimSpace(f); len(f) > 20 && len(f) < 1500 {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
 
 // templates wrap each text, as an application's prompts do.
 var templates = []string{"Explain: %s", "Summarize in one line: %s", "What does this mean? %s", "Rewrite this more formally: %s"}
@@ -50,8 +29,8 @@ func fillPrompts(s *Sample, rng *rand.Rand, texts []string, n int) {
 // all 20, and one 30 % of them at least 18 of 20 in one evaluation.
 func TestCompareOnFortunes(t *testing.T) {
 	testutil.SkipStatisticalUnderRace(t)
-	ref := fortunes(t, "science", "computers")
-	other := fortunes(t, "food", "law")
+	ref := testutil.Fortunes(t, "science", "computers")
+	other := testutil.Fortunes(t, "food", "law")
 	var long []string
 	for _, x := range ref {
 		if len(x) > 150 {

@@ -1,0 +1,149 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
+	"github.com/vigil-gw/vigil/sim"
+)
+
+// signalsDrift is what TestContentShiftThroughGateway reads of
+// /admin/signals.
+type signalsDrift struct {
+	Drift struct {
+		State    string
+		Features []struct {
+			Name  string
+			Drift bool
+		}
+		Content *struct {
+			AUC  float64
+			Rose []struct{ Term string }
+		}
+	}
+}
+
+// TestContentShiftThroughGateway: clients on the openai-go SDK ask about
+// two subjects (fortunes: politics and work, in four templates) through
+// the gateway; the baseline is pinned; more of the same is no drift; then
+// they ask about two other subjects (people and kids) at the same lengths,
+// and input drift turns to drift on the content test alone, its risen
+// terms hashed ids (analyzers.drift.text.explain is off by default).
+func TestContentShiftThroughGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: about half a minute of traffic")
+	}
+	testutil.SkipStatisticalUnderRace(t)
+	ref := testutil.Fortunes(t, "politics", "work")
+	other := testutil.Fortunes(t, "people", "kids")
+	slices.SortFunc(other, func(a, b string) int { return len(a) - len(b) })
+
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
+	srv := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
+	t.Cleanup(srv.Close)
+	cfg := testConfig(srv.URL)
+	an := &cfg.Analyzers
+	an.Bucket, an.Window, an.Reference, an.Interval, an.MinRequests = time.Second, 30*time.Second, 2*time.Minute, time.Second, 100
+	an.Drift.Reservoir = 400
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	_, url, _ := serveApp(t, cfg)
+
+	var shifted atomic.Bool
+	templates := []string{"Explain: %s", "Summarize in one line: %s", "What does this mean? %s", "Rewrite this more formally: %s"}
+	client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for w := range 4 {
+		rng := rand.New(rand.NewPCG(uint64(w), 3))
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				// The other subjects' texts are drawn at a reference
+				// text's length: a change of subject, not of shape.
+				text := ref[rng.IntN(len(ref))]
+				if shifted.Load() {
+					i, _ := slices.BinarySearchFunc(other, len(text), func(s string, n int) int { return len(s) - n })
+					text = other[min(max(i-2+rng.IntN(5), 0), len(other)-1)]
+				}
+				_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+					Model:     "m",
+					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf(templates[rng.IntN(len(templates))], text))},
+					MaxTokens: openai.Int(4),
+				})
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("client %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	signals := func() signalsDrift {
+		code, body := testutil.Get(t, url+"/admin/signals")
+		var s signalsDrift
+		if err := json.Unmarshal(body, &s); code != http.StatusOK || err != nil {
+			t.Fatalf("GET /admin/signals: %d %v", code, err)
+		}
+		return s
+	}
+	drifted := func(s signalsDrift) []string {
+		var out []string
+		for _, f := range s.Drift.Features {
+			if f.Drift {
+				out = append(out, f.Name)
+			}
+		}
+		return out
+	}
+	// Wait for a full reference, pin it, and watch the same subjects for
+	// 20 evaluations.
+	waitFor(t, 60*time.Second, func() bool { return signals().Drift.Content != nil })
+	code, _, body := testutil.Post(t, url+"/admin/baseline", "")
+	if code != http.StatusOK {
+		t.Fatalf("POST /admin/baseline: %d %s", code, body)
+	}
+	for range 20 {
+		if s := signals(); s.Drift.State == "drift" {
+			t.Fatalf("the same subjects: input drift %v", drifted(s))
+		}
+		time.Sleep(cfg.Analyzers.Interval)
+	}
+	shifted.Store(true)
+	var last signalsDrift
+	waitFor(t, 60*time.Second, func() bool {
+		last = signals()
+		return last.Drift.State == "drift"
+	})
+	if got := drifted(last); !slices.Equal(got, []string{"content"}) || last.Drift.Content == nil ||
+		len(last.Drift.Content.Rose) == 0 || !strings.HasPrefix(last.Drift.Content.Rose[0].Term, "#") {
+		t.Errorf("drifted %v, content %+v: want the content alone, its risen terms hashed", got, last.Drift.Content)
+	}
+	t.Logf("content drift: AUC %.3f, rose %v", last.Drift.Content.AUC, last.Drift.Content.Rose)
+}
+
+// waitFor polls cond every 100 ms until it holds; guard only stops a
+// hang, however slow the machine.
+func waitFor(t *testing.T, guard time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(guard); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("not within %v", guard)
+		}
+	}
+}
