@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/inputdrift"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift/content"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
 	"github.com/vigil-gw/vigil/config"
@@ -99,6 +100,10 @@ func BenchmarkSegmentMemory(b *testing.B) {
 		t := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 		end := t.Add(cfg.Window + cfg.Reference)
 		var f inputdrift.Features
+		// Each prompt's content: 20 words of a 5,000-word vocabulary.
+		var rd content.Reader
+		var doc content.Doc
+		f.Content = &doc
 		sum := logprob.Summary{Tokens: 16, MarginTokens: 16}
 		var smp latency.Sample
 		for ; t.Before(end); t = t.Add(time.Second / (30 * segs)) {
@@ -106,6 +111,13 @@ func BenchmarkSegmentMemory(b *testing.B) {
 				f.Vector[i] = rng.Float64() * 100
 			}
 			f.Model = fmt.Sprintf("m%d", rng.IntN(segs))
+			rd.Reset(&doc, false)
+			for range 20 {
+				for _, c := range fmt.Sprintf("w%dq ", rng.IntN(5000)) {
+					rd.Rune(c)
+				}
+			}
+			rd.Finish()
 			sum.MeanLogprob = -rng.Float64()
 			sum.Perplexity, sum.MeanEntropy, sum.LowShare, sum.MeanMargin = math.Exp(-sum.MeanLogprob), rng.Float64(), rng.Float64(), rng.Float64()
 			for i := range smp.Values {

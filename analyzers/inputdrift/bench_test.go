@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/analyzers/inputdrift/content"
 	"github.com/vigil-gw/vigil/config"
 )
 
@@ -19,6 +20,32 @@ func BenchmarkExtractLong(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				if _, err := Extract(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkExtractText is a 1,000-character English prompt's features
+// and content (ExtractText) against its features alone (ExtractAPI): the
+// content test's cost per prompt, and no allocation for it.
+func BenchmarkExtractText(b *testing.B) {
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog near the riverbank at dawn. ", 14)[:1000]
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + text + `"}],"max_tokens":256}`)
+	var r content.Reader
+	var d content.Doc
+	for _, withText := range []bool{false, true} {
+		b.Run(map[bool]string{false: "features", true: "features+content"}[withText], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if withText {
+					_, err = ExtractText(Chat, body, &r, &d, false)
+				} else {
+					_, err = ExtractAPI(Chat, body)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -473,10 +473,13 @@ func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary
 		f := &out[k]
 		effect := f.PSI >= m.cfg.Drift.MinPSI
 		if f.Name == ContentFeature {
-			// Its effect is the classifier's AUC; a content drift
-			// scores at least min_psi, so that the drift score (and
-			// its alert) sees it.
+			// Its effect is the classifier's AUC, on the PSI scale
+			// through two normal distributions of that AUC when that
+			// says more than the held-out scores' PSI; a content
+			// drift scores at least min_psi, so that the drift score
+			// (and its alert) sees it.
 			effect = f.Statistic >= m.cfg.Drift.Text.MinAUC
+			f.PSI = max(f.PSI, content.BinormalPSI(f.Statistic))
 			if effect {
 				f.PSI = max(f.PSI, m.cfg.Drift.MinPSI)
 			}

@@ -269,6 +269,10 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	// Compare every request sim-a-int8 serves (production samples 5%), so
 	// that the precision signal has its tokens within a minute at 2 req/s.
 	cfg.Analyzers.Precision.SampleRatio = 1
+	// Name the words of a change of subject (phase h), not their hashes:
+	// the demo's prompts are its own, and showing what a drift is about
+	// is the point. In production this stays off unless chosen.
+	cfg.Analyzers.Drift.Text.Explain = true
 	cfg.Health.Interval = 2 * time.Second
 	// sim-b's 500s (phase e) last 30 s: a back-off capped at 8 s has it
 	// probed, and back, within seconds of their end.
@@ -450,6 +454,18 @@ var normalMix = &promptMix{prompts: []string{
 	"Write a haiku about load balancers.",
 	"What is the capital of Australia?",
 	"Explain KV-cache in one paragraph.",
+}}
+
+// topicMix asks what normalMix asks, about cooking: each prompt has the
+// length, letters, spaces and punctuation of its counterpart (the same
+// place in the list), so every shape feature stays where it was and only
+// the content test can tell the change of subject (phase h).
+var topicMix = &promptMix{prompts: []string{
+	"Summarise the sourdough recipe in three simple steps.",
+	"Translate 'fresh basil' into French and Italian.",
+	"Write a haiku about sweet tomatoes.",
+	"What is the origin of croissants?",
+	"Explain stir-fry in one paragraph.",
 }}
 
 // smallConfidence is demo-small's confidence: a smaller model is less

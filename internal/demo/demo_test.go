@@ -3,11 +3,14 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 )
 
 // TestTrafficBodies: every 20 requests hold 12 chat, 5 Responses and 3
@@ -185,5 +188,37 @@ func TestModelMix(t *testing.T) {
 	}
 	if s.share(demoModel) != n.share(smallModel) || s.share(smallModel) != n.share(demoModel) || s.share(loraModel) != n.share(loraModel) {
 		t.Errorf("shifted mix %v: want demo-model's and demo-small's shares of %v swapped", s, n)
+	}
+}
+
+// TestTopicMixSameShape: each of topicMix's prompts has its normalMix
+// counterpart's every shape feature, through every API the traffic
+// speaks, so that phase (h) moves nothing but what the prompts are about.
+func TestTopicMixSameShape(t *testing.T) {
+	normal, topic := newTraffic("http://unused", 1), newTraffic("http://unused", 1)
+	topic.setMix(topicMix)
+	if len(topicMix.prompts) != len(normalMix.prompts) {
+		t.Fatalf("%d topic prompts for %d normal ones", len(topicMix.prompts), len(normalMix.prompts))
+	}
+	apiDrift := map[api]inputdrift.API{apiChat: inputdrift.Chat, apiResponses: inputdrift.Responses, apiMessages: inputdrift.Messages}
+	for i := range 2 * len(apiSlots) * len(normalMix.prompts) {
+		a, nb := normal.body(demoModel, i)
+		_, tb := topic.body(demoModel, i)
+		nf, err := inputdrift.ExtractAPI(apiDrift[a], nb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf, err := inputdrift.ExtractAPI(apiDrift[a], tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Compared as printed: NaN (a parameter not set) is not equal
+		// to itself.
+		if fmt.Sprint(nf) != fmt.Sprint(tf) {
+			t.Errorf("request %d (%s): features %+v, the normal mix's %+v", i, apiNames[a], tf, nf)
+		}
+		if string(nb) == string(tb) {
+			t.Errorf("request %d: the same body in both mixes", i)
+		}
 	}
 }

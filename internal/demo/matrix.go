@@ -128,6 +128,16 @@ func matrixRows(ms matrixScale) []matrixRow {
 			report: sharesNote,
 		},
 		{
+			// Every shape feature stays where it was (topicMix keeps each
+			// prompt's length, letters and punctuation): only the content
+			// test can see it.
+			name: "topic change", says: "prompts turn to cooking, at the same lengths, letters and punctuation",
+			inject:  func(d *demo) error { d.traffic.setMix(topicMix); return nil },
+			restore: func(d *demo) error { d.traffic.setMix(normalMix); return nil },
+			expect:  []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
+			report:  func(c phaseCounters) string { return c.topicNote() },
+		},
+		{
 			// The models have segments: the fleet's confidence,
 			// perplexity and latency move with the mix (demo-small is
 			// less confident than demo-model), no model's does, and only

@@ -23,8 +23,8 @@ func TestMatrixRows(t *testing.T) {
 	for _, scale := range []float64{0.5, 1} {
 		ms := newMatrixScale(scale)
 		rows := withDeadlines(matrixRows(ms), ms)
-		if len(rows) != 12 {
-			t.Errorf("scale %v: %d rows, want the 12 faults", scale, len(rows))
+		if len(rows) != 13 {
+			t.Errorf("scale %v: %d rows, want the 13 faults", scale, len(rows))
 		}
 		names := map[string]bool{}
 		for _, r := range rows {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/sim"
 )
@@ -365,8 +366,50 @@ func newIncident(scale float64, short bool) *scenario {
 			why:      "perplexity is exp(−mean logprob): demo-small's lower confidence is a higher perplexity",
 			duration: dur(45 * time.Second),
 		},
+		{
+			// After (g)'s decay, its alert resolves first.
+			label: "(h)", name: "topic change",
+			clearFirst: true,
+			says:       "prompts turn from load balancers and KV caches to cooking, at the same lengths, letters and punctuation",
+			inject:     func(d *demo) { d.traffic.setMix(topicMix) },
+			restore:    func(d *demo) { d.traffic.setMix(normalMix) },
+			restored:   "prompts back to the normal subjects",
+			expect:     []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
+			duration:   dur(45 * time.Second),
+			report:     func(c phaseCounters) string { return c.topicNote() },
+		},
 	}
 	return sc
+}
+
+// topicNote says which of input drift's tests saw the phase's change at
+// its end, and the words whose share of the prompts rose most.
+func (c phaseCounters) topicNote() string {
+	d := c.end.drift
+	if d == nil {
+		return "input drift: not read"
+	}
+	var drifted []string
+	for _, f := range d.Features {
+		if f.Drift {
+			drifted = append(drifted, f.Name)
+		}
+	}
+	note := "drifted features: " + strings.Join(drifted, ", ")
+	if len(drifted) == 0 {
+		note = "no feature drifted at the end"
+	}
+	if ct := d.Content; ct != nil {
+		note += fmt.Sprintf("; content test AUC %.2f", ct.AUC)
+		var rose []string
+		for _, t := range ct.Rose[:min(3, len(ct.Rose))] {
+			rose = append(rose, fmt.Sprintf("%s %s → %s", t.Term, fmtShare(t.Reference), fmtShare(t.Current)))
+		}
+		if len(rose) > 0 {
+			note += ", rising: " + strings.Join(rose, ", ")
+		}
+	}
+	return note
 }
 
 // allSims are the demo's simulators.
@@ -1212,6 +1255,8 @@ type counters struct {
 	fleetDrop    float64
 	fleetP       float64
 	fleetDecayed bool
+	// drift is the fleet's input drift; nil when not read.
+	drift *inputdrift.Result
 }
 
 // counters takes the demo's counters now; the gateway's are read from
@@ -1222,6 +1267,7 @@ func (d *demo) counters(ctx context.Context) counters {
 		c.sims[s.name] = s.srv.Stats()
 	}
 	if s, err := d.app.Pipeline().Signals(ctx); err == nil && s != nil {
+		c.drift = s.Drift
 		if s.Confidence != nil {
 			a := d.cfg.Analyzers
 			c.conf[""] = float64(s.Confidence.Confidence)

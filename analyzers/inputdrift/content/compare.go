@@ -202,3 +202,16 @@ func vanElteren(rs, rl, cs, cl []float64) (auc, z float64) {
 	}
 	return auc, z
 }
+
+// BinormalPSI puts an AUC on the scale of PSI: the PSI (symmetric
+// Kullback–Leibler divergence) of two normal distributions of one spread
+// whose AUC is auc, d² for means d = √2·Φ⁻¹(auc) standard deviations
+// apart. 0.6 is 0.13, 0.75 is 0.91; an AUC at or below 0.5 is 0, and one
+// above 0.999 counts as 0.999 (19.1), so the value stays finite.
+func BinormalPSI(auc float64) float64 {
+	if !(auc > 0.5) {
+		return 0
+	}
+	e := math.Erfinv(2*min(auc, 0.999) - 1)
+	return 4 * e * e
+}

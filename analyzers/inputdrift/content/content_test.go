@@ -3,6 +3,7 @@ package content
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -272,5 +273,21 @@ func BenchmarkReader(b *testing.B) {
 			r.Rune(c)
 		}
 		r.Finish()
+	}
+}
+
+// TestBinormalPSI: the PSI of two unit normals d apart is d², and
+// their AUC Φ(d/√2) maps back to it; the ends stay finite.
+func TestBinormalPSI(t *testing.T) {
+	for _, d := range []float64{0.25, 0.5, 1, 2} {
+		auc := 0.5 * math.Erfc(-d/2) // Φ(d/√2)
+		if got := BinormalPSI(auc); math.Abs(got-d*d) > 1e-9 {
+			t.Errorf("d = %v (AUC %.4f): %v, want %v", d, auc, got, d*d)
+		}
+	}
+	for _, auc := range []float64{0, 0.3, 0.5, 1, math.NaN()} {
+		if got := BinormalPSI(auc); math.IsNaN(got) || math.IsInf(got, 0) || got < 0 || got > 20 {
+			t.Errorf("AUC %v: %v", auc, got)
+		}
 	}
 }
