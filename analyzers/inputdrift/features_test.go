@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/vigil-gw/vigil/analyzers/inputdrift/content"
 )
 
 func TestExtract(t *testing.T) {
@@ -123,6 +125,22 @@ func checkFast(t *testing.T, api API, body []byte) bool {
 	}
 	if diff := cmp.Diff(want, f, cmpopts.EquateNaNs()); diff != "" {
 		t.Errorf("%q: fast path differs from encoding/json (-json +fast):\n%s", body, diff)
+	}
+	// Reading the content too changes no feature, and stays bounded.
+	var r content.Reader
+	var d content.Doc
+	ft, errT := ExtractText(api, body, &r, &d, true)
+	if (errT == nil) != (err == nil) {
+		t.Errorf("%q: ExtractText error %v, ExtractAPI %v", body, errT, err)
+	}
+	if errT == nil {
+		ft.Content = nil
+		if diff := cmp.Diff(f, ft, cmpopts.EquateNaNs()); diff != "" {
+			t.Errorf("%q: ExtractText's features differ (-api +text):\n%s", body, diff)
+		}
+	}
+	if d.Words > content.MaxWords || len(d.Terms()) > content.K {
+		t.Errorf("%q: %d words read, %d terms kept", body, d.Words, len(d.Terms()))
 	}
 	return true
 }
