@@ -181,26 +181,9 @@ func (m *Monitor) Pin(now time.Time) error {
 // summary and the start of its oldest bucket. Callers hold m.mu.
 func (m *Monitor) current(now time.Time) (*summary, time.Time) {
 	out := newSummary(m.cfg.Drift.Reservoir, len(m.num), len(m.cat))
-	fine, _ := m.fine.View()
-	start := fine.Start(now)
-	oldest := now.Add(-m.cfg.Window)
-	type bucket struct {
-		start time.Time
-		s     *summary
-	}
-	var live []bucket // oldest first
-	for t, b := range fine.All() {
-		if !t.After(start) && t.Add(m.cfg.Bucket).After(oldest) {
-			live = append(live, bucket{t, b})
-		}
-	}
-	for i := len(live) - 1; i >= 0; i-- {
-		out.Merge(live[i].s)
-		start = live[i].start
-		if out.rows.Seen() >= int64(m.cfg.MinRequests) {
-			break
-		}
-	}
+	start := newest(m.fine, now, m.cfg.Bucket, m.cfg.Window, out, func() bool {
+		return out.rows.Seen() >= int64(m.cfg.MinRequests)
+	})
 	return out, start
 }
 
@@ -211,27 +194,37 @@ func (m *Monitor) current(now time.Time) (*summary, time.Time) {
 // nothing more to test. Callers hold m.mu.
 func (m *Monitor) textCurrent(now time.Time) (*textSummary, time.Time) {
 	out := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
-	fine, _ := m.tfine.View()
-	start := fine.Start(now)
-	oldest := now.Add(-m.cfg.Window)
-	type bucket struct {
+	start := newest(m.tfine, now, m.cfg.Bucket, m.cfg.Window, out, func() bool {
+		return out.sample.Seen() >= int64(out.sample.Capacity())
+	})
+	return out, start
+}
+
+// newest merges into out the buckets of s (of width bucket) within span
+// before now, newest first, until full says so, and returns the start of
+// the oldest it merged (the current bucket's when none).
+func newest[T any, P window.Codec[T]](s *window.Shared[T, P], now time.Time, bucket, span time.Duration, out P, full func() bool) time.Time {
+	series, _ := s.View()
+	start := series.Start(now)
+	oldest := now.Add(-span)
+	type live struct {
 		start time.Time
-		s     *textSummary
+		b     *T
 	}
-	var live []bucket // oldest first
-	for t, b := range fine.All() {
-		if !t.After(start) && t.Add(m.cfg.Bucket).After(oldest) {
-			live = append(live, bucket{t, b})
+	var bs []live // oldest first
+	for t, b := range series.All() {
+		if !t.After(start) && t.Add(bucket).After(oldest) {
+			bs = append(bs, live{t, b})
 		}
 	}
-	for i := len(live) - 1; i >= 0; i-- {
-		out.Merge(live[i].s)
-		start = live[i].start
-		if out.sample.Seen() >= int64(out.sample.Capacity()) {
+	for i := len(bs) - 1; i >= 0; i-- {
+		out.Merge(bs[i].b)
+		start = bs[i].start
+		if full() {
 			break
 		}
 	}
-	return out, start
+	return start
 }
 
 // textReference is reference for the content test. Callers hold m.mu.
