@@ -14,14 +14,25 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // chatBody is the request every load generator sends: small, like a short
-// chat turn, so that the proxies' per-request cost dominates.
-const chatBody = `{"model":"` + mockModel + `","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16,"temperature":0.7}`
+// chat turn, so that the proxies' per-request cost dominates; -prompt-chars
+// makes its prompt longer (withPrompt).
+var chatBody = `{"model":"` + mockModel + `","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16,"temperature":0.7}`
+
+// withPrompt returns chatBody with a user prompt of n characters of
+// English prose: what the analyzers read of a longer prompt, input
+// drift's content test included.
+func withPrompt(n int) string {
+	const prose = "The operations team reviewed last night's incident: a configuration change slowed the payment service, retries piled up, and the queue grew until the alert fired. "
+	text := strings.Repeat(prose, n/len(prose)+1)[:n]
+	return `{"model":"` + mockModel + `","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"` + text + `"}],"max_tokens":16,"temperature":0.7}`
+}
 
 // streamBody is chatBody asking for a stream.
 const streamBody = `{"model":"` + mockModel + `","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Count to thirty-two."}],"max_tokens":64,"temperature":0.7,"stream":true}`

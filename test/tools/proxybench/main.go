@@ -208,8 +208,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.prefix.cases, "prefix-cases", env("BENCH_PREFIX_CASES", "uniform,hot,replicas"), "prefix suite: cases run, comma-separated ($BENCH_PREFIX_CASES)")
 	fs.StringVar(&c.prefix.set, "prefix-set", env("BENCH_PREFIX_SET", ""), "prefix suite: balancer.prefix settings of the prefix strategy's gateways, key=value,... (e.g. guard_abs=4,min_chars=256) ($BENCH_PREFIX_SET)")
 	fs.StringVar(&c.prefix.strategies, "prefix-strategies", env("BENCH_PREFIX_STRATEGIES", ""), "prefix suite: strategies run, comma-separated; empty: all four ($BENCH_PREFIX_STRATEGIES)")
+	promptChars := fs.Int("prompt-chars", envInt("BENCH_PROMPT_CHARS", 0), "proxy suite: characters of the chat requests' prompt; 0: a short one ($BENCH_PROMPT_CHARS)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if *promptChars > 0 {
+		chatBody = withPrompt(*promptChars)
 	}
 	for s := range strings.SplitSeq(rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

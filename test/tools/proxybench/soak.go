@@ -40,7 +40,7 @@ const soakEvery = 10 * time.Second
 const soakSlack = 32
 
 // soakScript is wrk's Lua: every other request streamed.
-const soakScript = `local plain = [[` + chatBody + `]]
+var soakScript = `local plain = [[` + chatBody + `]]
 local stream = [[` + streamBody + `]]
 local i = 0
 request = function()
