@@ -3,11 +3,13 @@ package content
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // read returns the Doc of text, read as one text.
@@ -89,16 +91,33 @@ func TestReaderKeepsSmallestHashes(t *testing.T) {
 	}
 }
 
-// TestReaderBounded: a prompt of a million words, one word repeated, or
-// binary junk costs at most MaxWords words and allocates nothing.
+// TestReaderBounded: a prompt of a million words, one word repeated
+// 100,000 times, a megabyte of binary junk, a hundred scripts or nothing
+// costs at most MaxWords words and allocates nothing.
 func TestReaderBounded(t *testing.T) {
 	junk := make([]byte, 1<<20)
 	cc := rand.NewChaCha8([32]byte{1})
 	cc.Read(junk)
+	// A hundred scripts: a word of each of the first hundred that have
+	// letters, 200 times over.
+	var scripts strings.Builder
+	n := 0
+	for _, name := range slices.Sorted(maps.Keys(unicode.Scripts)) {
+		r16 := unicode.Scripts[name].R16
+		if n == 100 || len(r16) == 0 {
+			continue
+		}
+		for c := rune(r16[0].Lo); c <= rune(r16[0].Hi) && c < rune(r16[0].Lo)+5; c++ {
+			scripts.WriteRune(c)
+		}
+		scripts.WriteByte(' ')
+		n++
+	}
 	for name, text := range map[string]string{
 		"one word 100,000 times": strings.Repeat("again ", 100000),
 		"a million words":        strings.Repeat("a b c d e f g h i j ", 100000),
 		"binary junk":            string(junk),
+		"a hundred scripts":      strings.Repeat(scripts.String(), 200),
 		"empty":                  "",
 	} {
 		var r Reader
