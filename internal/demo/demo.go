@@ -104,7 +104,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	d.printIntro(o.Out)
+	// The gateway's address is printed once it routes each model to the
+	// backends that serve it: a client that starts at once is then
+	// answered, not given a 404 by a backend of another model.
+	d.ready = func() { d.printIntro(o.Out) }
 	var story func(context.Context) error
 	if sc != nil {
 		story = func(ctx context.Context) error { return tellStories(ctx, sc, d, o.Out, o.Loop) }
@@ -195,6 +198,9 @@ type demo struct {
 	recv    *receiver // nil without a scenario
 
 	outOfService bool // see demoOptions.outOfService
+	// ready, when set, runs once the gateway has read every backend's
+	// models (or given up waiting), before the traffic and the story.
+	ready func()
 	// infra is set when the gateway uses Redis or a collector: read then
 	// watches the store's health and the spans dropped (matrix.go).
 	infra *infraWatch
@@ -388,14 +394,25 @@ func (d *demo) run(ctx context.Context, story func(context.Context) error) error
 		defer cancel() // a gateway that failed ends the demo
 		return d.app.Serve(ctx, d.ln)
 	})
-	if d.traffic != nil {
-		g.Go(func() error {
-			d.awaitModels(ctx)
-			return d.traffic.run(ctx)
-		})
-	}
+	ready := make(chan struct{})
+	g.Go(func() error {
+		d.awaitModels(ctx)
+		if d.ready != nil {
+			d.ready()
+		}
+		close(ready)
+		if d.traffic == nil {
+			return nil
+		}
+		return d.traffic.run(ctx)
+	})
 	if story != nil {
 		g.Go(func() error {
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				return nil
+			}
 			err := story(ctx)
 			if err != nil {
 				cancel()
