@@ -60,6 +60,7 @@ type Monitor struct {
 	// bucketed as fine and coarse are, and its pinned reference.
 	tfine, tcoarse *window.Shared[textSummary, *textSummary]
 	tpinned        *textSummary
+	lastText       *textResult // the last evaluation's content test; nil: none
 
 	fitMu sync.Mutex // guards fit; held while fitting
 	fit   *jointFit
@@ -172,6 +173,7 @@ func (m *Monitor) Pin(now time.Time) error {
 	m.pinned, m.pinAt = cur, now
 	if m.tfine != nil {
 		m.tpinned, _ = m.textCurrent(now)
+		m.lastText = nil // against the old reference
 	}
 	return nil
 }
@@ -362,10 +364,16 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	cur, curStart := m.current(now)
 	ref, key := m.reference(curStart)
 	var tcur, tref *textSummary
-	if m.tfine != nil {
+	// A Peek (the admin API reading the signals) takes the content test
+	// of the last evaluation: its merges and classifier cost far more
+	// than the features' tests, and dashboards poll more often than
+	// analyzers.interval.
+	lastText := m.lastText
+	if m.tfine != nil && (advance || lastText == nil) {
 		var tstart time.Time
 		tcur, tstart = m.textCurrent(now)
 		tref = m.textReference(tstart)
+		lastText = nil
 	}
 	res := Result{Reference: "rolling", Evaluated: now.UTC(), CurrentStart: curStart.UTC()}
 	if m.pinned != nil {
@@ -378,7 +386,13 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	res.Current, res.Baseline = cur.rows.Seen(), ref.rows.Seen()
 	drifted := false
 	if res.Current >= int64(m.cfg.MinRequests) && res.Baseline >= int64(m.cfg.MinRequests) {
-		res.Features, res.Content = m.compare(ref, cur, key, tref, tcur)
+		var text *textResult
+		res.Features, res.Content, text = m.compare(ref, cur, key, tref, tcur, lastText)
+		if advance && m.tfine != nil {
+			m.mu.Lock()
+			m.lastText = text
+			m.mu.Unlock()
+		}
 		res.State = StateOK
 		for _, f := range res.Features {
 			res.Score = max(res.Score, f.PSI)
@@ -410,7 +424,7 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 
 // compare runs every test of ref against cur (and of tref against tcur,
 // the content test's windows, when set) and applies the correction.
-func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary) ([]FeatureResult, *ContentResult) {
+func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary, last *textResult) ([]FeatureResult, *ContentResult, *textResult) {
 	var out []FeatureResult
 	refRows, curRows := ref.rows.Rows(), cur.rows.Rows()
 	for j, i := range m.num {
@@ -455,11 +469,20 @@ func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary
 		}
 	}
 	var detail *ContentResult
-	if tref != nil {
+	var text *textResult
+	switch {
+	case tref != nil:
 		if r, ok := content.Compare(&tref.sample, &tcur.sample); ok {
-			out = append(out, FeatureResult{Name: ContentFeature, Test: "classifier", Statistic: r.AUC, PValue: r.P, PSI: r.PSI})
-			detail = m.explain(r, tref, tcur)
+			text = &textResult{FeatureResult{Name: ContentFeature, Test: "classifier", Statistic: r.AUC, PValue: r.P, PSI: r.PSI},
+				*m.explain(r, tref, tcur)}
 		}
+	case last != nil:
+		text = last
+	}
+	if text != nil {
+		out = append(out, text.feature)
+		d := text.detail
+		detail = &d
 	}
 	adjust(out, m.cfg.Drift.Correction)
 	for k := range out {
@@ -484,7 +507,14 @@ func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary
 			detail.Drift, detail.AdjustedP = f.Drift, f.AdjustedP
 		}
 	}
-	return out, detail
+	return out, detail, text
+}
+
+// textResult is a content test before the correction: what a Peek takes
+// from the last evaluation.
+type textResult struct {
+	feature FeatureResult
+	detail  ContentResult
 }
 
 // minJointShift is the smallest rise in the share of prompts beyond the
