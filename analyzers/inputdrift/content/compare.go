@@ -40,12 +40,8 @@ type Result struct {
 // are split in two by key (random). The first halves fit a linear
 // classifier, naive Bayes on the terms (naiveBayes), and a prompt's score
 // is the largest of its terms' log-odds of coming from the current
-// window: a prompt on a new subject needs one word of it to stand out,
-// where a sum drowns that word in the noise of the others, and a longer
-// prompt's sum would grow with its words (measured on real text: a window
-// 30 % of new subjects flagged in 20 of 20 seeds with the largest, 19
-// with a sum, which also flagged 5 in 20 resamples of the longer texts
-// alone, against none). The
+// window: one word of a new subject stands out, where a sum drowns it in
+// the others' noise and grows with length (docs/signals.md). The
 // second halves are scored, and the test asks whether the current
 // prompts score higher than the reference's among prompts of like length
 // (the held-out prompts in strata length classes by pooled quantile):
