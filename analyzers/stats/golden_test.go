@@ -112,7 +112,16 @@ type goldenFile struct {
 		B    []float64 `json:"b"`
 		W    float64   `json:"w"`
 	} `json:"wasserstein"`
-	MCD []goldenMCD `json:"mcd"`
+	MCD        []goldenMCD `json:"mcd"`
+	LedoitWolf []struct {
+		Name       string    `json:"name"`
+		N          int       `json:"n"`
+		P          int       `json:"p"`
+		X          []float64 `json:"x"`
+		Centered   bool      `json:"centered"`
+		Covariance []float64 `json:"covariance"`
+		Shrinkage  float64   `json:"shrinkage"`
+	} `json:"ledoit_wolf"`
 }
 
 type goldenMCD struct {
@@ -382,4 +391,29 @@ func maxRelToScale(got, want []float64) float64 {
 		return diff
 	}
 	return diff / scale
+}
+
+// TestLedoitWolfGolden: the shrinkage and the shrunk covariance are
+// scikit-learn's covariance.ledoit_wolf, with more features than rows too.
+func TestLedoitWolfGolden(t *testing.T) {
+	cases := golden(t).LedoitWolf
+	if len(cases) == 0 {
+		t.Fatal("no golden Ledoit-Wolf cases")
+	}
+	for _, c := range cases {
+		cov, shrink, err := LedoitWolf(mat.NewDense(c.N, c.P, c.X), c.Centered)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if !approxEqual(shrink, c.Shrinkage) {
+			t.Errorf("%s: shrinkage %v, want %v", c.Name, shrink, c.Shrinkage)
+		}
+		for i := range c.P {
+			for j := range c.P {
+				if got, want := cov.At(i, j), c.Covariance[i*c.P+j]; !approxEqual(got, want) {
+					t.Fatalf("%s: covariance[%d][%d] %v, want %v", c.Name, i, j, got, want)
+				}
+			}
+		}
+	}
 }

@@ -74,14 +74,20 @@ func Compare(ref, cur *Sample) (Result, bool) {
 	}
 	rs, rl := score(rt, rc)
 	cs, cl := score(ct, cc)
+	return heldOut(rs, rl, cs, cl, strata), true
+}
+
+// heldOut tests the held-out scores of the reference (rs, of prompts of
+// lengths rl) against the current window's (cs, cl).
+func heldOut(rs, rl, cs, cl []float64, classes int) Result {
 	res := Result{Ref: len(rs), Cur: len(cs)}
-	res.AUC, res.Z = vanElteren(rs, rl, cs, cl)
+	res.AUC, res.Z = vanElteren(rs, rl, cs, cl, classes)
 	res.P = 0.5 * math.Erfc(res.Z/math.Sqrt2)
 	bins := min(psiBins, len(rs)/MinHeldOut*2)
 	if psi, err := stats.PSI(rs, cs, bins); err == nil {
 		res.PSI = max(0, psi-float64(bins-1)*(1/float64(len(rs))+1/float64(len(cs))))
 	}
-	return res, true
+	return res
 }
 
 // naiveBayes fits the classifier on the first halves (even rows) of ref
@@ -112,7 +118,7 @@ func naiveBayes(rt, ct [][]uint32) map[uint32]float64 {
 // ones within length classes and van Elteren's z (positive: the current
 // score higher). The classes are the pooled lengths' quantiles; a class
 // with prompts of one side only tells nothing and is left out.
-func vanElteren(rs, rl, cs, cl []float64) (auc, z float64) {
+func vanElteren(rs, rl, cs, cl []float64, strata int) (auc, z float64) {
 	pooled := slices.Concat(rl, cl)
 	slices.Sort(pooled)
 	var cuts []float64

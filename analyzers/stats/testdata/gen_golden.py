@@ -22,7 +22,7 @@ import sklearn
 from scipy import stats
 from scipy.spatial import distance
 from scipy.stats._stats_py import _attempt_exact_2kssamp
-from sklearn.covariance import MinCovDet
+from sklearn.covariance import MinCovDet, ledoit_wolf
 
 assert scipy.__version__.startswith("1.10."), scipy.__version__
 assert sklearn.__version__.startswith("1.2."), sklearn.__version__
@@ -296,6 +296,20 @@ gen_unique("n600_p2_subsets", lambda: np.vstack([rng.multivariate_normal([0, 0],
                                                 rng.normal([30, 30], 2, (60, 2))]), 2, seeds=40)
 gen_unique("n150_p1", lambda: np.concatenate([rng.normal(0, 1, 135), rng.normal(50, 1, 15)])[:, None], 1)
 
+# ---------------------------------------------------------------- Ledoit-Wolf
+lw_cases = []
+
+
+def lw_case(name, X, centered):
+    cov, shrink = ledoit_wolf(X, assume_centered=centered)
+    lw_cases.append({"name": name, "n": X.shape[0], "p": X.shape[1], "x": flist(X), "centered": centered,
+                     "covariance": flist(cov), "shrinkage": float(shrink)})
+
+
+lw_case("n200_p5", r6(rng.multivariate_normal(np.zeros(5), np.diag([1, 2, 3, 0.5, 0.1]), 200)), False)
+lw_case("n30_p40_centered", r6(rng.normal(0, 1, (30, 40))), True)
+lw_case("n100_p8_correlated", r6(rng.normal(0, 1, (100, 8)) @ rng.normal(0, 1, (8, 8)) + 3), False)
+
 golden = {
     "pools": {k: flist(v) for k, v in pools.items()},
     "ks": ks_cases, "ks_exact": ks_exact, "kstwo": kstwo,
@@ -303,6 +317,7 @@ golden = {
     "psi": psi_cases, "psi_categorical": psi_cat_cases,
     "jensenshannon": js_cases, "wasserstein": w_cases,
     "mcd": mcd_cases,
+    "ledoit_wolf": lw_cases,
 }
 with open(OUT, "w") as f:
     json.dump(golden, f, separators=(",", ":"))
