@@ -11,7 +11,8 @@
 //	POST /v1/chat/completions   streaming (SSE) or not; logprobs, top_logprobs,
 //	                            stream_options.include_usage, vLLM's prompt_logprobs
 //	POST /v1/completions        legacy logprobs: N, prompt_logprobs, streaming
-//	POST /v1/embeddings         deterministic unit vectors, float or base64
+//	POST /v1/embeddings         deterministic unit vectors, close for texts that
+//	                            share words; float or base64
 //	GET  /v1/models             the model, then its LoRA adapters
 //	POST /tokenize              vLLM's, prompt or chat messages: one token per byte
 //	POST /detokenize            vLLM's, token ids back to text

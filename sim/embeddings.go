@@ -8,7 +8,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // embeddingDim is the dimension of the simulated embeddings.
@@ -61,18 +64,32 @@ func parseEmbeddingInput(raw json.RawMessage) ([]promptText, *apiError) {
 	return ps, nil
 }
 
-// embed returns a deterministic unit vector for the text under seed, so the
-// same text always embeds the same way and different texts look unrelated.
+// maxEmbeddingWords bounds the work per input: words past it do not count.
+const maxEmbeddingWords = 4096
+
+// embed returns a deterministic unit vector for the text under seed: the
+// normalized sum of one Gaussian vector per distinct word. Texts that share
+// words point the same way (cosine near shared/sqrt(n1·n2)), so clients that
+// cluster or search by topic see topic in the vectors, offline.
 func embed(seed int64, text string, dim int) []float32 {
-	r := rand.New(rand.NewPCG(mix(uint64(seed)^saltToken^0xe6b), uint64(newContext(text))))
-	v := make([]float64, embeddingDim)
-	for i := range v {
-		v[i] = r.NormFloat64()
+	hashes := wordHashes(text)
+	if len(hashes) == 0 {
+		hashes = append(hashes, uint64(fnvOffset64)) // the empty word
 	}
-	// Matryoshka-style: a shorter vector is the normalized prefix.
-	v = v[:dim]
+	// One generator reseeded per word: no allocation per word. Only the
+	// first dim draws matter, as a shorter vector is the normalized prefix
+	// of the full one (Matryoshka-style).
+	pcg := rand.NewPCG(0, 0)
+	r := rand.New(pcg)
+	var v [embeddingDim]float64
+	for _, h := range hashes {
+		pcg.Seed(mix(uint64(seed)^saltToken^0xe6b), mix(h))
+		for i := range dim {
+			v[i] += r.NormFloat64()
+		}
+	}
 	var norm float64
-	for _, x := range v {
+	for _, x := range v[:dim] {
 		norm += x * x
 	}
 	norm = math.Sqrt(norm)
@@ -80,10 +97,53 @@ func embed(seed int64, text string, dim int) []float32 {
 		norm = 1
 	}
 	out := make([]float32, dim)
-	for i, x := range v {
+	for i, x := range v[:dim] {
 		out[i] = float32(x / norm)
 	}
 	return out
+}
+
+// wordHashes returns the sorted FNV-1a hashes of the distinct words among
+// the first maxEmbeddingWords of text. A word is a maximal run of letters
+// and digits, lower-cased, or a single Han, Hiragana or Katakana character,
+// as a simple tokenizer splits text that has no spaces between words.
+func wordHashes(text string) []uint64 {
+	var hashes []uint64
+	h, inWord := fnvOffset64, false
+	for _, c := range text {
+		if len(hashes) >= maxEmbeddingWords {
+			break
+		}
+		cjk := unicode.In(c, unicode.Han, unicode.Hiragana, unicode.Katakana)
+		alnum := unicode.IsLetter(c) || unicode.IsDigit(c)
+		if inWord && (cjk || !alnum) {
+			hashes = append(hashes, uint64(h))
+			h, inWord = fnvOffset64, false
+		}
+		switch {
+		case cjk:
+			hashes = append(hashes, uint64(foldRune(fnvOffset64, c)))
+		case alnum:
+			h, inWord = foldRune(h, unicode.ToLower(c)), true
+		}
+	}
+	if inWord {
+		hashes = append(hashes, uint64(h))
+	}
+	hashes = hashes[:min(len(hashes), maxEmbeddingWords)]
+	slices.Sort(hashes)
+	return slices.Compact(hashes)
+}
+
+// foldRune adds the UTF-8 bytes of c to the FNV-1a hash h.
+func foldRune(h fnv64a, c rune) fnv64a {
+	var b [utf8.UTFMax]byte
+	n := utf8.EncodeRune(b[:], c)
+	for _, x := range b[:n] {
+		h ^= fnv64a(x)
+		h *= fnvPrime64
+	}
+	return h
 }
 
 func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
