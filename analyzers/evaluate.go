@@ -27,6 +27,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	var sender, flusher sync.WaitGroup // both end with ctx
 	defer sender.Wait()
 	sender.Go(func() { p.alerts.Run(ctx) })
+	if p.embed != nil {
+		sender.Go(func() { p.embed.Run(ctx) })
+	}
 	if p.share != nil {
 		flusher.Go(func() { p.share.Run(ctx) })
 	}
@@ -83,6 +86,10 @@ func (p *Pipeline) evaluate(advance bool) *Signals {
 	r, _ := evaluateAll(p.fleet, now, advance, 0)
 	if d := r.drift; d != nil {
 		s.Drift = d
+		if p.embed != nil {
+			st := p.embed.Stats()
+			d.Embedder = &st
+		}
 		s.Window = Window{Start: d.CurrentStart, End: d.Evaluated, Requests: d.Current}
 		p.m.publishDrift(d)
 	}

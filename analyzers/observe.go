@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vigil-gw/vigil/analyzers/embed"
 	"github.com/vigil-gw/vigil/analyzers/inputdrift"
 	"github.com/vigil-gw/vigil/analyzers/latency"
 	"github.com/vigil-gw/vigil/analyzers/logprob"
@@ -77,7 +78,12 @@ func (p *Pipeline) OnPrompt(start time.Time, op exchange.Operation, body []byte)
 	}
 	var err error
 	sc := &p.scratch
+	sampled := p.embed != nil && p.embedPick.Float64() < p.cfg.Drift.Text.Embeddings.SampleRatio
 	if t := p.cfg.Drift.Text; t.Enabled {
+		sc.reader.Capture(0)
+		if sampled {
+			sc.reader.Capture(t.Embeddings.MaxChars)
+		}
 		sc.features, err = inputdrift.ExtractText(apiOf(op), body, &sc.reader, &sc.doc, t.Explain)
 	} else {
 		sc.features, err = inputdrift.ExtractAPI(apiOf(op), body)
@@ -87,7 +93,23 @@ func (p *Pipeline) OnPrompt(start time.Time, op exchange.Operation, body []byte)
 		return
 	}
 	sc.obs = observation{at: start, prompt: &sc.features}
-	p.observe(&sc.obs, p.segs.route(start, sc.features.Model, true, false))
+	seg := p.segs.route(start, sc.features.Model, true, false)
+	p.observe(&sc.obs, seg)
+	if text := sc.reader.Text(); sampled && sc.features.Content != nil && len(text) > 0 {
+		p.embed.Offer(embed.Job{At: start, Chars: sc.features.Vector[inputdrift.FeatChars], Text: string(text),
+			To: [2]embed.Target{driftMonitor(p.fleet), driftMonitor(seg.monitors)}})
+	}
+}
+
+// driftMonitor returns the input drift monitor among ms; nil when there
+// is none.
+func driftMonitor(ms []monitor) embed.Target {
+	for _, m := range ms {
+		if d, ok := m.(inputMonitor); ok {
+			return d.Monitor
+		}
+	}
+	return nil
 }
 
 // observe hands o to the fleet's monitors and to those of seg, the

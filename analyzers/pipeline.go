@@ -6,8 +6,10 @@ package analyzers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/alert"
 	"github.com/vigil-gw/vigil/analyzers/calibrate"
+	"github.com/vigil-gw/vigil/analyzers/embed"
 	"github.com/vigil-gw/vigil/analyzers/errrate"
 	"github.com/vigil-gw/vigil/analyzers/history"
 	"github.com/vigil-gw/vigil/analyzers/inputdrift"
@@ -127,6 +130,11 @@ type Pipeline struct {
 	order []*exchange.Request // FIFO of open, for eviction
 	pool  []*logprob.Accumulator
 
+	// embed embeds a sample of prompts for the embedding test (nil:
+	// off); embedPick, the dispatcher's, draws that sample.
+	embed     *embed.Client
+	embedPick *rand.Rand
+
 	last atomic.Pointer[Signals]
 	// unscored counts the responses served through an API without
 	// logprobs (the Messages API), which the confidence and output
@@ -221,6 +229,14 @@ func New(o Options) (*Pipeline, error) {
 		p.share.AddSync(func(ctx context.Context, seq uint64, _ int) error {
 			return p.hist.Share(ctx, st, replica, seq)
 		})
+	}
+	if e := c.Drift.Text.Embeddings; c.Drift.Enabled && c.Drift.Text.Enabled && e.On() {
+		i := slices.IndexFunc(o.Backends, func(b config.Backend) bool { return b.Name == e.Backend })
+		if i < 0 {
+			return nil, fmt.Errorf("analyzers.drift.text.embeddings.backend: no backend named %q", e.Backend)
+		}
+		p.embed = embed.New(e, o.Backends[i].URL, reg, p.log)
+		p.embedPick = rand.New(rand.NewPCG(uint64(c.Seed), 0xe3b))
 	}
 	p.alerts = p.newAlerts(o, reg)
 	p.backendStates = o.BackendStates

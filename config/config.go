@@ -484,7 +484,38 @@ type DriftText struct {
 	// their hashes and counts are kept and shown: prompt text never
 	// leaves the process.
 	Explain bool `yaml:"explain"`
+	// Embeddings adds a test on the prompts' embeddings, where the fleet
+	// serves an embedding model.
+	Embeddings DriftEmbeddings `yaml:"embeddings"`
 }
+
+// DriftEmbeddings configures the embedding test of input drift: a sample
+// of prompts is embedded through a backend's /v1/embeddings, off the
+// request path, and the vectors are tested as the terms are.
+type DriftEmbeddings struct {
+	// Backend names the backend (of kind openai) whose /v1/embeddings
+	// embeds the prompts. Empty: no embedding test.
+	Backend string `yaml:"backend"`
+	// Model is the embedding model asked for; required with Backend.
+	Model string `yaml:"model"`
+	// SampleRatio is the share of prompts embedded, in (0, 1].
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// Concurrency is the most embedding requests in flight.
+	Concurrency int `yaml:"concurrency"`
+	// Queue is the most prompts waiting to be embedded; a prompt beyond
+	// it is dropped and counted.
+	Queue int `yaml:"queue"`
+	// Batch is the most prompts one request embeds.
+	Batch int `yaml:"batch"`
+	// MaxChars is how much of a prompt is sent: its first MaxChars
+	// characters, so that the embedding model's context holds it.
+	MaxChars int `yaml:"max_chars"`
+	// Timeout bounds one embedding request.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// On says whether the embedding test is configured.
+func (e *DriftEmbeddings) On() bool { return e.Backend != "" }
 
 // Alerts configures alert delivery.
 type Alerts struct {

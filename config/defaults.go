@@ -108,7 +108,13 @@ func DefaultSegments() Segments {
 // DefaultDrift returns the default analyzers.drift.
 func DefaultDrift() Drift {
 	return Drift{Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true,
-		Text: DriftText{Enabled: true, MinAUC: 0.55, Terms: 64}}
+		Text: DriftText{Enabled: true, MinAUC: 0.55, Terms: 64, Embeddings: DefaultDriftEmbeddings()}}
+}
+
+// DefaultDriftEmbeddings returns the default analyzers.drift.text.embeddings:
+// off, and the rest of its settings for when a backend is named.
+func DefaultDriftEmbeddings() DriftEmbeddings {
+	return DriftEmbeddings{SampleRatio: 0.1, Concurrency: 2, Queue: 256, Batch: 16, MaxChars: 2000, Timeout: 10 * time.Second}
 }
 
 // DefaultConfidence returns the default analyzers.confidence.

@@ -458,7 +458,7 @@ func wantAnalyzers() config.Analyzers {
 		Interval: 15 * time.Second, Bucket: 10 * time.Second, MinRequests: 300,
 		Window: 15 * time.Minute, Reference: time.Hour, Alpha: 0.01, Consecutive: 2, Seed: 0x5eed,
 		Drift: config.Drift{Enabled: true, Reservoir: 1024, Correction: "bh", PSIBins: 10, MinPSI: 0.1, Mahalanobis: true,
-			Text: config.DriftText{Enabled: true, MinAUC: 0.55, Terms: 64}},
+			Text: config.DriftText{Enabled: true, MinAUC: 0.55, Terms: 64, Embeddings: config.DefaultDriftEmbeddings()}},
 		Confidence:  config.Confidence{Enabled: true, LowProb: 0.5, MinDrop: 0.03, Inject: config.Inject{TopLogprobs: 5}},
 		Latency:     config.Latency{Enabled: true, K: 2, MinRise: 0.1},
 		Output:      config.Output{Enabled: true, Sigma: 3, Minutes: 5, MinBaselineMinutes: 10},

@@ -47,6 +47,9 @@ func (c *Config) Validate() error {
 	l.nest("usage", c.Usage.Validate())
 	l.nest("passthrough", c.Passthrough.Validate())
 	l.nest("log", c.Log.Validate())
+	if e := c.Analyzers.Drift.Text.Embeddings; e.On() {
+		l.add("analyzers.drift.text.embeddings.backend", checkEmbeddingBackend(c.Backends, e))
+	}
 	for i, b := range c.Backends {
 		if _, ok := c.Alerts.Tiers[b.Tier]; b.Tier != "" && !ok {
 			l.add(indexPath("backends", i)+".tier", fmt.Errorf("tier %q is not in alerts.tiers (known: %s)",
@@ -54,6 +57,28 @@ func (c *Config) Validate() error {
 		}
 	}
 	return l.err()
+}
+
+// checkEmbeddingBackend checks that e's backend exists, speaks the
+// OpenAI API and, when it lists its models, serves e's model.
+func checkEmbeddingBackend(bs []Backend, e DriftEmbeddings) error {
+	for i, b := range bs {
+		name := b.Name
+		if name == "" {
+			name = fmt.Sprintf("b%d", i)
+		}
+		if name != e.Backend {
+			continue
+		}
+		if b.Kind == KindTGI {
+			return fmt.Errorf("backend %q is of kind tgi, which serves no /v1/embeddings", e.Backend)
+		}
+		if len(b.Models) > 0 && !slices.Contains(b.Models, e.Model) {
+			return fmt.Errorf("backend %q does not serve model %q (its models: %s)", e.Backend, e.Model, strings.Join(b.Models, ", "))
+		}
+		return nil
+	}
+	return fmt.Errorf("no backend named %q", e.Backend)
 }
 
 // ValidateServe is [Config.Validate] for a gateway about to serve: it also requires
@@ -352,6 +377,35 @@ func (t *DriftText) Validate() error {
 	if t.Terms < 1 || t.Terms > 4096 {
 		l.add("terms", fmt.Errorf("must be in [1, 4096], got %d", t.Terms))
 	}
+	l.nest("embeddings", t.Embeddings.Validate())
+	if t.Embeddings.On() && !t.Enabled {
+		l.add("embeddings.backend", errors.New("needs analyzers.drift.text.enabled: the embedding test reads the prompts' text as the content test does"))
+	}
+	return l.err()
+}
+
+// Validate checks e; Config.Validate checks that its backend exists.
+func (e *DriftEmbeddings) Validate() error {
+	var l errList
+	if e.On() && strings.TrimSpace(e.Model) == "" {
+		l.add("model", errors.New("is required with backend: the embedding model to ask for"))
+	}
+	if !(e.SampleRatio > 0 && e.SampleRatio <= 1) {
+		l.add("sample_ratio", fmt.Errorf("must be in (0, 1], got %v", e.SampleRatio))
+	}
+	if e.Concurrency < 1 || e.Concurrency > 64 {
+		l.add("concurrency", fmt.Errorf("must be in [1, 64], got %d", e.Concurrency))
+	}
+	if e.Queue < 1 || e.Queue > 1<<16 {
+		l.add("queue", fmt.Errorf("must be in [1, 65536], got %d", e.Queue))
+	}
+	if e.Batch < 1 || e.Batch > 2048 {
+		l.add("batch", fmt.Errorf("must be in [1, 2048], got %d", e.Batch))
+	}
+	if e.MaxChars < 1 || e.MaxChars > 1<<20 {
+		l.add("max_chars", fmt.Errorf("must be in [1, 1048576], got %d", e.MaxChars))
+	}
+	l.add("timeout", checkPositiveDuration(e.Timeout))
 	return l.err()
 }
 

@@ -231,6 +231,32 @@ func TestValidate(t *testing.T) {
 			`analyzers.drift.text.min_auc: must be in [0.5, 1], got 0.4`},
 		{"drift text terms", func(c *config.Config) { c.Analyzers.Drift.Text.Terms = -1 },
 			`analyzers.drift.text.terms: must be in [1, 4096], got -1`},
+		{"embeddings model", func(c *config.Config) {
+			c.Backends = []config.Backend{{Name: "emb", URL: "http://127.0.0.1:1", Kind: "openai", Weight: 1}}
+			c.Analyzers.Drift.Text.Embeddings.Backend = "emb"
+		}, `analyzers.drift.text.embeddings.model: is required with backend: the embedding model to ask for`},
+		{"embeddings backend", func(c *config.Config) {
+			c.Analyzers.Drift.Text.Embeddings.Backend, c.Analyzers.Drift.Text.Embeddings.Model = "emb", "e5"
+		}, `analyzers.drift.text.embeddings.backend: no backend named "emb"`},
+		{"embeddings tgi backend", func(c *config.Config) {
+			c.Backends = []config.Backend{{Name: "emb", URL: "http://127.0.0.1:1", Kind: "tgi", Weight: 1}}
+			c.Analyzers.Drift.Text.Embeddings.Backend, c.Analyzers.Drift.Text.Embeddings.Model = "emb", "e5"
+		}, `analyzers.drift.text.embeddings.backend: backend "emb" is of kind tgi, which serves no /v1/embeddings`},
+		{"embeddings model not served", func(c *config.Config) {
+			c.Backends = []config.Backend{{Name: "emb", URL: "http://127.0.0.1:1", Kind: "openai", Weight: 1, Models: []string{"llama"}}}
+			c.Analyzers.Drift.Text.Embeddings.Backend, c.Analyzers.Drift.Text.Embeddings.Model = "emb", "e5"
+		}, `analyzers.drift.text.embeddings.backend: backend "emb" does not serve model "e5" (its models: llama)`},
+		{"embeddings without text", func(c *config.Config) {
+			c.Backends = []config.Backend{{Name: "emb", URL: "http://127.0.0.1:1", Kind: "openai", Weight: 1}}
+			c.Analyzers.Drift.Text.Enabled = false
+			c.Analyzers.Drift.Text.Embeddings.Backend, c.Analyzers.Drift.Text.Embeddings.Model = "emb", "e5"
+		}, `analyzers.drift.text.embeddings.backend: needs analyzers.drift.text.enabled: the embedding test reads the prompts' text as the content test does`},
+		{"embeddings sample ratio", func(c *config.Config) { c.Analyzers.Drift.Text.Embeddings.SampleRatio = 0 },
+			`analyzers.drift.text.embeddings.sample_ratio: must be in (0, 1], got 0`},
+		{"embeddings queue", func(c *config.Config) { c.Analyzers.Drift.Text.Embeddings.Queue = -1 },
+			`analyzers.drift.text.embeddings.queue: must be in [1, 65536], got -1`},
+		{"embeddings timeout", func(c *config.Config) { c.Analyzers.Drift.Text.Embeddings.Timeout = 0 },
+			`analyzers.drift.text.embeddings.timeout: must be > 0, got 0s`},
 		{"consecutive", func(c *config.Config) { c.Analyzers.Consecutive = 0 },
 			`analyzers.consecutive: must be >= 1, got 0`},
 		{"alert fixed rule", func(c *config.Config) { c.Alerts.Fixed = map[string]float64{"latency": 1} },

@@ -891,7 +891,7 @@ func TestPendingLapses(t *testing.T) {
 func TestDriftAnnotations(t *testing.T) {
 	d := &inputdrift.Result{State: "drift", Score: 0.4, Features: []inputdrift.FeatureResult{
 		{Name: "prompt_chars", Drift: false}, {Name: inputdrift.ContentFeature, Drift: true}},
-		Content: &inputdrift.ContentResult{Drift: true,
+		Content: &inputdrift.ContentResult{HeldOutResult: inputdrift.HeldOutResult{Drift: true},
 			Rose: []inputdrift.TermShift{{Term: "#0000beef", Reference: 0.01, Current: 0.4}},
 			Fell: []inputdrift.TermShift{{Term: "#0000cafe", Reference: 0.3, Current: 0.05}}}}
 	v := Values(Signals{Drift: d})[RuleDrift]

@@ -56,11 +56,11 @@ type Monitor struct {
 	streak int
 	last   Result
 
-	// The content test's windows (nil when analyzers.drift.text is off),
-	// bucketed as fine and coarse are, and its pinned reference.
-	tfine, tcoarse *window.Shared[textSummary, *textSummary]
-	tpinned        *textSummary
-	lastText       *textResult // the last evaluation's content test; nil: none
+	// The held-out tests' windows: the content test's (nil when
+	// analyzers.drift.text is off) and the embedding test's (nil unless
+	// analyzers.drift.text.embeddings names a backend).
+	text *heldOutWindows[textSummary, *textSummary]
+	emb  *heldOutWindows[vecSummary, *vecSummary]
 
 	fitMu sync.Mutex // guards fit; held while fitting
 	fit   *jointFit
@@ -101,9 +101,14 @@ func New(cfg config.Analyzers, seed uint64) (*Monitor, error) {
 	m.vec = make([]float64, len(m.num))
 	m.last = Result{State: StateUnknown}
 	if cfg.Drift.Text.Enabled {
-		newText := func() *textSummary { return newTextSummary(cfg.Drift.Reservoir, cfg.Drift.Text.Terms) }
-		m.tfine = window.NewShared[textSummary](cfg.Bucket, fineSpan, newText)
-		m.tcoarse = window.NewShared[textSummary](coarse, coarseSpan, newText)
+		m.text = newHeldOutWindows(cfg.Bucket, fineSpan, coarse, coarseSpan, func() *textSummary {
+			return newTextSummary(cfg.Drift.Reservoir, cfg.Drift.Text.Terms)
+		})
+		if cfg.Drift.Text.Embeddings.On() {
+			m.emb = newHeldOutWindows(cfg.Bucket, fineSpan, coarse, coarseSpan, func() *vecSummary {
+				return newVecSummary(cfg.Drift.Reservoir)
+			})
+		}
 	}
 	return m, nil
 }
@@ -150,14 +155,12 @@ func (m *Monitor) Add(t time.Time, f *Features) {
 			}
 		}
 	}
-	if d := f.Content; m.tfine != nil && d != nil && d.Words > 0 {
+	if d := f.Content; m.text != nil && d != nil && d.Words > 0 {
 		chars := f.Vector[FeatChars]
-		for _, s := range []*window.Shared[textSummary, *textSummary]{m.tfine, m.tcoarse} {
-			if b := s.Bucket(t); b != nil {
-				b.sample.Add(m.keys.Uint64(), d, chars)
-				b.terms.Add(d)
-			}
-		}
+		m.text.add(t, func(b *textSummary) {
+			b.sample.Add(m.keys.Uint64(), d, chars)
+			b.terms.Add(d)
+		})
 	}
 }
 
@@ -171,9 +174,11 @@ func (m *Monitor) Pin(now time.Time) error {
 		return fmt.Errorf("the current window holds %d prompts; %d are needed to pin a baseline", n, m.cfg.MinRequests)
 	}
 	m.pinned, m.pinAt = cur, now
-	if m.tfine != nil {
-		m.tpinned, _ = m.textCurrent(now)
-		m.lastText = nil // against the old reference
+	if m.text != nil {
+		m.text.pin(now, m.cfg.Bucket, m.cfg.Window)
+	}
+	if m.emb != nil {
+		m.emb.pin(now, m.cfg.Bucket, m.cfg.Window)
 	}
 	return nil
 }
@@ -185,19 +190,6 @@ func (m *Monitor) current(now time.Time) (*summary, time.Time) {
 	out := newSummary(m.cfg.Drift.Reservoir, len(m.num), len(m.cat))
 	start := newest(m.fine, now, m.cfg.Bucket, m.cfg.Window, out, func() bool {
 		return out.rows.Seen() >= int64(m.cfg.MinRequests)
-	})
-	return out, start
-}
-
-// textCurrent is current for the content test: the newest fine buckets
-// until their sample is full (it then holds as many prompts as it can) or
-// they span the whole window. The content test needs more prompts than
-// the features' tests do, and a sample fuller than min_requests costs
-// nothing more to test. Callers hold m.mu.
-func (m *Monitor) textCurrent(now time.Time) (*textSummary, time.Time) {
-	out := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
-	start := newest(m.tfine, now, m.cfg.Bucket, m.cfg.Window, out, func() bool {
-		return out.sample.Seen() >= int64(out.sample.Capacity())
 	})
 	return out, start
 }
@@ -227,25 +219,6 @@ func newest[T any, P window.Codec[T]](s *window.Shared[T, P], now time.Time, buc
 		}
 	}
 	return start
-}
-
-// textReference is reference for the content test. Callers hold m.mu.
-func (m *Monitor) textReference(curStart time.Time) *textSummary {
-	if m.tpinned != nil {
-		c := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
-		c.Merge(m.tpinned)
-		return c
-	}
-	out := newTextSummary(m.cfg.Drift.Reservoir, m.cfg.Drift.Text.Terms)
-	from := curStart.Add(-m.cfg.Reference)
-	coarse, _ := m.tcoarse.View()
-	w := coarse.Width()
-	for start, b := range coarse.All() {
-		if !start.Add(w).After(curStart) && !start.Before(from.Truncate(w)) {
-			out.Merge(b)
-		}
-	}
-	return out
 }
 
 // reference merges the coarse buckets that end before the current window
@@ -301,9 +274,13 @@ func (m *Monitor) Shared(f func(name string, s window.Sharer)) {
 	// with the estimate these hold while a fleet is upgraded.
 	f("prompts", m.fine)
 	f("prompts-reference", m.coarse)
-	if m.tfine != nil {
-		f("prompt-text", m.tfine)
-		f("prompt-text-reference", m.tcoarse)
+	if m.text != nil {
+		f("prompt-text", m.text.fine)
+		f("prompt-text-reference", m.text.coarse)
+	}
+	if m.emb != nil {
+		f("prompt-embeddings", m.emb.fine)
+		f("prompt-embeddings-reference", m.emb.coarse)
 	}
 }
 
@@ -322,7 +299,12 @@ type Result struct {
 	CurrentStart time.Time       `json:"current_start"`
 	Features     []FeatureResult `json:"features"`
 	// Content is the content test's detail, when it ran.
-	Content   *ContentResult `json:"content,omitempty"`
+	Content *ContentResult `json:"content,omitempty"`
+	// Embedding is the embedding test's, when it ran.
+	Embedding *HeldOutResult `json:"embedding,omitempty"`
+	// Embedder counts the prompts sampled for the embedding test (the
+	// fleet's result only, when the test is on).
+	Embedder  *EmbedderStats `json:"embedder,omitempty"`
 	Evaluated time.Time      `json:"evaluated"`
 	// Reason says why the state is "unknown"; empty otherwise.
 	Reason string `json:"reason,omitempty"`
@@ -363,18 +345,13 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	m.mu.Lock()
 	cur, curStart := m.current(now)
 	ref, key := m.reference(curStart)
-	var tcur, tref *textSummary
-	// A Peek (the admin API reading the signals) takes the content test
-	// of the last evaluation: its merges and classifier cost far more
+	// A Peek (the admin API reading the signals) takes the held-out tests
+	// of the last evaluation: their merges and classifiers cost far more
 	// than the features' tests, and dashboards poll more often than
-	// analyzers.interval.
-	lastText := m.lastText
-	if m.tfine != nil && (advance || lastText == nil) {
-		var tstart time.Time
-		tcur, tstart = m.textCurrent(now)
-		tref = m.textReference(tstart)
-		lastText = nil
-	}
+	// analyzers.interval. Their windows are copied here, under the lock,
+	// and tested outside it.
+	text := heldOutInputs(m.text, now, m.cfg, advance)
+	emb := heldOutInputs(m.emb, now, m.cfg, advance)
 	res := Result{Reference: "rolling", Evaluated: now.UTC(), CurrentStart: curStart.UTC()}
 	if m.pinned != nil {
 		res.Reference = "pinned"
@@ -386,11 +363,26 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	res.Current, res.Baseline = cur.rows.Seen(), ref.rows.Seen()
 	drifted := false
 	if res.Current >= int64(m.cfg.MinRequests) && res.Baseline >= int64(m.cfg.MinRequests) {
-		var text *textResult
-		res.Features, res.Content, text = m.compare(ref, cur, key, tref, tcur, lastText)
-		if advance && m.tfine != nil {
+		var runs []*heldOutRun
+		if r := text.run(func(ref, cur *textSummary) *heldOutRun { return m.testContent(ref, cur) }); r != nil {
+			runs = append(runs, r)
+		}
+		if r := emb.run(testEmbeddings); r != nil {
+			runs = append(runs, r)
+		}
+		res.Features = m.compare(ref, cur, key, runs)
+		for _, r := range runs {
+			if r.content != nil {
+				res.Content = r.content
+			}
+			if r.embedding != nil {
+				res.Embedding = r.embedding
+			}
+		}
+		if advance {
 			m.mu.Lock()
-			m.lastText = text
+			text.keep(m.text)
+			emb.keep(m.emb)
 			m.mu.Unlock()
 		}
 		res.State = StateOK
@@ -422,9 +414,9 @@ func (m *Monitor) evaluate(now time.Time, advance bool) Result {
 	return res
 }
 
-// compare runs every test of ref against cur (and of tref against tcur,
-// the content test's windows, when set) and applies the correction.
-func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary, last *textResult) ([]FeatureResult, *ContentResult, *textResult) {
+// compare runs every test of ref against cur, adds the held-out tests'
+// runs and applies the correction, setting the runs' details' drift.
+func (m *Monitor) compare(ref, cur *summary, key refKey, runs []*heldOutRun) []FeatureResult {
 	var out []FeatureResult
 	refRows, curRows := ref.rows.Rows(), cur.rows.Rows()
 	for j, i := range m.num {
@@ -468,27 +460,14 @@ func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary
 			out = append(out, r)
 		}
 	}
-	var detail *ContentResult
-	var text *textResult
-	switch {
-	case tref != nil:
-		if r, ok := content.Compare(&tref.sample, &tcur.sample); ok {
-			text = &textResult{FeatureResult{Name: ContentFeature, Test: "classifier", Statistic: r.AUC, PValue: r.P, PSI: r.PSI},
-				*m.explain(r, tref, tcur)}
-		}
-	case last != nil:
-		text = last
-	}
-	if text != nil {
-		out = append(out, text.feature)
-		d := text.detail
-		detail = &d
+	for _, r := range runs {
+		out = append(out, r.feature)
 	}
 	adjust(out, m.cfg.Drift.Correction)
 	for k := range out {
 		f := &out[k]
 		effect := f.PSI >= m.cfg.Drift.MinPSI
-		if f.Name == ContentFeature {
+		if f.Test == "classifier" {
 			// Its effect is the classifier's AUC, on the PSI scale
 			// through two normal distributions of that AUC when that
 			// says more than the held-out scores' PSI; a content
@@ -503,18 +482,14 @@ func (m *Monitor) compare(ref, cur *summary, key refKey, tref, tcur *textSummary
 		f.Drift = f.AdjustedP < m.level() && effect
 	}
 	for _, f := range out {
-		if detail != nil && f.Name == ContentFeature {
-			detail.Drift, detail.AdjustedP = f.Drift, f.AdjustedP
+		for _, r := range runs {
+			if f.Name == r.feature.Name {
+				d := r.detail()
+				d.Drift, d.AdjustedP = f.Drift, f.AdjustedP
+			}
 		}
 	}
-	return out, detail, text
-}
-
-// textResult is a content test before the correction: what a Peek takes
-// from the last evaluation.
-type textResult struct {
-	feature FeatureResult
-	detail  ContentResult
+	return out
 }
 
 // minJointShift is the smallest rise in the share of prompts beyond the

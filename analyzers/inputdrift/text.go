@@ -18,15 +18,7 @@ const explainTerms = 5
 // the held-out classifier's figures and the terms whose share of the
 // prompts rose and fell most.
 type ContentResult struct {
-	// AUC is the held-out classifier's area under the ROC curve among
-	// prompts of like length (0.5: the windows alike).
-	AUC       float64 `json:"auc"`
-	PValue    float64 `json:"p_value"`
-	AdjustedP float64 `json:"adjusted_p_value"`
-	Drift     bool    `json:"drift"`
-	// RefPrompts and CurPrompts are the held-out prompts compared.
-	RefPrompts int `json:"reference_prompts"`
-	CurPrompts int `json:"current_prompts"`
+	HeldOutResult
 	// Rose and Fell are the terms whose share of the prompts rose and
 	// fell most from the reference to the current window. A term is a
 	// word only with analyzers.drift.text.explain; otherwise its hashed
@@ -44,8 +36,7 @@ type TermShift struct {
 
 // explain returns the detail of r, the content test of tref against tcur.
 func (m *Monitor) explain(r content.Result, tref, tcur *textSummary) *ContentResult {
-	out := &ContentResult{AUC: r.AUC, PValue: r.P, RefPrompts: r.Ref, CurPrompts: r.Cur,
-		Rose: []TermShift{}, Fell: []TermShift{}}
+	out := &ContentResult{HeldOutResult: heldOutOf(r), Rose: []TermShift{}, Fell: []TermShift{}}
 	rose, fell := content.Explain(&tref.terms, &tcur.terms, explainTerms)
 	shift := func(s content.Shift) TermShift {
 		t := fmt.Sprintf("#%08x", s.Hash)
@@ -80,6 +71,8 @@ func (s *textSummary) Merge(o *textSummary) error {
 	s.sample.Merge(&o.sample)
 	return s.terms.Merge(&o.terms)
 }
+
+func (s *textSummary) full() bool { return s.sample.Seen() >= int64(s.sample.Capacity()) }
 
 // Reset empties s.
 func (s *textSummary) Reset() {

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
@@ -34,6 +35,8 @@ type signalsDrift struct {
 			AUC  float64
 			Rose []struct{ Term string }
 		}
+		Embedding *struct{ AUC float64 }
+		Embedder  *struct{ Embedded, Dropped, Failed int64 }
 	}
 }
 
@@ -66,17 +69,48 @@ func TestContentShiftThroughGateway(t *testing.T) {
 	_, url, _ := serveApp(t, cfg)
 
 	var shifted atomic.Bool
+	topicTraffic(t, url, ref, other, &shifted)
+	signals := func() signalsDrift { return readDrift(t, url) }
+	// Wait for a full reference, pin it, and watch the same subjects for
+	// 20 evaluations.
+	waitFor(t, 60*time.Second, func() bool { return signals().Drift.Content != nil })
+	code, _, body := testutil.Post(t, url+"/admin/baseline", "")
+	if code != http.StatusOK {
+		t.Fatalf("POST /admin/baseline: %d %s", code, body)
+	}
+	for range 20 {
+		if s := signals(); s.Drift.State == "drift" {
+			t.Fatalf("the same subjects: input drift %v", driftedFeatures(s))
+		}
+		time.Sleep(cfg.Analyzers.Interval)
+	}
+	shifted.Store(true)
+	var last signalsDrift
+	waitFor(t, 60*time.Second, func() bool {
+		last = signals()
+		return last.Drift.State == "drift"
+	})
+	if got := driftedFeatures(last); !slices.Equal(got, []string{"content"}) || last.Drift.Content == nil ||
+		len(last.Drift.Content.Rose) == 0 || !strings.HasPrefix(last.Drift.Content.Rose[0].Term, "#") {
+		t.Errorf("drifted %v, content %+v: want the content alone, its risen terms hashed", got, last.Drift.Content)
+	}
+	t.Logf("content drift: AUC %.3f, rose %v", last.Drift.Content.AUC, last.Drift.Content.Rose)
+}
+
+// topicTraffic sends chat requests through the gateway at url from four
+// openai-go clients until the test ends: one of ref's texts in one of four
+// templates, or, once shifted, one of other's (sorted by length) drawn at
+// a ref text's length: a change of subject, not of shape.
+func topicTraffic(t *testing.T, url string, ref, other []string, shifted *atomic.Bool) {
 	templates := []string{"Explain: %s", "Summarize in one line: %s", "What does this mean? %s", "Rewrite this more formally: %s"}
 	client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	for w := range 4 {
 		rng := rand.New(rand.NewPCG(uint64(w), 3))
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				// The other subjects' texts are drawn at a reference
-				// text's length: a change of subject, not of shape.
 				text := ref[rng.IntN(len(ref))]
 				if shifted.Load() {
 					i, _ := slices.BinarySearchFunc(other, len(text), func(s string, n int) int { return len(s) - n })
@@ -94,47 +128,100 @@ func TestContentShiftThroughGateway(t *testing.T) {
 			}
 		})
 	}
-	signals := func() signalsDrift {
-		code, body := testutil.Get(t, url+"/admin/signals")
-		var s signalsDrift
-		if err := json.Unmarshal(body, &s); code != http.StatusOK || err != nil {
-			t.Fatalf("GET /admin/signals: %d %v", code, err)
-		}
-		return s
+}
+
+// readDrift reads input drift from /admin/signals.
+func readDrift(t *testing.T, url string) signalsDrift {
+	code, body := testutil.Get(t, url+"/admin/signals")
+	var s signalsDrift
+	if err := json.Unmarshal(body, &s); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /admin/signals: %d %v", code, err)
 	}
-	drifted := func(s signalsDrift) []string {
-		var out []string
-		for _, f := range s.Drift.Features {
-			if f.Drift {
-				out = append(out, f.Name)
-			}
+	return s
+}
+
+// driftedFeatures names the features that drifted, in their order.
+func driftedFeatures(s signalsDrift) []string {
+	var out []string
+	for _, f := range s.Drift.Features {
+		if f.Drift {
+			out = append(out, f.Name)
 		}
-		return out
 	}
-	// Wait for a full reference, pin it, and watch the same subjects for
-	// 20 evaluations.
-	waitFor(t, 60*time.Second, func() bool { return signals().Drift.Content != nil })
-	code, _, body := testutil.Post(t, url+"/admin/baseline", "")
-	if code != http.StatusOK {
+	return out
+}
+
+// TestEmbeddingShiftThroughGateway is TestContentShiftThroughGateway with
+// the embedding test on: every prompt is embedded through a second
+// simulator (backend "emb", model "e"), whose vectors show the words a
+// text holds. The same subjects are no drift; the other subjects drift on
+// the content and the embedding tests, and on nothing else. Then the
+// embedding backend goes down: the clients see nothing of it (none of
+// their requests fails) and its prompts are counted failed or dropped.
+func TestEmbeddingShiftThroughGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: about half a minute of traffic")
+	}
+	testutil.SkipStatisticalUnderRace(t)
+	ref := testutil.Fortunes(t, "politics", "work")
+	other := testutil.Fortunes(t, "people", "kids")
+	slices.SortFunc(other, func(a, b string) int { return len(a) - len(b) })
+
+	k := sim.DefaultKnobs()
+	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
+	srv := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
+	t.Cleanup(srv.Close)
+	emb := httptest.NewServer(sim.New(sim.Options{Model: "e", Seed: 2, Knobs: k}).Handler())
+	t.Cleanup(emb.Close)
+	cfg := testConfig(srv.URL)
+	cfg.Backends[0].Models = []string{"m"}
+	cfg.Backends = append(cfg.Backends, config.Backend{Name: "emb", URL: emb.URL, Kind: "openai", Weight: 100, Models: []string{"e"}})
+	an := &cfg.Analyzers
+	an.Bucket, an.Window, an.Reference, an.Interval, an.MinRequests = time.Second, 30*time.Second, 2*time.Minute, time.Second, 100
+	an.Drift.Reservoir = 400
+	e := &an.Drift.Text.Embeddings
+	e.Backend, e.Model, e.SampleRatio = "emb", "e", 1
+	if err := cfg.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	_, url, _ := serveApp(t, cfg)
+
+	var shifted atomic.Bool
+	topicTraffic(t, url, ref, other, &shifted)
+	waitFor(t, 60*time.Second, func() bool { return readDrift(t, url).Drift.Embedding != nil })
+	if code, _, body := testutil.Post(t, url+"/admin/baseline", ""); code != http.StatusOK {
 		t.Fatalf("POST /admin/baseline: %d %s", code, body)
 	}
 	for range 20 {
-		if s := signals(); s.Drift.State == "drift" {
-			t.Fatalf("the same subjects: input drift %v", drifted(s))
+		if s := readDrift(t, url); s.Drift.State == "drift" {
+			t.Fatalf("the same subjects: input drift %v", driftedFeatures(s))
 		}
 		time.Sleep(cfg.Analyzers.Interval)
 	}
 	shifted.Store(true)
 	var last signalsDrift
 	waitFor(t, 60*time.Second, func() bool {
-		last = signals()
-		return last.Drift.State == "drift"
+		last = readDrift(t, url)
+		return slices.Contains(driftedFeatures(last), "embedding")
 	})
-	if got := drifted(last); !slices.Equal(got, []string{"content"}) || last.Drift.Content == nil ||
-		len(last.Drift.Content.Rose) == 0 || !strings.HasPrefix(last.Drift.Content.Rose[0].Term, "#") {
-		t.Errorf("drifted %v, content %+v: want the content alone, its risen terms hashed", got, last.Drift.Content)
+	if got := driftedFeatures(last); !slices.Equal(got, []string{"content", "embedding"}) && !slices.Equal(got, []string{"embedding"}) {
+		t.Errorf("drifted %v: want the content and embedding tests alone", got)
 	}
-	t.Logf("content drift: AUC %.3f, rose %v", last.Drift.Content.AUC, last.Drift.Content.Rose)
+	st := last.Drift.Embedder
+	if st == nil || st.Embedded == 0 {
+		t.Fatalf("embedder %+v: nothing embedded", st)
+	}
+	t.Logf("embedding drift: AUC %.3f; embedder %+v", last.Drift.Embedding.AUC, *st)
+
+	// The embedding backend goes down: its prompts fail, the clients'
+	// requests do not (topicTraffic fails the test on any error).
+	emb.CloseClientConnections()
+	emb.Close()
+	lost := st.Failed + st.Dropped
+	waitFor(t, 30*time.Second, func() bool {
+		s := readDrift(t, url).Drift.Embedder
+		return s.Failed+s.Dropped > lost+100
+	})
 }
 
 // waitFor polls cond every 100 ms until it holds; guard only stops a

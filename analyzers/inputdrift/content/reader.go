@@ -58,14 +58,28 @@ type Reader struct {
 	wlen   int    // runes of the word, counted past MaxWordBytes too
 	digits bool   // the word so far is digits only
 	h      uint64 // FNV-1a of word[:wn]
+
+	// capture is how many characters of a prompt are kept in text (see
+	// Capture); captured counts them.
+	capture, captured int
+	text              []byte
 }
 
 // Reset starts reading a prompt into d. With keepText the Doc keeps its
 // terms' text, for an explanation that names them; without, only hashes.
 func (r *Reader) Reset(d *Doc, keepText bool) {
 	*d = Doc{}
-	*r = Reader{d: d, keepText: keepText, h: fnvOffset, digits: true}
+	*r = Reader{d: d, keepText: keepText, h: fnvOffset, digits: true, capture: r.capture, text: r.text[:0]}
 }
+
+// Capture makes the Reader keep the first chars characters of each
+// prompt from the next Reset on, texts separated by a newline, for Text;
+// 0 keeps none. The Reader reuses its buffer from prompt to prompt.
+func (r *Reader) Capture(chars int) { r.capture = max(chars, 0) }
+
+// Text returns the prompt's text kept under Capture, valid until the next
+// Reset.
+func (r *Reader) Text() []byte { return r.text }
 
 // Active says whether the Reader has a Doc to read into.
 func (r *Reader) Active() bool { return r != nil && r.d != nil }
@@ -77,6 +91,10 @@ const (
 
 // Rune adds one character of the prompt.
 func (r *Reader) Rune(c rune) {
+	if r.captured < r.capture {
+		r.text = utf8.AppendRune(r.text, c)
+		r.captured++
+	}
 	if r.d.Words >= MaxWords {
 		return
 	}
@@ -150,6 +168,10 @@ func (r *Reader) rune(c rune) {
 // pair.
 func (r *Reader) Break() {
 	r.endWord()
+	if r.captured < r.capture && len(r.text) > 0 && r.text[len(r.text)-1] != '\n' {
+		r.text = append(r.text, '\n')
+		r.captured++
+	}
 }
 
 // endWord counts the word in progress and keeps it among the prompt's
