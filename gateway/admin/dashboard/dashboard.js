@@ -182,7 +182,7 @@
     }
     let reason;
     if (worst && worst.test === "mahalanobis") reason = "joint outliers " + signedPct(worst.psi) + " vs " + ref;
-    else if (worst && worst.test === "classifier") reason = "content: held-out AUC " + num(worst.statistic) + " vs " + ref;
+    else if (worst && worst.test === "classifier") reason = worst.name + ": held-out AUC " + num(worst.statistic) + " vs " + ref;
     else if (worst) reason = worst.name + " PSI " + num(worst.psi) + " vs " + ref;
     else reason = "PSI " + num(d.score) + " vs " + ref;
     // What the prompts are now about: the terms whose share rose most
@@ -190,6 +190,11 @@
     const c = d.content;
     if (c && c.drift && Array.isArray(c.rose) && c.rose.length) {
       reason += "; rising: " + c.rose.slice(0, 3).map(t => t.term + " " + pct(t.reference_share) + " → " + pct(t.current_share)).join(", ");
+    }
+    // The embedding test's losses: prompts its backend could not embed.
+    const e = d.embedder;
+    if (e && isNum(e.failed) && isNum(e.dropped) && e.failed + e.dropped > 0) {
+      reason += "; embeddings lost: " + count(e.failed) + " failed, " + count(e.dropped) + " dropped";
     }
     return { big: "PSI " + num(d.score), reason };
   }
