@@ -47,6 +47,28 @@ type signalsDrift struct {
 // and input drift turns to drift on the content test alone, its risen
 // terms hashed ids (analyzers.drift.text.explain is off by default).
 func TestContentShiftThroughGateway(t *testing.T) {
+	url := topicShift(t, nil, func(s signalsDrift) bool { return s.Drift.Content != nil })
+	var last signalsDrift
+	waitFor(t, 60*time.Second, func() bool {
+		last = readDrift(t, url)
+		return last.Drift.State == "drift"
+	})
+	if got := driftedFeatures(last); !slices.Equal(got, []string{"content"}) || last.Drift.Content == nil ||
+		len(last.Drift.Content.Rose) == 0 || !strings.HasPrefix(last.Drift.Content.Rose[0].Term, "#") {
+		t.Errorf("drifted %v, content %+v: want the content alone, its risen terms hashed", got, last.Drift.Content)
+	}
+	t.Logf("content drift: AUC %.3f, rose %v", last.Drift.Content.AUC, last.Drift.Content.Rose)
+}
+
+// topicShift serves a gateway in front of a simulator of model "m"
+// (analyzers at 1 s buckets and evaluations, a 30 s window, min_requests
+// 100, samples of 400) with, when emb is set, the embedding test on every
+// prompt through emb (backend "emb", model "e"). Clients ask about
+// politics and work (fortunes, topicTraffic) until ready holds; the
+// baseline is pinned; 20 evaluations of the same subjects must not drift.
+// Then the clients turn to people and kids at the same lengths, and
+// topicShift returns the gateway's URL.
+func topicShift(t *testing.T, emb *httptest.Server, ready func(signalsDrift) bool) string {
 	if testing.Short() {
 		t.Skip("-short: about half a minute of traffic")
 	}
@@ -63,6 +85,12 @@ func TestContentShiftThroughGateway(t *testing.T) {
 	an := &cfg.Analyzers
 	an.Bucket, an.Window, an.Reference, an.Interval, an.MinRequests = time.Second, 30*time.Second, 2*time.Minute, time.Second, 100
 	an.Drift.Reservoir = 400
+	if emb != nil {
+		cfg.Backends[0].Models = []string{"m"}
+		cfg.Backends = append(cfg.Backends, config.Backend{Name: "emb", URL: emb.URL, Kind: "openai", Weight: 100, Models: []string{"e"}})
+		e := &an.Drift.Text.Embeddings
+		e.Backend, e.Model, e.SampleRatio = "emb", "e", 1
+	}
 	if err := cfg.ValidateServe(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,31 +98,18 @@ func TestContentShiftThroughGateway(t *testing.T) {
 
 	var shifted atomic.Bool
 	topicTraffic(t, url, ref, other, &shifted)
-	signals := func() signalsDrift { return readDrift(t, url) }
-	// Wait for a full reference, pin it, and watch the same subjects for
-	// 20 evaluations.
-	waitFor(t, 60*time.Second, func() bool { return signals().Drift.Content != nil })
-	code, _, body := testutil.Post(t, url+"/admin/baseline", "")
-	if code != http.StatusOK {
+	waitFor(t, 60*time.Second, func() bool { return ready(readDrift(t, url)) })
+	if code, _, body := testutil.Post(t, url+"/admin/baseline", ""); code != http.StatusOK {
 		t.Fatalf("POST /admin/baseline: %d %s", code, body)
 	}
 	for range 20 {
-		if s := signals(); s.Drift.State == "drift" {
+		if s := readDrift(t, url); s.Drift.State == "drift" {
 			t.Fatalf("the same subjects: input drift %v", driftedFeatures(s))
 		}
 		time.Sleep(cfg.Analyzers.Interval)
 	}
 	shifted.Store(true)
-	var last signalsDrift
-	waitFor(t, 60*time.Second, func() bool {
-		last = signals()
-		return last.Drift.State == "drift"
-	})
-	if got := driftedFeatures(last); !slices.Equal(got, []string{"content"}) || last.Drift.Content == nil ||
-		len(last.Drift.Content.Rose) == 0 || !strings.HasPrefix(last.Drift.Content.Rose[0].Term, "#") {
-		t.Errorf("drifted %v, content %+v: want the content alone, its risen terms hashed", got, last.Drift.Content)
-	}
-	t.Logf("content drift: AUC %.3f, rose %v", last.Drift.Content.AUC, last.Drift.Content.Rose)
+	return url
 }
 
 // topicTraffic sends chat requests through the gateway at url from four
@@ -159,46 +174,11 @@ func driftedFeatures(s signalsDrift) []string {
 // embedding backend goes down: the clients see nothing of it (none of
 // their requests fails) and its prompts are counted failed or dropped.
 func TestEmbeddingShiftThroughGateway(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: about half a minute of traffic")
-	}
-	testutil.SkipStatisticalUnderRace(t)
-	ref := testutil.Fortunes(t, "politics", "work")
-	other := testutil.Fortunes(t, "people", "kids")
-	slices.SortFunc(other, func(a, b string) int { return len(a) - len(b) })
-
 	k := sim.DefaultKnobs()
 	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
-	srv := httptest.NewServer(sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler())
-	t.Cleanup(srv.Close)
 	emb := httptest.NewServer(sim.New(sim.Options{Model: "e", Seed: 2, Knobs: k}).Handler())
 	t.Cleanup(emb.Close)
-	cfg := testConfig(srv.URL)
-	cfg.Backends[0].Models = []string{"m"}
-	cfg.Backends = append(cfg.Backends, config.Backend{Name: "emb", URL: emb.URL, Kind: "openai", Weight: 100, Models: []string{"e"}})
-	an := &cfg.Analyzers
-	an.Bucket, an.Window, an.Reference, an.Interval, an.MinRequests = time.Second, 30*time.Second, 2*time.Minute, time.Second, 100
-	an.Drift.Reservoir = 400
-	e := &an.Drift.Text.Embeddings
-	e.Backend, e.Model, e.SampleRatio = "emb", "e", 1
-	if err := cfg.ValidateServe(); err != nil {
-		t.Fatal(err)
-	}
-	_, url, _ := serveApp(t, cfg)
-
-	var shifted atomic.Bool
-	topicTraffic(t, url, ref, other, &shifted)
-	waitFor(t, 60*time.Second, func() bool { return readDrift(t, url).Drift.Embedding != nil })
-	if code, _, body := testutil.Post(t, url+"/admin/baseline", ""); code != http.StatusOK {
-		t.Fatalf("POST /admin/baseline: %d %s", code, body)
-	}
-	for range 20 {
-		if s := readDrift(t, url); s.Drift.State == "drift" {
-			t.Fatalf("the same subjects: input drift %v", driftedFeatures(s))
-		}
-		time.Sleep(cfg.Analyzers.Interval)
-	}
-	shifted.Store(true)
+	url := topicShift(t, emb, func(s signalsDrift) bool { return s.Drift.Embedding != nil })
 	var last signalsDrift
 	waitFor(t, 60*time.Second, func() bool {
 		last = readDrift(t, url)

@@ -28,6 +28,29 @@ func fillPrompts(s *Sample, rng *rand.Rand, texts []string, n int) {
 // at most 1 in 20; a window wholly of two other subjects (food and law)
 // all 20, and one 30 % of them at least 18 of 20 in one evaluation.
 func TestCompareOnFortunes(t *testing.T) {
+	fortuneCases(t, 18, func(rng *rand.Rand, ref []string, pool []string, k int) (Result, bool) {
+		r, cur := NewSample(fortuneN), NewSample(fortuneN)
+		fillPrompts(r, rng, ref, 3*fortuneN)
+		fillPrompts(cur, rng, pool, k)
+		fillPrompts(cur, rng, ref, 2*fortuneN-k)
+		return Compare(r, cur)
+	})
+}
+
+// fortuneN is the prompts of a current window in fortuneCases, the
+// fleet's default sample; the reference is offered three times as many.
+const fortuneN = 1024
+
+// fortuneCases runs a held-out test on the fortunes, science + computers
+// as the reference, at the level of one feature among input drift's 16
+// (0.01/16): test fills a reference sample from ref and a current one of
+// k prompts from pool and 2·fortuneN−k from ref, and compares them. A
+// resample must flag at most 1 seed of 100 (and at most 12 at 0.05, 3
+// standard deviations above the level's 5); longer texts only (a length
+// change, for the length features to report) at most 1 of 20; a window
+// wholly of food + law all 20; one 30 % of them at least min30 of 20. It
+// returns each case's mean AUC by name.
+func fortuneCases(t *testing.T, min30 int, test func(rng *rand.Rand, ref, pool []string, k int) (Result, bool)) map[string]float64 {
 	testutil.SkipStatisticalUnderRace(t)
 	ref := testutil.Fortunes(t, "science", "computers")
 	other := testutil.Fortunes(t, "food", "law")
@@ -37,7 +60,8 @@ func TestCompareOnFortunes(t *testing.T) {
 			long = append(long, x)
 		}
 	}
-	const n, level = 1024, 0.01 / 16
+	const level = 0.01 / 16
+	aucs := map[string]float64{}
 	for _, c := range []struct {
 		name     string
 		share    float64
@@ -48,20 +72,15 @@ func TestCompareOnFortunes(t *testing.T) {
 		{"resample", 0, ref, 100, 0, 1},
 		{"longer texts", 1, long, 20, 0, 1},
 		{"other subjects", 1, other, 20, 20, 20},
-		{"30% other subjects", 0.3, other, 20, 18, 20},
+		{"30% other subjects", 0.3, other, 20, min30, 20},
 	} {
 		flagged, at05 := 0, 0
 		var auc float64
 		for seed := range c.seeds {
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
-			r, cur := NewSample(n), NewSample(n)
-			fillPrompts(r, rng, ref, 3*n)
-			k := int(c.share * 2 * n)
-			fillPrompts(cur, rng, c.pool, k)
-			fillPrompts(cur, rng, ref, 2*n-k)
-			res, ok := Compare(r, cur)
+			res, ok := test(rng, ref, c.pool, int(c.share*2*fortuneN))
 			if !ok {
-				t.Fatalf("%s: no test on %d and %d prompts", c.name, r.Len(), cur.Len())
+				t.Fatalf("%s: no test", c.name)
 			}
 			if res.P < level {
 				flagged++
@@ -71,7 +90,8 @@ func TestCompareOnFortunes(t *testing.T) {
 			}
 			auc += res.AUC
 		}
-		t.Logf("%s: flagged in %d of %d seeds (%d at 0.05), mean AUC %.3f", c.name, flagged, c.seeds, at05, auc/float64(c.seeds))
+		aucs[c.name] = auc / float64(c.seeds)
+		t.Logf("%s: flagged in %d of %d seeds (%d at 0.05), mean AUC %.3f", c.name, flagged, c.seeds, at05, aucs[c.name])
 		if flagged < c.min || flagged > c.max {
 			t.Errorf("%s: flagged in %d of %d seeds, want %d to %d", c.name, flagged, c.seeds, c.min, c.max)
 		}
@@ -79,4 +99,5 @@ func TestCompareOnFortunes(t *testing.T) {
 			t.Errorf("%s: %d of %d seeds below 0.05, where the level gives 5 (12 is 3 standard deviations above)", c.name, at05, c.seeds)
 		}
 	}
+	return aucs
 }
