@@ -314,7 +314,7 @@ func sample(r *exchange.Request, resp *exchange.Response, s *logprob.Summary) la
 func clientError(resp *exchange.Response) bool {
 	switch resp.ErrorClass {
 	case exchange.ClassBadRequest, exchange.ClassPromptTooLong, exchange.ClassUnknownModel,
-		exchange.ClassUpstream4xx, exchange.ClassClientCancel:
+		exchange.ClassUpstream4xx, exchange.ClassClientCancel, exchange.ClassRateLimited:
 		return true
 	case exchange.ClassNone:
 		return resp.Status >= 400 && resp.Status < 500

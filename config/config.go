@@ -69,6 +69,8 @@ type Config struct {
 	Cache      Cache      `yaml:"cache"`
 	Responses  Responses  `yaml:"responses"`
 	Usage      Usage      `yaml:"usage"`
+	// Quotas limits each tenant's requests and tokens across replicas.
+	Quotas Quotas `yaml:"quotas"`
 	// Passthrough governs the paths the gateway passes to a backend
 	// without reading them as an API it knows.
 	Passthrough Passthrough `yaml:"passthrough"`
@@ -761,6 +763,54 @@ type Usage struct {
 	// Empty: no tenant.
 	TenantHeader string `yaml:"tenant_header"`
 }
+
+// Quotas configures tenant limits, held across replicas through the
+// shared store (state.redis_url; one process's memory without it). The
+// tenant is the one usage.tenant_header names.
+type Quotas struct {
+	// Enabled turns the limits on.
+	Enabled bool `yaml:"enabled"`
+	// Fail is what a replica does while the shared store does not answer
+	// within Timeout: open (admit within its own share of each limit, the
+	// limit divided by the live replicas) or closed (answer 503).
+	Fail string `yaml:"fail"`
+	// Timeout bounds the store's answer to one admission.
+	Timeout time.Duration `yaml:"timeout"`
+	// DefaultMaxTokens is the completion tokens reserved for a request
+	// that sets no max_tokens, max_completion_tokens or max_output_tokens.
+	DefaultMaxTokens int64 `yaml:"default_max_tokens"`
+	// Default are the limits of tenants not listed; zero values: none.
+	Default QuotaLimits `yaml:"default"`
+	// Tenants are the limits of listed tenants, by tenant label (a
+	// credential's is its hash, "sha256:" and 12 hex digits).
+	Tenants map[string]QuotaLimits `yaml:"tenants"`
+	// Models are limits per model, on top of the tenant's: each tenant's
+	// use of that model is also held to them.
+	Models map[string]QuotaLimits `yaml:"models"`
+}
+
+// QuotaLimits are one tenant's (or one tenant's use of one model's)
+// limits; 0 is no limit.
+type QuotaLimits struct {
+	// RequestsPerMinute admits at most this many requests in any 60 s.
+	RequestsPerMinute int64 `yaml:"requests_per_minute"`
+	// TokensPerMinute admits at most this many prompt and completion
+	// tokens in any 60 s.
+	TokensPerMinute int64 `yaml:"tokens_per_minute"`
+	// TokensPerDay admits at most this many tokens in a UTC calendar day.
+	TokensPerDay int64 `yaml:"tokens_per_day"`
+	// MaxConcurrent is the most requests in flight.
+	MaxConcurrent int64 `yaml:"max_concurrent"`
+}
+
+// Zero says whether l sets no limit.
+func (l QuotaLimits) Zero() bool { return l == QuotaLimits{} }
+
+// Quota failure modes.
+const (
+	QuotaFailOpen   = "open"
+	QuotaFailClosed = "closed"
+)
 
 // Passthrough configures the paths the gateway proxies as they are (any
 // path that is not one of its own routes).

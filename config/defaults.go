@@ -28,6 +28,7 @@ func Default() Config {
 		Retries:     DefaultRetries(),
 		Cache:       DefaultCache(),
 		Usage:       DefaultUsage(),
+		Quotas:      DefaultQuotas(),
 		Responses:   DefaultResponses(),
 		Passthrough: DefaultPassthrough(),
 		Log:         DefaultLog(),
@@ -201,6 +202,13 @@ func DefaultResponses() Responses {
 // DefaultUsage returns the default usage section.
 func DefaultUsage() Usage {
 	return Usage{Inject: true, TenantHeader: "X-Tenant"}
+}
+
+// DefaultQuotas returns the default quotas section: off; failing open;
+// 50 ms for the store; 1,024 completion tokens reserved for a request
+// that sets no maximum.
+func DefaultQuotas() Quotas {
+	return Quotas{Fail: QuotaFailOpen, Timeout: 50 * time.Millisecond, DefaultMaxTokens: 1024}
 }
 
 // DefaultPassthrough returns the default passthrough section: every admin

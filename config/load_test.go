@@ -67,6 +67,7 @@ func TestDefault(t *testing.T) {
 		},
 		Retries:     config.Retries{Attempts: 3},
 		Usage:       config.Usage{Inject: true, TenantHeader: "X-Tenant"},
+		Quotas:      config.Quotas{Fail: "open", Timeout: 50 * time.Millisecond, DefaultMaxTokens: 1024},
 		Passthrough: config.Passthrough{MaxUploadBytes: 100 << 20},
 		Log:         config.Log{Level: "info", Access: true},
 	}
@@ -145,6 +146,7 @@ log: {level: debug, access: false}
 				Retrieval:   config.Default().Retrieval,
 				Cache:       config.Default().Cache,
 				Usage:       config.Default().Usage,
+				Quotas:      config.Default().Quotas,
 				Responses:   config.Default().Responses,
 				Passthrough: config.Default().Passthrough,
 				Analyzers: func() config.Analyzers {

@@ -45,6 +45,7 @@ func (c *Config) Validate() error {
 	l.nest("cache", c.Cache.Validate())
 	l.nest("responses", c.Responses.Validate())
 	l.nest("usage", c.Usage.Validate())
+	l.nest("quotas", c.Quotas.Validate())
 	l.nest("passthrough", c.Passthrough.Validate())
 	l.nest("log", c.Log.Validate())
 	if e := c.Analyzers.Drift.Text.Embeddings; e.On() {
@@ -555,6 +556,49 @@ func (u *Usage) Validate() error {
 	var l errList
 	if u.TenantHeader != "" && !headerNameRE.MatchString(u.TenantHeader) {
 		l.add("tenant_header", fmt.Errorf("must be an HTTP header name (letters, digits, '-' and the like), got %q", u.TenantHeader))
+	}
+	return l.err()
+}
+
+// Validate checks q.
+func (q *Quotas) Validate() error {
+	var l errList
+	l.add("fail", oneOf(q.Fail, []string{QuotaFailOpen, QuotaFailClosed}))
+	if q.Timeout <= 0 || q.Timeout > 10*time.Second {
+		l.add("timeout", fmt.Errorf("must be in (0, 10s], got %v", q.Timeout))
+	}
+	if q.DefaultMaxTokens < 1 {
+		l.add("default_max_tokens", fmt.Errorf("must be >= 1, got %d", q.DefaultMaxTokens))
+	}
+	l.nest("default", q.Default.Validate())
+	for _, name := range slices.Sorted(maps.Keys(q.Tenants)) {
+		lim := q.Tenants[name]
+		if name == "" {
+			l.add("tenants", errors.New("a tenant name is empty"))
+		}
+		l.nest("tenants."+name, lim.Validate())
+	}
+	for _, name := range slices.Sorted(maps.Keys(q.Models)) {
+		lim := q.Models[name]
+		if name == "" {
+			l.add("models", errors.New("a model name is empty"))
+		}
+		l.nest("models."+name, lim.Validate())
+	}
+	return l.err()
+}
+
+// Validate checks l.
+func (q *QuotaLimits) Validate() error {
+	var l errList
+	for _, f := range []struct {
+		key string
+		v   int64
+	}{{"requests_per_minute", q.RequestsPerMinute}, {"tokens_per_minute", q.TokensPerMinute},
+		{"tokens_per_day", q.TokensPerDay}, {"max_concurrent", q.MaxConcurrent}} {
+		if f.v < 0 {
+			l.add(f.key, fmt.Errorf("must be >= 0 (0: no limit), got %d", f.v))
+		}
 	}
 	return l.err()
 }

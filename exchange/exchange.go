@@ -55,6 +55,11 @@ const (
 	ClassUpstream5xx   ErrorClass = "upstream_5xx"
 	ClassTimeout       ErrorClass = "timeout"
 	ClassClientCancel  ErrorClass = "client_cancel"
+	// ClassRateLimited: a tenant quota refused it (the client's doing);
+	// ClassQuotaUnavailable: the quota store did not answer and
+	// quotas.fail is closed (the gateway's failure).
+	ClassRateLimited      ErrorClass = "rate_limited"
+	ClassQuotaUnavailable ErrorClass = "quota_unavailable"
 )
 
 // Failed reports whether c is a failure of the backends or of the gateway
@@ -63,7 +68,7 @@ const (
 // requests, unknown models or cancellations.
 func (c ErrorClass) Failed() bool {
 	switch c {
-	case ClassUpstream5xx, ClassTimeout, ClassNoBackend:
+	case ClassUpstream5xx, ClassTimeout, ClassNoBackend, ClassQuotaUnavailable:
 		return true
 	}
 	return false

@@ -37,6 +37,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/cache"
+	"github.com/vigil-gw/vigil/gateway/quota"
 	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/retrieval"
 	"github.com/vigil-gw/vigil/gateway/rewrite"
@@ -113,6 +114,10 @@ type Server struct {
 	engine       *gin.Engine
 	inject       rewrite.Injector
 	tenants      *request.Tenants
+	quota        *quota.Limiter // tenant limits (quotas.go)
+	// tenantLabels bounds the tenant labels; quotas' tenants are
+	// always among them.
+	tenantLabels *modelLabels
 	// sessionHeader is balancer.prefix.session_header, canonical ("":
 	// none).
 	sessionHeader string
@@ -176,7 +181,19 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg, pool, bal, known)
 	s.inject = rewrite.NewInjector(cfg.Analyzers.Confidence.Inject)
-	s.tenants = request.NewTenants(cfg.Usage.TenantHeader, new(modelLabels).label)
+	// The tenants that quotas name keep their labels however many others
+	// come: their limits must find them.
+	s.tenantLabels = new(modelLabels)
+	for name := range cfg.Quotas.Tenants {
+		s.tenantLabels.admit(name)
+	}
+	s.tenants = request.NewTenants(cfg.Usage.TenantHeader, s.tenantLabels.label)
+	var quotaStore state.Quotas
+	if q, ok := opts.SharedStore.(state.Quotas); ok {
+		quotaStore = q
+	}
+	s.quota = quota.New(cfg.Quotas, quotaStore, opts.Replica, s.reg, s.log)
+	s.admin.SetQuotas(s.quota)
 	if h := cfg.Balancer.Prefix.SessionHeader; h != "" {
 		s.sessionHeader = http.CanonicalHeaderKey(h)
 	}
@@ -282,6 +299,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.disp != nil {
 		g.Go(func() error { return s.disp.Run(ctx) })
 	}
+	// The limiter runs while quotas are off too: a reload may turn them on.
+	g.Go(func() error { s.quota.Run(ctx); return nil })
 	if s.shadow != nil {
 		g.Go(func() error {
 			<-ctx.Done()
@@ -382,6 +401,9 @@ type call struct {
 	// usageInjected: the gateway asked for the stream's usage
 	// (usage.inject); rewrite and modifyResponse strip it again.
 	usageInjected bool
+	// quota is the request's reservation under its tenant's limits
+	// (quotas.go); nil when none holds it.
+	quota *quota.Ticket
 	// findOwner: the tap looks for the id of the response being made,
 	// to record its owner (a Responses answer: apis.go).
 	findOwner bool
@@ -518,6 +540,9 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 		return
 	}
 	x.retry.kinds = kinds
+	if !s.admitQuota(ctx, w, x, f, body) {
+		return
+	}
 	if x.disp != nil && op.HasPrompt() {
 		x.disp.prompt(req)
 	}
@@ -988,6 +1013,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 	x.resp.latency = now.Sub(x.req.Start)
 	status, class := x.outcome(ctx, p != nil)
 	x.settleUsage()
+	s.settleQuota(x, status, class)
 	s.observeBackend(ctx, x, now)
 	s.metrics.observe(x, status, class)
 	s.endSpans(x, status, class)

@@ -15,6 +15,8 @@ type Memory struct {
 	buckets map[string]map[int64]map[string]memBucket // signal → start → replica
 	docs    map[string]memDoc
 	leases  map[string]memDoc // value: owner
+	quotas  map[string]*memScope
+	live    map[string]time.Time // replicas, until when
 }
 
 type memBucket struct {
@@ -31,7 +33,7 @@ type memDoc struct {
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
 	return &Memory{now: time.Now, buckets: map[string]map[int64]map[string]memBucket{},
-		docs: map[string]memDoc{}, leases: map[string]memDoc{}}
+		docs: map[string]memDoc{}, leases: map[string]memDoc{}, quotas: map[string]*memScope{}}
 }
 
 var _ Store = (*Memory)(nil)

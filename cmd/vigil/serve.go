@@ -9,9 +9,11 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
@@ -93,7 +95,47 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memLimit := setMemoryLimit(os.Getenv, cfg.Limits, containerMemoryLimit)
 	log.Info("vigil serving", "listen", ln.Addr().String(), "tls", cfg.ListenTLS.CertFile != "",
 		"backends", len(cfg.Backends), "version", buildVersion(), "gogc", gc, "memory_limit", memLimit)
+	if *path != "" {
+		rctx, cancel := context.WithCancel(ctx)
+		reloaded := make(chan struct{})
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		go func() {
+			defer close(reloaded)
+			defer signal.Stop(hup)
+			reloadQuotas(rctx, hup, *path, a.SetQuotas, log)
+		}()
+		defer func() {
+			cancel()
+			<-reloaded
+		}()
+	}
 	return a.Serve(ctx, ln)
+}
+
+// reloadQuotas rereads the config file's quotas section on each signal
+// from hup (SIGHUP) until ctx ends and puts it in force with set: limits
+// change without a restart, and the tenants' counts so far stand. A file
+// that does not load, or quotas that are not valid, change nothing. The
+// other sections are read at start only.
+func reloadQuotas(ctx context.Context, hup <-chan os.Signal, path string, set func(config.Quotas), log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := loadConfig(path)
+		if err == nil {
+			err = cfg.Quotas.Validate()
+		}
+		if err != nil {
+			log.Error("SIGHUP: quotas unchanged: the config does not load", "path", path, "err", err)
+			continue
+		}
+		set(cfg.Quotas)
+		log.Info("SIGHUP: quotas reloaded", "path", path, "enabled", cfg.Quotas.Enabled, "tenants", len(cfg.Quotas.Tenants), "models", len(cfg.Quotas.Models))
+	}
 }
 
 // defaultGOGC is the collector's target when GOGC is not set: Go's own.

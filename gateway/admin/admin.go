@@ -6,8 +6,10 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -54,6 +56,12 @@ type UsageSource interface {
 	UsageJSON(ctx context.Context) ([]byte, error)
 }
 
+// QuotasSource describes the tenant quotas in force, their use and
+// refusals, for GET /admin/usage's "quotas", as a JSON object.
+type QuotasSource interface {
+	QuotasJSON(ctx context.Context) ([]byte, error)
+}
+
 // Baseliner pins the current window as the drift reference (POST /admin/baseline).
 type Baseliner interface {
 	PinBaseline(ctx context.Context) error
@@ -79,6 +87,8 @@ type Options struct {
 	History       HistorySource
 	Usage         UsageSource
 	Baseline      Baseliner
+	// Quotas adds "quotas" to /admin/usage. Nil: none.
+	Quotas QuotasSource
 }
 
 // An API serves the admin routes, the dashboard and the profiles. It is
@@ -89,6 +99,9 @@ type API struct {
 
 // New returns the API of o.
 func New(o Options) *API { return &API{o: o} }
+
+// SetQuotas sets Options.Quotas; call it before serving.
+func (a *API) SetQuotas(q QuotasSource) { a.o.Quotas = q }
 
 // Register adds the API's routes to e: the dashboard (public: its data
 // comes from the admin routes), /admin/* behind the token, and
@@ -450,11 +463,35 @@ func (a *API) getNotifications(c *gin.Context) {
 }
 
 func (a *API) getUsage(c *gin.Context) {
-	if a.o.Usage == nil {
+	if a.o.Usage == nil && a.o.Quotas == nil {
 		apierror.Write(c.Writer, notEnabled("usage accounting"))
 		return
 	}
-	writeSource(c, a.o.Usage.UsageJSON)
+	writeSource(c, func(ctx context.Context) ([]byte, error) {
+		// Without the analyzers, the quotas alone.
+		usage, err := []byte("{}"), error(nil)
+		if a.o.Usage != nil {
+			usage, err = a.o.Usage.UsageJSON(ctx)
+		}
+		if err != nil || a.o.Quotas == nil {
+			return usage, err
+		}
+		q, err := a.o.Quotas.QuotasJSON(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// The usage object, its last brace replaced by the quotas member.
+		usage = bytes.TrimSpace(usage)
+		if len(usage) < 2 || usage[len(usage)-1] != '}' {
+			return nil, errors.New("usage is not a JSON object")
+		}
+		out := append([]byte(nil), usage[:len(usage)-1]...)
+		if len(bytes.TrimSpace(out)) > 1 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, `"quotas":`...), q...), '}')
+		return out, nil
+	})
 }
 
 func writeSource(c *gin.Context, get func(context.Context) ([]byte, error)) {

@@ -138,6 +138,10 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	return ServeGateway(ctx, ln, a.gw, a.limits, a.log, a.pipeline.Run)
 }
 
+// SetQuotas puts new tenant quotas (validated) in force, as SIGHUP's
+// reload does: the tenants' counts so far stand against the new limits.
+func (a *App) SetQuotas(q config.Quotas) { a.gw.SetQuotas(q) }
+
 // Close flushes the spans still queued, for at most five seconds, then
 // closes the shared store's client. Safe on a partly built app; Serve
 // closes the app itself, so Close is for an app that is never served.

@@ -111,16 +111,20 @@ func StartCluster(t testing.TB) string {
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
+	// Every node must say so: one that has not heard the others' slots
+	// yet answers CLUSTERDOWN for the keys it serves.
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, _ := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", addrs[0][len("127.0.0.1:"):], "cluster", "info").Output()
-		if strings.Contains(string(out), "cluster_state:ok") {
-			break
+	for _, addr := range addrs {
+		for {
+			out, _ := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", addr[len("127.0.0.1:"):], "cluster", "info").Output()
+			if strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ok: %s", addr, out)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster not ok: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	return "redis://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
 }
