@@ -261,3 +261,48 @@ func TestQuotaStoreDown(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaSettlesExact: a reservation is settled to the tokens the
+// request used, plain or streamed (the stream's usage asked for by the
+// gateway and taken out again): the tenant's use in /admin/usage is the
+// sum of the usage its client read.
+func TestQuotaSettlesExact(t *testing.T) {
+	gw := quotaGateway(t, nil, map[string]config.QuotaLimits{"team-a": {TokensPerMinute: 100000}}, nil, nil)
+	c := tenantClient(gw.URL, "team-a", 0)
+	params := openai.ChatCompletionNewParams{
+		Model:     "m1",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me about the sea, in a few words.")},
+		MaxTokens: openai.Int(7),
+	}
+	r, err := c.Chat.Completions.New(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := r.Usage.TotalTokens
+	stream := c.Chat.Completions.NewStreaming(t.Context(), params)
+	chunks := 0
+	for stream.Next() {
+		chunks++
+	}
+	if err := stream.Err(); err != nil || chunks == 0 {
+		t.Fatalf("stream: %v, %d chunks", err, chunks)
+	}
+	want += r.Usage.PromptTokens + 7 // the same prompt, 7 tokens generated
+	waitSettled(t, gw)
+	_, body := gw.get(t, "/admin/usage")
+	var usage struct {
+		Quotas struct {
+			Tenants []struct {
+				Used struct {
+					Tokens int64 `json:"tokens_last_minute"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(body, &usage); err != nil || len(usage.Quotas.Tenants) != 1 {
+		t.Fatalf("/admin/usage: %v %s", err, body)
+	}
+	if got := usage.Quotas.Tenants[0].Used.Tokens; got != want {
+		t.Errorf("tokens used %d, want %d (the usage reported: %d, then the stream's)", got, want, r.Usage.TotalTokens)
+	}
+}

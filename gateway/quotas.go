@@ -77,16 +77,23 @@ func refusalError(r *quota.Refusal) *apierror.Error {
 	return apierror.New(http.StatusTooManyRequests, typ, "rate_limit_exceeded", msg, exchange.ClassRateLimited)
 }
 
-// settleQuota ends the request's reservation with the tokens it used.
-// A request the gateway answered itself, or the backend failed with a
-// 5xx, costs nothing; one whose use is unknown costs its estimate.
+// settleQuota ends the request's reservation with the tokens it used:
+// the backend's usage, or the content chunks counted and the prompt's
+// estimate (a stream the client left early). A request the gateway
+// answered itself, or the backend failed with a 5xx, costs nothing; one
+// whose use is unknown costs its estimate.
 func (s *Server) settleQuota(x *call, status int, class exchange.ErrorClass) {
 	if x.quota == nil {
 		return
 	}
 	charged := x.resp.apiErr == nil && status < 500 && !class.Failed()
-	used := int64(x.resp.prompt() + x.resp.completionTokens)
-	if x.resp.usageSource == exchange.UsageNone {
+	var used int64
+	switch x.resp.usageSource {
+	case exchange.UsageReported:
+		used = int64(x.resp.prompt() + x.resp.completionTokens)
+	case exchange.UsageCounted: // the content chunks; the prompt's tokens unknown
+		used = quota.PromptEstimate(len(x.req.Body)) + int64(x.resp.completionTokens)
+	default:
 		used = -1
 	}
 	s.quota.Settle(x.quota, used, charged)

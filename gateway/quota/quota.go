@@ -208,8 +208,12 @@ func (l *Limiter) Estimate(bodyBytes int, maxTokens float64, set bool) int64 {
 	if set && maxTokens >= 0 && maxTokens < math.MaxInt32 {
 		out = int64(maxTokens)
 	}
-	return int64(bodyBytes+3)/4 + out
+	return PromptEstimate(bodyBytes) + out
 }
+
+// PromptEstimate is the tokens a prompt of bodyBytes bytes of request
+// body is taken to hold: one per 4 bytes, JSON syntax included.
+func PromptEstimate(bodyBytes int) int64 { return int64(bodyBytes+3) / 4 }
 
 // Admit reserves a request of tokens for tenant's use of model. It
 // returns a nil Ticket and nil Refusal when no limit applies, a Refusal
