@@ -508,11 +508,19 @@ func (l *Limiter) QuotasJSON(ctx context.Context) ([]byte, error) {
 		TokensDay int64 `json:"tokens_today"`
 		InFlight  int64 `json:"in_flight"`
 	}
+	// remainingJSON is what a tenant may still use; null where it has
+	// no limit.
+	type remainingJSON struct {
+		RequestsPerMinute *int64 `json:"requests_per_minute"`
+		TokensPerMinute   *int64 `json:"tokens_per_minute"`
+		TokensPerDay      *int64 `json:"tokens_per_day"`
+		MaxConcurrent     *int64 `json:"max_concurrent"`
+	}
 	type tenantJSON struct {
 		Tenant    string           `json:"tenant"`
 		Limits    limitsJSON       `json:"limits"`
 		Used      *useJSON         `json:"used,omitempty"`
-		Remaining *limitsJSON      `json:"remaining,omitempty"`
+		Remaining *remainingJSON   `json:"remaining,omitempty"`
 		Rejected  map[string]int64 `json:"rejected"`
 	}
 	out := struct {
@@ -552,13 +560,14 @@ func (l *Limiter) QuotasJSON(ctx context.Context) ([]byte, error) {
 			if err == nil && len(v.Use) == 1 {
 				u := v.Use[0]
 				t.Used = &useJSON{u.Requests, u.Tokens, u.TokensDay, u.InFlight}
-				rem := func(limit, used int64) int64 {
+				rem := func(limit, used int64) *int64 {
 					if limit == 0 {
-						return 0
+						return nil
 					}
-					return max(limit-used, 0)
+					r := max(limit-used, 0)
+					return &r
 				}
-				t.Remaining = &limitsJSON{rem(lim.RequestsPerMinute, u.Requests), rem(lim.TokensPerMinute, u.Tokens),
+				t.Remaining = &remainingJSON{rem(lim.RequestsPerMinute, u.Requests), rem(lim.TokensPerMinute, u.Tokens),
 					rem(lim.TokensPerDay, u.TokensDay), rem(lim.MaxConcurrent, u.InFlight)}
 			}
 		}

@@ -510,6 +510,44 @@
     }), 9, "no backends");
   }
 
+  // renderQuotas lists the tenants under quotas, those held back first:
+  // a limit used up now, or refusals since the last poll.
+  let lastRefused = {};
+  function renderQuotas(usage) {
+    const q = usage && usage.quotas;
+    const section = $("quotas-section");
+    if (!q || !q.enabled) { section.hidden = true; return; }
+    section.hidden = false;
+    $("quotas-note").textContent = "fail " + q.fail + " · store " + q.store + " · live replicas: " + count(q.live_replicas) +
+      (q.admitted_locally > 0 ? " · " + count(q.admitted_locally) + " admitted from the local share" : "");
+    const refusedOf = t => Object.values(t.rejected || {}).reduce((a, b) => a + (isNum(b) ? b : 0), 0);
+    const exhausted = t => {
+      const l = t.limits || {}, r = t.remaining;
+      return !!r && ["requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent"].some(k => l[k] > 0 && r[k] === 0);
+    };
+    const rows = (q.tenants || []).map(t => {
+      const refused = refusedOf(t);
+      const held = exhausted(t) || refused > (lastRefused[t.tenant] || 0);
+      return { t, refused, held };
+    });
+    const next = {};
+    rows.forEach(r => { next[r.t.tenant] = r.refused; });
+    lastRefused = next;
+    rows.sort((a, b) => (b.held - a.held) || (b.refused - a.refused) || a.t.tenant.localeCompare(b.t.tenant));
+    const of = (used, limit) => limit > 0 ? count(used) + " / " + count(limit) : count(used);
+    fillBody($("quotas"), rows.map(({ t, refused, held }) => row => {
+      const l = t.limits || {}, u = t.used || {};
+      td(row, t.tenant);
+      td(row, "").appendChild(pill(held ? "held back" : "ok", held ? "alarm" : "ok"));
+      td(row, of(u.requests_last_minute, l.requests_per_minute), "n");
+      td(row, of(u.tokens_last_minute, l.tokens_per_minute), "n");
+      td(row, of(u.tokens_today, l.tokens_per_day), "n");
+      td(row, of(u.in_flight, l.max_concurrent), "n");
+      const rj = t.rejected || {};
+      td(row, count(refused), "n", Object.entries(rj).map(([k, v]) => k + " " + count(v)).join(", "));
+    }), 7, "no tenant under a limit yet");
+  }
+
   const STATE_ORDER = { firing: 0, silenced: 1, pending: 2, resolved: 3 };
   function renderAlerts(list) {
     const sorted = (list || []).slice().sort((a, b) =>
@@ -1050,10 +1088,11 @@
     problems.clear();
     const step = Math.max(1, Math.round(RANGES[range] / TARGET_POINTS)) + "s";
     try {
-      const [sig, be, al, no, hi] = await Promise.allSettled([
+      const [sig, be, al, no, hi, us] = await Promise.allSettled([
         getJSON("/admin/signals"), getJSON("/admin/backends"), getJSON("/admin/alerts"),
         getJSON("/admin/notifications"),
         getJSON("/admin/history?since=" + encodeURIComponent(range) + "&step=" + encodeURIComponent(step)),
+        getJSON("/admin/usage"),
       ]);
       const alerts = al.status === "fulfilled" && Array.isArray(al.value) ? al.value : [];
       const part = (name, res, fn, fallback) => {
@@ -1083,6 +1122,9 @@
       part("backends", be, renderBackends);
       part("alerts", al, renderAlerts);
       part("notifications", no, renderNotifications);
+      // Usage is optional (501 without the analyzers or quotas).
+      if (us.status === "fulfilled") part("quotas", us, renderQuotas);
+      else renderQuotas(null);
       if (hi.status === "fulfilled") {
         const n = hi.value && Array.isArray(hi.value.points) ? hi.value.points.length : 0;
         $("history-note").textContent = n ? "(" + count(n) + " points, every " + durText(spacing(hi.value)) + ")" : "";
