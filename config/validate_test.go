@@ -246,6 +246,16 @@ func TestValidate(t *testing.T) {
 			c.Backends = []config.Backend{{Name: "emb", URL: "http://127.0.0.1:1", Kind: "openai", Weight: 1, Models: []string{"llama"}}}
 			c.Analyzers.Drift.Text.Embeddings.Backend, c.Analyzers.Drift.Text.Embeddings.Model = "emb", "e5"
 		}, `analyzers.drift.text.embeddings.backend: backend "emb" does not serve model "e5" (its models: llama)`},
+		{"quota fail", func(c *config.Config) { c.Quotas.Fail = "maybe" },
+			`quotas.fail: "maybe" is not one of open, closed`},
+		{"quota negative", func(c *config.Config) {
+			c.Quotas.Tenants = map[string]config.QuotaLimits{"team-a": {TokensPerMinute: -5}}
+		}, `quotas.tenants.team-a.tokens_per_minute: must be >= 0 (0: no limit), got -5`},
+		{"quota model negative", func(c *config.Config) {
+			c.Quotas.Models = map[string]config.QuotaLimits{"llama": {MaxConcurrent: -1}}
+		}, `quotas.models.llama.max_concurrent: must be >= 0 (0: no limit), got -1`},
+		{"quota timeout", func(c *config.Config) { c.Quotas.Timeout = 0 },
+			`quotas.timeout: must be in (0, 10s], got 0s`},
 		{"embeddings without text", func(c *config.Config) {
 			c.Backends = []config.Backend{{Name: "emb", URL: "http://127.0.0.1:1", Kind: "openai", Weight: 1}}
 			c.Analyzers.Drift.Text.Enabled = false

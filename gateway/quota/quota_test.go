@@ -119,3 +119,41 @@ func TestUpdateKeepsCounts(t *testing.T) {
 		t.Error("quotas off: refused")
 	}
 }
+
+// TestOpenOutageSyncs: while Redis is down, quotas.fail open admits from
+// the replica's own share, and once Redis answers again what it admitted
+// is in the shared counts: the day's use is whole.
+func TestOpenOutageSyncs(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := state.OpenRedis(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cfg := limits(map[string]config.QuotaLimits{"a": {TokensPerDay: 10_000}})
+	cfg.Timeout = 200 * time.Millisecond
+	l := New(cfg, state.NewRedis(c, "test"), "r", nil, nil)
+	run(t, l)
+	srv.Stop()
+	for range 3 {
+		tk, ref, err := l.Admit(context.Background(), "a", "m", 100)
+		if err != nil || ref != nil || !tk.local {
+			t.Fatalf("store down, fail open: ticket %+v, refusal %+v, %v", tk, ref, err)
+		}
+		l.Settle(tk, 80, true)
+	}
+	srv.Restart(t)
+	for end := time.Now().Add(20 * time.Second); l.Pending() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d settlements still pending 20 s after Redis came back", l.Pending())
+		}
+	}
+	v, err := state.NewRedis(c, "test").Admit(context.Background(), state.Admission{Tenant: "a",
+		Scopes: []state.QuotaScope{{Key: "t", TokensPerDay: 10_000}}, Peek: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Use[0].TokensDay; got != 240 {
+		t.Errorf("the day's tokens in Redis after the outage: %d, want the 240 admitted locally", got)
+	}
+}
