@@ -80,18 +80,23 @@ func refusalError(r *quota.Refusal) *apierror.Error {
 // settleQuota ends the request's reservation with the tokens it used:
 // the backend's usage, or the content chunks counted and the prompt's
 // estimate (a stream the client left early). A request the gateway
-// answered itself, or the backend failed with a 5xx, costs nothing; one
-// whose use is unknown costs its estimate.
+// answered itself, or the backend failed with a 5xx, costs nothing; a
+// cache hit or a backend's 4xx costs a request and no token; one whose
+// use is unknown costs its estimate.
 func (s *Server) settleQuota(x *call, status int, class exchange.ErrorClass) {
 	if x.quota == nil {
 		return
 	}
 	charged := x.resp.apiErr == nil && status < 500 && !class.Failed()
 	var used int64
-	switch x.resp.usageSource {
-	case exchange.UsageReported:
+	switch {
+	case x.req.Backend == "cache", status >= 400:
+		// A cache hit, or the backend's refusal (a bad request, a
+		// prompt too long): no generation, a request and no token.
+		used = 0
+	case x.resp.usageSource == exchange.UsageReported:
 		used = int64(x.resp.prompt() + x.resp.completionTokens)
-	case exchange.UsageCounted: // the content chunks; the prompt's tokens unknown
+	case x.resp.usageSource == exchange.UsageCounted: // the content chunks; the prompt's tokens unknown
 		used = quota.PromptEstimate(len(x.req.Body)) + int64(x.resp.completionTokens)
 	default:
 		used = -1
