@@ -47,6 +47,7 @@ type signalsDrift struct {
 // and input drift turns to drift on the content test alone, its risen
 // terms hashed ids (analyzers.drift.text.explain is off by default).
 func TestContentShiftThroughGateway(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	url := topicShift(t, nil, func(s signalsDrift) bool { return s.Drift.Content != nil })
 	var last signalsDrift
 	waitFor(t, 60*time.Second, func() bool {
@@ -67,12 +68,12 @@ func TestContentShiftThroughGateway(t *testing.T) {
 // politics and work (fortunes, topicTraffic) until ready holds; the
 // baseline is pinned; 20 evaluations of the same subjects must not drift.
 // Then the clients turn to people and kids at the same lengths, and
-// topicShift returns the gateway's URL.
+// topicShift returns the gateway's URL. Its callers skip under the race
+// detector (test/run finds them by that call, and runs them without it).
 func topicShift(t *testing.T, emb *httptest.Server, ready func(signalsDrift) bool) string {
 	if testing.Short() {
 		t.Skip("-short: about half a minute of traffic")
 	}
-	testutil.SkipStatisticalUnderRace(t)
 	ref := testutil.Fortunes(t, "politics", "work")
 	other := testutil.Fortunes(t, "people", "kids")
 	slices.SortFunc(other, func(a, b string) int { return len(a) - len(b) })
@@ -174,6 +175,7 @@ func driftedFeatures(s signalsDrift) []string {
 // embedding backend goes down: the clients see nothing of it (none of
 // their requests fails) and its prompts are counted failed or dropped.
 func TestEmbeddingShiftThroughGateway(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	k := sim.DefaultKnobs()
 	k.TTFT, k.ITL, k.OutputTokens = 0, 0, 4
 	emb := httptest.NewServer(sim.New(sim.Options{Model: "e", Seed: 2, Knobs: k}).Handler())

@@ -28,6 +28,7 @@ func fillPrompts(s *Sample, rng *rand.Rand, texts []string, n int) {
 // at most 1 in 20; a window wholly of two other subjects (food and law)
 // all 20, and one 30 % of them at least 18 of 20 in one evaluation.
 func TestCompareOnFortunes(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	fortuneCases(t, 18, func(rng *rand.Rand, ref []string, pool []string, k int) (Result, bool) {
 		r, cur := NewSample(fortuneN), NewSample(fortuneN)
 		fillPrompts(r, rng, ref, 3*fortuneN)
@@ -49,9 +50,9 @@ const fortuneN = 1024
 // standard deviations above the level's 5); longer texts only (a length
 // change, for the length features to report) at most 1 of 20; a window
 // wholly of food + law all 20; one 30 % of them at least min30 of 20. It
-// returns each case's mean AUC by name.
+// returns each case's mean AUC by name. Its callers skip under the race
+// detector (test/run finds them by that call, and runs them without it).
 func fortuneCases(t *testing.T, min30 int, test func(rng *rand.Rand, ref, pool []string, k int) (Result, bool)) map[string]float64 {
-	testutil.SkipStatisticalUnderRace(t)
 	ref := testutil.Fortunes(t, "science", "computers")
 	other := testutil.Fortunes(t, "food", "law")
 	var long []string

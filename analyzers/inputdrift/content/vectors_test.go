@@ -11,6 +11,8 @@ import (
 	"unicode"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 // bagEmbedder embeds a text as the sum of its distinct words' fixed random
@@ -67,6 +69,7 @@ func (e *bagEmbedder) fill(t *testing.T, s *Vectors, rng *rand.Rand, texts []str
 // measured) must stay clear of chance's 0.5, whose spread over 20 seeds is
 // about 0.004.
 func TestCompareVectorsOnFortunes(t *testing.T) {
+	testutil.SkipStatisticalUnderRace(t)
 	e := &bagEmbedder{dim: 384}
 	aucs := fortuneCases(t, 0, func(rng *rand.Rand, ref, pool []string, k int) (Result, bool) {
 		r, cur := NewVectors(fortuneN), NewVectors(fortuneN)
