@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -29,21 +30,37 @@ func run(t *testing.T, l *Limiter) {
 }
 
 // TestOvershootThreeReplicas: three replicas (their own Redis clients)
-// admit one tenant's requests at once, 4 workers each, for 3 s, against
-// 20,000 tokens a minute. Each request reserves 200 tokens and uses 50 to
-// 240 (a fifth of them more than reserved, as a prompt the estimate
-// undercounts does), settled when it ends. The tokens used by the
-// requests admitted in the run (all within one minute) exceed the limit
-// by at most 2 % plus one reservation per replica, and fall short of it
-// by at most two reservations: the replicas together admit what one would.
+// admit one tenant's requests at once, 4 workers each, against 20,000
+// tokens a minute, for 3 s (VIGIL_QUOTA_RUN, a duration, for longer: the
+// figure in docs/operations.md is of a 150 s run). Each request reserves
+// 200 tokens and uses 50 to 240 (a fifth of them more than reserved, as a
+// prompt the estimate undercounts does), settled when it ends. In every
+// 60-second span, the tokens used by the requests admitted in it exceed
+// the limit by at most 2 % plus one reservation per replica; and the span
+// that holds the most falls short of the limit by at most the
+// reservations in flight when the run ends (one per worker): the replicas
+// together admit what one would.
 func TestOvershootThreeReplicas(t *testing.T) {
 	srv := redistest.Start(t)
 	const limit, reserve = 20_000, 200
+	runFor := 3 * time.Second
+	if v := os.Getenv("VIGIL_QUOTA_RUN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("VIGIL_QUOTA_RUN: %v", err)
+		}
+		runFor = d
+	}
 	cfg := limits(map[string]config.QuotaLimits{"team-a": {TokensPerMinute: limit}})
+	type use struct {
+		at   time.Time
+		used int64
+	}
 	var mu sync.Mutex
-	var used, admitted, refused int64
+	var uses []use
+	var refused int64
 	var wg sync.WaitGroup
-	end := time.Now().Add(3 * time.Second)
+	end := time.Now().Add(runFor)
 	for r := range 3 {
 		c, err := state.OpenRedis(srv.URL())
 		if err != nil {
@@ -56,20 +73,24 @@ func TestOvershootThreeReplicas(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), uint64(w)))
 			wg.Go(func() {
 				for time.Now().Before(end) {
+					at := time.Now()
 					tk, ref, err := l.Admit(context.Background(), "team-a", "m", reserve)
 					if err != nil {
 						t.Error(err)
 						return
 					}
-					mu.Lock()
 					if ref != nil {
+						mu.Lock()
 						refused++
 						mu.Unlock()
+						// A refused client backs off a little, as the
+						// SDKs do, rather than spin.
+						time.Sleep(time.Millisecond)
 						continue
 					}
 					u := 50 + rng.Int64N(191)
-					admitted++
-					used += u
+					mu.Lock()
+					uses = append(uses, use{at, u})
 					mu.Unlock()
 					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // the request's life
 					l.Settle(tk, u, true)
@@ -78,14 +99,27 @@ func TestOvershootThreeReplicas(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	over := float64(used-limit) / limit
-	t.Logf("%d admitted, %d refused; tokens used %d of %d: %+.2f%% (bound +2%% and 3 reservations: %d)",
-		admitted, refused, used, limit, 100*over, limit*102/100+3*reserve)
-	if used > limit*102/100+3*reserve {
-		t.Errorf("used %d tokens of %d: beyond 2%% and one reservation per replica", used, limit)
+	// The busiest 60-second span ends at an admission.
+	slices.SortFunc(uses, func(a, b use) int { return a.at.Compare(b.at) })
+	var most, sum int64
+	from := 0
+	for _, u := range uses {
+		sum += u.used
+		for !uses[from].at.After(u.at.Add(-time.Minute)) {
+			sum -= uses[from].used
+			from++
+		}
+		most = max(most, sum)
 	}
-	if used < limit-2*reserve {
-		t.Errorf("used %d tokens of %d: the replicas admitted less than one would", used, limit)
+	t.Logf("%v: %d admitted, %d refused; the busiest 60 s used %d tokens of %d: %+.2f%% (bound: %d)",
+		runFor, len(uses), refused, most, limit, 100*float64(most-limit)/limit, limit*102/100+3*reserve)
+	if most > limit*102/100+3*reserve {
+		t.Errorf("a 60-s span used %d tokens of %d: beyond 2%% and one reservation per replica", most, limit)
+	}
+	// What it may lack: the reservations of the 12 workers' last
+	// requests, freed by their settlements after the run ended.
+	if most < limit-12*reserve {
+		t.Errorf("the busiest 60-s span used %d tokens of %d: the replicas admitted less than one would", most, limit)
 	}
 }
 
