@@ -64,6 +64,7 @@ type Limiter struct {
 	// admitted from the local share.
 	episodes, localAdmits atomic.Int64
 	outstanding           atomic.Int64 // settlements queued and not done
+	open                  atomic.Int64 // tickets issued and not settled
 	// tenants are the tenants admitted or refused so far (their labels
 	// are bounded), with their refusals by reason.
 	tenants sync.Map // string → *refusals
@@ -273,6 +274,7 @@ func (l *Limiter) Admit(ctx context.Context, tenant, model string, tokens int64)
 	if len(v.Use) > 0 && scopes[0].TokensPerMinute > 0 {
 		l.m.remaining.WithLabelValues(tenant).Set(float64(max(scopes[0].TokensPerMinute-v.Use[0].Tokens, 0)))
 	}
+	l.open.Add(1)
 	return &Ticket{adm: adm, verdict: v, local: local}, nil, nil
 }
 
@@ -328,6 +330,7 @@ func (l *Limiter) Settle(t *Ticket, used int64, charged bool) {
 		}
 	}
 	l.outstanding.Add(1)
+	l.open.Add(-1) // after: Pending never reads 0 in between
 	select {
 	case l.pending <- s:
 	default:
@@ -336,8 +339,9 @@ func (l *Limiter) Settle(t *Ticket, used int64, charged bool) {
 	}
 }
 
-// Pending returns how many settlements the store has yet to hear of.
-func (l *Limiter) Pending() int { return int(l.outstanding.Load()) }
+// Pending returns how many admitted requests the store has yet to hear
+// the end of: those still running, and those whose settlement waits.
+func (l *Limiter) Pending() int { return int(l.open.Load() + l.outstanding.Load()) }
 
 // Run sends settlements to the store and the replica's heartbeat, until
 // ctx ends.
@@ -533,7 +537,7 @@ func (l *Limiter) QuotasJSON(ctx context.Context) ([]byte, error) {
 		PendingSettles int          `json:"settlements_pending"`
 		Tenants        []tenantJSON `json:"tenants"`
 	}{Enabled: cfg.Enabled, Fail: cfg.Fail, Store: "ok", LiveReplicas: l.live.Load(), StoreOutages: l.episodes.Load(),
-		AdmittedLocal: l.localAdmits.Load(), PendingSettles: l.Pending(), Tenants: []tenantJSON{}}
+		AdmittedLocal: l.localAdmits.Load(), PendingSettles: int(l.outstanding.Load()), Tenants: []tenantJSON{}}
 	if l.down.Load() {
 		out.Store = "unreachable"
 	}
