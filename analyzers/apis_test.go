@@ -13,9 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vigil-gw/vigil/analyzers/inputdrift"
-	"github.com/vigil-gw/vigil/analyzers/sse"
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/sse"
 )
 
 // apiRequests are the same prompt in the three request formats.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
-	"github.com/vigil-gw/vigil/gateway/rewrite"
+	"github.com/vigil-gw/vigil/gateway/inject"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/internal/testutil"
 )
@@ -247,11 +247,11 @@ func FuzzTap(f *testing.F) {
 		}
 		if !broken { // FuzzStrip and FuzzUsageStripper cut the input every way
 			opens := bytes.Count(in, []byte("{")) + bytes.Count(in, []byte("["))
-			if out := testutil.ReadInPieces(t, rewrite.NewStripper(io.NopCloser(bytes.NewReader(in)), sse), r); len(out) > len(in)+3*opens {
+			if out := testutil.ReadInPieces(t, inject.NewStripper(io.NopCloser(bytes.NewReader(in)), sse), r); len(out) > len(in)+3*opens {
 				t.Fatalf("the logprobs stripper made %d bytes of %d: %q", len(out), len(in), in)
 			}
 			if sse {
-				if out := testutil.ReadInPieces(t, rewrite.NewUsageStripper(io.NopCloser(bytes.NewReader(in))), r); len(out) > len(in) {
+				if out := testutil.ReadInPieces(t, inject.NewUsageStripper(io.NopCloser(bytes.NewReader(in))), r); len(out) > len(in) {
 					t.Fatalf("the usage stripper made %d bytes of %d: %q", len(out), len(in), in)
 				}
 			}

@@ -144,7 +144,7 @@ func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 	}
 	if x.resp.usageReported {
 		// The prefix-cache figures from the gateway's side (upstream's
-		// prefix.go): what the backend said it read from its cache.
+		// prefixcache.go): what the backend said it read from its cache.
 		b.ObserveTokens(x.resp.prompt(), int(x.resp.cachedTokens))
 	}
 }

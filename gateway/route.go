@@ -7,7 +7,7 @@ import (
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/balance"
-	"github.com/vigil-gw/vigil/gateway/balance/prefix"
+	"github.com/vigil-gw/vigil/gateway/balance/affinity"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -23,7 +23,7 @@ func (s *Server) pick(r *http.Request, x *call, op exchange.Operation, kinds []s
 	if h == nil {
 		return s.balancer.Pick(x.req.Model, kinds)
 	}
-	var key prefix.Key
+	var key affinity.Key
 	var session string
 	if v := r.Header[s.sessionHeader]; len(v) > 0 {
 		session = v[0]

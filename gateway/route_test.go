@@ -11,7 +11,7 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
-	"github.com/vigil-gw/vigil/gateway/balance/prefix"
+	"github.com/vigil-gw/vigil/gateway/balance/affinity"
 )
 
 // TestRouteDecision: under the prefix strategy a tenant's first request is
@@ -131,7 +131,7 @@ func TestRouteOwnerFirst(t *testing.T) {
 	follow := `{"model":"m1","instructions":"` + instructions + `","input":"` + strings.Repeat("second question ", 64) + `","max_output_tokens":2,"previous_response_id":"` + r.ID + `"}`
 	// The index says the other backend holds the whole follow-up, the
 	// owner only its instructions.
-	var k prefix.Key
+	var k affinity.Key
 	if !gw.Balancer().Hasher().Compute(&k, exchange.OpResponses, []byte(follow), "") || k.N == 0 {
 		t.Fatal("no key for the follow-up")
 	}

@@ -37,10 +37,10 @@ import (
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/balance"
 	"github.com/vigil-gw/vigil/gateway/cache"
+	"github.com/vigil-gw/vigil/gateway/inject"
 	"github.com/vigil-gw/vigil/gateway/quota"
 	"github.com/vigil-gw/vigil/gateway/request"
 	"github.com/vigil-gw/vigil/gateway/retrieval"
-	"github.com/vigil-gw/vigil/gateway/rewrite"
 	"github.com/vigil-gw/vigil/gateway/shadow"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
@@ -112,7 +112,7 @@ type Server struct {
 	disp         *dispatcher
 	metrics      *metrics
 	engine       *gin.Engine
-	inject       rewrite.Injector
+	inject       inject.Injector
 	tenants      *request.Tenants
 	quota        *quota.Limiter // tenant limits (quotas.go)
 	// tenantLabels bounds the tenant labels; quotas' tenants are
@@ -180,7 +180,7 @@ func New(opts Options) (*Server, error) {
 		known = append(known, b.Models...)
 	}
 	s.metrics = newMetrics(s.reg, pool, bal, known)
-	s.inject = rewrite.NewInjector(cfg.Analyzers.Confidence.Inject)
+	s.inject = inject.NewInjector(cfg.Analyzers.Confidence.Inject)
 	// The tenants that quotas name keep their labels however many others
 	// come: their limits must find them.
 	s.tenantLabels = new(modelLabels)
@@ -574,13 +574,13 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		x.shadow.body, x.shadow.auth = body, r.Header.Get("Authorization")
 	}
 	switch {
-	case x.shadow.picked && !req.Stream && rewrite.Eligible(op, f) && s.shadow.NamesIDs(x.backend):
+	case x.shadow.picked && !req.Stream && inject.Eligible(op, f) && s.shadow.NamesIDs(x.backend):
 		// The backend named token ids in a comparison before: ask for
 		// this answer's logprobs by id, stripped from the client's bytes
 		// as injected logprobs are. Another backend, on a retry, gets
 		// the logprobs without the ids member it may not know.
 		plain, ids := s.shadow.Injection(op)
-		body, x.shadow.idsBody, x.shadow.idsBackend = rewrite.AppendMembers(body, plain), rewrite.AppendMembers(body, ids), x.backend
+		body, x.shadow.idsBody, x.shadow.idsBackend = inject.AppendMembers(body, plain), inject.AppendMembers(body, ids), x.backend
 		req.Injected = true
 		s.metrics.injections.Inc()
 	case f != nil && s.inject.Sample(op, f):
@@ -590,7 +590,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		s.metrics.injections.Inc()
 	}
 	if f != nil && s.cfg.Usage.Inject {
-		if b, ok := rewrite.InjectUsage(op, f, body); ok {
+		if b, ok := inject.InjectUsage(op, f, body); ok {
 			body, x.usageInjected = b, true
 			s.metrics.usageInjections.Inc()
 		}
@@ -908,9 +908,9 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
 		strip := func(body io.ReadCloser, sse bool) io.ReadCloser {
 			if x.req.Operation == exchange.OpResponses {
-				return rewrite.NewResponsesStripper(body, sse, &x.fields)
+				return inject.NewResponsesStripper(body, sse, &x.fields)
 			}
-			return rewrite.NewStripper(body, sse)
+			return inject.NewStripper(body, sse)
 		}
 		// The body gets shorter, so it goes chunked: the client sees the
 		// same body bytes as without injection, but no Content-Length
@@ -926,7 +926,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	}
 	// The usage that usage.inject asked for leaves last.
 	if x.usageInjected && resp.StatusCode == http.StatusOK && isSSE {
-		resp.Body = rewrite.NewUsageStripper(resp.Body)
+		resp.Body = inject.NewUsageStripper(resp.Body)
 		unsized(resp)
 	}
 	return nil

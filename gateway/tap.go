@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-gw/vigil/analyzers/sse"
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/apierror"
+	"github.com/vigil-gw/vigil/gateway/sse"
 	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 

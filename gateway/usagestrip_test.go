@@ -12,8 +12,8 @@ import (
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/exchange"
+	"github.com/vigil-gw/vigil/gateway/inject"
 	"github.com/vigil-gw/vigil/gateway/request"
-	"github.com/vigil-gw/vigil/gateway/rewrite"
 )
 
 // simIDs matches the ids the simulator derives from the whole request
@@ -28,7 +28,7 @@ var simIDs = regexp.MustCompile(`"id":"(chatcmpl|cmpl)-[0-9a-f]{32}"`)
 // match.
 func TestUsageStripSim(t *testing.T) {
 	_, url := startSim(t, "m1", nil)
-	lp := rewrite.NewInjector(config.Inject{SampleRatio: 1, TopLogprobs: 5})
+	lp := inject.NewInjector(config.Inject{SampleRatio: 1, TopLogprobs: 5})
 	const (
 		chat = `{"model":"m1","messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":6,"stream":true`
 		cmpl = `{"model":"m1","prompt":"Once upon a time","max_tokens":6,"stream":true`
@@ -76,7 +76,7 @@ func TestUsageStripSim(t *testing.T) {
 							if injectLP { // in the gateway's order
 								up = lp.Rewrite(ep.op, up)
 							}
-							up, ok := rewrite.InjectUsage(ep.op, &f, up)
+							up, ok := inject.InjectUsage(ep.op, &f, up)
 							if !ok {
 								t.Fatal("not injected")
 							}
@@ -87,9 +87,9 @@ func TestUsageStripSim(t *testing.T) {
 									io.Closer
 								}{io.TeeReader(rc, &raw), rc} // what the tap sees
 								if injectLP {
-									rc = rewrite.NewStripper(rc, true)
+									rc = inject.NewStripper(rc, true)
 								}
-								return rewrite.NewUsageStripper(rc)
+								return inject.NewUsageStripper(rc)
 							})
 							if !bytes.Contains(raw.Bytes(), []byte(`"choices":[],"usage":{`)) {
 								t.Fatalf("the backend sent no usage chunk:\n%s", raw.Bytes())

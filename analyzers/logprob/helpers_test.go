@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vigil-gw/vigil/analyzers/sse"
+	"github.com/vigil-gw/vigil/gateway/sse"
 	"github.com/vigil-gw/vigil/sim"
 )
 

@@ -177,7 +177,7 @@ type backendJSON struct {
 }
 
 // prefixCacheJSON is a backend's (or the fleet's) prefix-cache figures
-// (gateway/upstream's prefix.go).
+// (gateway/upstream's prefixcache.go).
 type prefixCacheJSON struct {
 	// HitRate is hits/queries over the last window_seconds; null when the
 	// window saw no prompt tokens.

@@ -7,7 +7,7 @@
 // The default, for model servers that reuse the KV cache of a prompt
 // prefix they have computed (vLLM's automatic prefix caching): a request
 // goes where its prompt's prefix already is, unless that backend is much
-// busier than the others. See [Balancer.PickFor]; package prefix hashes
+// busier than the others. See [Balancer.PickFor]; package affinity hashes
 // the prompt and keeps the index.
 //
 // # The dynamic strategy
@@ -71,7 +71,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
-	"github.com/vigil-gw/vigil/gateway/balance/prefix"
+	"github.com/vigil-gw/vigil/gateway/balance/affinity"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 )
 
@@ -145,13 +145,13 @@ type Balancer struct {
 	// The prefix strategy's: nil hasher and index for the others. names
 	// holds the hash of each backend's name, in pool order, for
 	// rendezvous placement.
-	hasher             *prefix.Hasher
-	index              *prefix.Index
+	hasher             *affinity.Hasher
+	index              *affinity.Index
 	names              []uint64
 	minChars           int
 	guardAbs, guardRel float64
 	hotGuardAbs        float64
-	homes              *prefix.Homes
+	homes              *affinity.Homes
 	homeSlack          float64
 	homeTTL            time.Duration
 	homeStore          HomeStore // nil: homes are this replica's own
@@ -196,13 +196,13 @@ func New(pool *upstream.Pool, o Options) (*Balancer, error) {
 	case Prefix:
 		b.strategy = stPrefix
 		p := o.Prefix
-		h, err := prefix.NewHasher(prefix.Options{BlockChars: p.BlockChars, MaxChars: p.MaxChars, Hash: p.Hash})
+		h, err := affinity.NewHasher(affinity.Options{BlockChars: p.BlockChars, MaxChars: p.MaxChars, Hash: p.Hash})
 		if err != nil {
 			return nil, fmt.Errorf("balancer.prefix.%w", err)
 		}
-		b.hasher, b.index = h, prefix.NewIndex(p.IndexSize)
+		b.hasher, b.index = h, affinity.NewIndex(p.IndexSize)
 		b.minChars, b.guardAbs, b.guardRel, b.hotGuardAbs = p.MinChars, p.GuardAbs, p.GuardRel, p.HotGuardAbs
-		b.homes, b.homeSlack, b.homeTTL = prefix.NewHomes(maxHomes, len(pool.Backends()), p.HomeTTL), p.HomeSlack, p.HomeTTL
+		b.homes, b.homeSlack, b.homeTTL = affinity.NewHomes(maxHomes, len(pool.Backends()), p.HomeTTL), p.HomeSlack, p.HomeTTL
 		if hs, ok := o.Store.(HomeStore); ok {
 			b.homeStore = hs
 		}
@@ -486,15 +486,15 @@ func (b *Balancer) Strategy() string { return strategyNames[b.strategy] }
 
 // Hasher returns the prefix strategy's hasher; nil for other strategies,
 // which need no prompt key.
-func (b *Balancer) Hasher() *prefix.Hasher { return b.hasher }
+func (b *Balancer) Hasher() *affinity.Hasher { return b.hasher }
 
 // Homes returns the prefix strategy's anchor homes (nil for other
 // strategies), for tests and the admin API.
-func (b *Balancer) Homes() *prefix.Homes { return b.homes }
+func (b *Balancer) Homes() *affinity.Homes { return b.homes }
 
 // Index returns the prefix strategy's index (nil for other strategies),
 // for tests and the admin API.
-func (b *Balancer) Index() *prefix.Index { return b.index }
+func (b *Balancer) Index() *affinity.Index { return b.index }
 
 // PickFor is Pick given the request's prompt key (nil: none; only the
 // prefix strategy reads it), and says how it chose.
@@ -514,7 +514,7 @@ func (b *Balancer) Index() *prefix.Index { return b.index }
 // for the dynamic choice among the other candidates (ReasonLoad,
 // GuardOverride). The chain is then recorded for the chosen backend,
 // which from now on holds it, whichever way it was chosen.
-func (b *Balancer) PickFor(model string, kinds []string, key *prefix.Key, exclude ...*upstream.Backend) (*upstream.Backend, Decision, error) {
+func (b *Balancer) PickFor(model string, kinds []string, key *affinity.Key, exclude ...*upstream.Backend) (*upstream.Backend, Decision, error) {
 	backends := b.pool.Backends()
 	var buf [maxStack]int32
 	cands := buf[:0]
@@ -562,7 +562,7 @@ func (b *Balancer) PickFor(model string, kinds []string, key *prefix.Key, exclud
 }
 
 // pickPrefix is the prefix strategy's picker (PickFor).
-func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *prefix.Key, d *Decision, now time.Time) int32 {
+func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *affinity.Key, d *Decision, now time.Time) int32 {
 	if key == nil || key.N == 0 || key.Chars < b.minChars {
 		d.Reason = ReasonShort
 		if key != nil {
@@ -587,7 +587,7 @@ func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *
 	} else if !hasHome {
 		pref = b.homes.Place(key.Anchor, key.Blocks[0], cands, b.homeSlack,
 			func(c int32) float64 { return backends[c].Weight },
-			func(c int32) float64 { return prefix.Score(key.Anchor, b.names[c], backends[c].Weight) }, now)
+			func(c int32) float64 { return affinity.Score(key.Anchor, b.names[c], backends[c].Weight) }, now)
 	}
 	states := b.snap.Load().Backends
 	var loadBuf [maxStack]float64
@@ -669,7 +669,7 @@ func (b *Balancer) best(backends []*upstream.Backend, cands []int32, held []int,
 			continue
 		}
 		h := int(c) == home
-		sc := prefix.Score(anchor, b.names[c], backends[c].Weight)
+		sc := affinity.Score(anchor, b.names[c], backends[c].Weight)
 		if held[k] > most || held[k] == most && (h && !isHome || h == isHome && sc > score) {
 			pick, most, score, isHome = c, held[k], sc, h
 		}

@@ -66,7 +66,7 @@ type Backend struct {
 	latency    peakEWMA // seconds to the first response byte
 	errRate    ewma     // 1 per failed attempt, 0 per successful one
 
-	// Prefix cache (prefix.go) and model discovery (models.go).
+	// Prefix cache (prefixcache.go) and model discovery (models.go).
 	promptTokens atomic.Int64 // reported by answers through this gateway
 	cachedTokens atomic.Int64 // of promptTokens, read from the prefix cache
 	prefixCache  atomic.Pointer[PrefixCache]

@@ -25,8 +25,8 @@ func allowed(p, q string) (bool, string) {
 		return false, q + " is imported by the wiring only (cmd/, internal/app, internal/demo): its subpackages and peers never reach back up"
 	case (under(q, "internal/app") || under(q, "internal/demo")) && !wiring:
 		return false, "the wiring is imported by the commands only"
-	case under(p, "gateway") && under(q, "analyzers") && q != "analyzers/sse":
-		return false, "the data plane talks to the analyzers through exchange only (analyzers/sse, the line splitter, is the one shared piece)"
+	case under(p, "gateway") && under(q, "analyzers"):
+		return false, "the data plane talks to the analyzers through exchange only"
 	case under(p, "analyzers") && under(q, "gateway"):
 		return false, "the analyzers know nothing of the data plane"
 	case (p == "exchange" || p == "config") && !under(q, "internal/jsonscan"):
@@ -84,7 +84,7 @@ func TestAllowed(t *testing.T) {
 		{"gateway/request", "gateway", false},
 		{"analyzers/usage", "analyzers", false},
 		{"gateway", "analyzers", false},
-		{"gateway", "analyzers/sse", true},
+		{"gateway", "analyzers/stats", false},
 		{"gateway/admin", "analyzers/alert", false},
 		{"analyzers/share", "gateway/upstream", false},
 		{"sim", "cmd/vigil", false},

@@ -2,7 +2,7 @@
 // package jsonscan, which must read a document exactly as encoding/json
 // does or give up: the request parser (gateway/request), the response
 // scanner (gateway) and the injection that follows the request parser
-// (gateway/rewrite) seed their tests and fuzz targets from one corpus.
+// (gateway/inject) seed their tests and fuzz targets from one corpus.
 // Only tests import it.
 package jsonscantest
 

@@ -1,4 +1,4 @@
-package rewrite
+package inject
 
 import (
 	"bytes"
@@ -286,7 +286,7 @@ func (r repeatReader) Read(p []byte) (int, error) { return copy(p, r.chunk), nil
 // streams them with top_logprobs=5 (chat) and logprobs=5 (completions),
 // through Read as the proxy calls it.
 //
-//	go test -run '^$' -bench StripSSEChunk -benchmem ./gateway/rewrite/
+//	go test -run '^$' -bench StripSSEChunk -benchmem ./gateway/inject/
 func BenchmarkStripSSEChunk(b *testing.B) {
 	s := sim.New(sim.Options{Model: "m1", Seed: 1, Created: 1, Knobs: sim.DefaultKnobs()})
 	for _, c := range []struct{ name, path, body string }{

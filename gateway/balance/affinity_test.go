@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
-	"github.com/vigil-gw/vigil/gateway/balance/prefix"
+	"github.com/vigil-gw/vigil/gateway/balance/affinity"
 	"github.com/vigil-gw/vigil/gateway/upstream"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -25,8 +25,8 @@ func prefixBalancer(t testing.TB, p *upstream.Pool) *Balancer {
 
 // key makes a prompt key of n blocks: tenant sets the anchor and the
 // first blocks, turn the later ones (blocks [shared, n) differ by turn).
-func key(tenant, turn uint64, shared, n int) *prefix.Key {
-	k := &prefix.Key{N: n, Chars: n * 256, Anchor: tenant*7919 + 1}
+func key(tenant, turn uint64, shared, n int) *affinity.Key {
+	k := &affinity.Key{N: n, Chars: n * 256, Anchor: tenant*7919 + 1}
 	for i := range n {
 		k.Blocks[i] = tenant<<32 | uint64(i) + 1
 		if i >= shared {
@@ -75,7 +75,7 @@ func TestPrefixPicks(t *testing.T) {
 	if _, d, _ := b.PickFor("m", nil, nil); d.Reason != ReasonShort {
 		t.Errorf("no key: %+v", d)
 	}
-	if _, d, _ := b.PickFor("m", nil, &prefix.Key{}); d.Reason != ReasonShort {
+	if _, d, _ := b.PickFor("m", nil, &affinity.Key{}); d.Reason != ReasonShort {
 		t.Errorf("no blocks: %+v", d)
 	}
 	// Other strategies say so and ignore the key.
@@ -111,7 +111,7 @@ func TestPrefixTies(t *testing.T) {
 	b.Index().Record(k.Chain(), 2)
 	// Equal cost: the rendezvous order of the two, every time.
 	want := bs[0]
-	if prefix.Score(k.Anchor, b.names[2], 100) > prefix.Score(k.Anchor, b.names[0], 100) {
+	if affinity.Score(k.Anchor, b.names[2], 100) > affinity.Score(k.Anchor, b.names[0], 100) {
 		want = bs[2]
 	}
 	for range 20 {
@@ -277,13 +277,13 @@ func TestPrefixHot(t *testing.T) {
 
 // tenantKey renders tenant i's chat request (a long system prompt, then
 // turns user messages) into a key.
-func tenantKey(t testing.TB, h *prefix.Hasher, i, turns int) *prefix.Key {
+func tenantKey(t testing.TB, h *affinity.Hasher, i, turns int) *affinity.Key {
 	t.Helper()
 	msgs := fmt.Sprintf(`{"role":"system","content":"tenant %d: %s"},{"role":"user","content":"hello"}`, i, longText)
 	for j := 1; j < turns; j++ {
 		msgs += fmt.Sprintf(`,{"role":"assistant","content":"answer %d"},{"role":"user","content":"more %d"}`, j, j)
 	}
-	var k prefix.Key
+	var k affinity.Key
 	if !h.Compute(&k, exchange.OpChat, []byte(`{"messages":[`+msgs+`]}`), "") {
 		t.Fatal("Compute failed")
 	}
@@ -443,7 +443,7 @@ func BenchmarkPickFor(b *testing.B) {
 			o.Strategy = strategy
 			bal := mustNew(b, p, o)
 			kinds := []string{"openai"}
-			keys := make([]*prefix.Key, 64)
+			keys := make([]*affinity.Key, 64)
 			for i := range keys {
 				keys[i] = key(uint64(i%8), uint64(i), 32, 64)
 			}

@@ -1,4 +1,4 @@
-package rewrite
+package inject
 
 import (
 	"bytes"
@@ -446,7 +446,7 @@ func usageBenchCases(tb testing.TB) []usageBenchCase {
 // BenchmarkUsageStrip filters one SSE event per op, through Read as the
 // proxy calls it.
 //
-//	go test -run '^$' -bench UsageStrip -benchmem ./gateway/rewrite/
+//	go test -run '^$' -bench UsageStrip -benchmem ./gateway/inject/
 func BenchmarkUsageStrip(b *testing.B) {
 	for _, c := range usageBenchCases(b) {
 		b.Run(c.name, func(b *testing.B) {

@@ -1,4 +1,4 @@
-package rewrite
+package inject
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 // every target for 5 s after the race tests, `test/run -fuzz` for 60 s
 // each; one by hand:
 //
-//	go test -run '^$' -fuzz '^FuzzInjectRequest$' -fuzztime 60s ./gateway/rewrite/
+//	go test -run '^$' -fuzz '^FuzzInjectRequest$' -fuzztime 60s ./gateway/inject/
 //
 // Inputs that once failed live in testdata/fuzz/<target>/ and run with
 // every `go test`.

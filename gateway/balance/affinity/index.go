@@ -1,4 +1,4 @@
-package prefix
+package affinity
 
 import (
 	"math/bits"

@@ -1,4 +1,4 @@
-// Package prefix gives the prefix-aware balancer what it needs to send a
+// Package affinity gives the prefix-aware balancer what it needs to send a
 // request where its prompt's prefix already is: a canonical rendering of
 // the request's leading content, cut into blocks and hashed as a chain
 // (Key), a bounded index of which backends recently served which blocks
@@ -19,7 +19,7 @@
 // The package is pure: no HTTP, no gateway types. Everything in it is
 // deterministic across processes, so that gateway replicas that share no
 // state hash, place and learn alike.
-package prefix
+package affinity
 
 import (
 	"fmt"
