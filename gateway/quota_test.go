@@ -306,3 +306,42 @@ func TestQuotaSettlesExact(t *testing.T) {
 		t.Errorf("tokens used %d, want %d (the usage reported: %d, then the stream's)", got, want, r.Usage.TotalTokens)
 	}
 }
+
+// TestQuotaChargesClientThatLeft: a client that leaves a stream part way
+// (recorded 499) is charged what the backend made for it, the prompt's
+// estimate and the chunks counted, not nothing and not the whole
+// reservation.
+func TestQuotaChargesClientThatLeft(t *testing.T) {
+	gw := quotaGateway(t, func(k *sim.Knobs) { k.TTFT, k.ITL, k.OutputTokens = 0, 20*time.Millisecond, 500 },
+		map[string]config.QuotaLimits{"team-a": {TokensPerMinute: 100000}}, nil, nil)
+	c := tenantClient(gw.URL, "team-a", 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	stream := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:     "m1",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me about the sea.")},
+		MaxTokens: openai.Int(500),
+	})
+	for chunks := 0; chunks < 3 && stream.Next(); chunks++ {
+	}
+	cancel()
+	stream.Close()
+	waitSettled(t, gw)
+	_, body := gw.get(t, "/admin/usage")
+	var usage struct {
+		Quotas struct {
+			Tenants []struct {
+				Used struct {
+					Tokens int64 `json:"tokens_last_minute"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(body, &usage); err != nil || len(usage.Quotas.Tenants) != 1 {
+		t.Fatalf("/admin/usage: %v %s", err, body)
+	}
+	// The body is under 400 bytes (a prompt estimate under 100 tokens);
+	// the reservation held 500 more.
+	if got := usage.Quotas.Tenants[0].Used.Tokens; got < 3 || got >= 500 {
+		t.Errorf("tokens used %d, want the prompt's estimate and the chunks read (3 to 500)", got)
+	}
+}
