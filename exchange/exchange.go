@@ -74,8 +74,10 @@ func (c ErrorClass) Failed() bool {
 	return false
 }
 
-// Request describes one proxied request. It is immutable once handed to an
-// observer and may be retained.
+// Request describes one proxied request. The gateway hands it to an
+// observer with OnRequest once its backend is settled (or with OnResponse
+// when the gateway answered itself), and writes it no more: observers may
+// read and retain it.
 type Request struct {
 	ID      string
 	TraceID string
@@ -92,7 +94,7 @@ type Request struct {
 	// Injected). Observers must not modify it.
 	Body []byte
 	// Tenant is the caller as the usage accounting names it: the value of
-	// the usage.tenant_header header, bounded (gateway.tenantLabels) and
+	// the usage.tenant_header header, bounded (gateway/request.Tenants) and
 	// never a raw credential; empty when the header is absent.
 	Tenant string
 	// Injected says that the gateway asked the backend for token logprobs

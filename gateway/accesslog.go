@@ -21,7 +21,7 @@ func (s *Server) logAccess(ctx context.Context, x *call, status int, class excha
 		}
 	}
 	s.access.Log(ctx, &accesslog.Line{
-		RequestID: x.req.ID, TraceID: x.req.TraceID, Route: x.req.Route, Path: logPath(x.path), Model: x.req.Model, Backend: x.req.Backend,
+		RequestID: x.req.ID, TraceID: x.req.TraceID, Route: x.req.Route, Path: logPath(x.path), Model: x.req.Model, Backend: x.backendName(),
 		Status: status, Stream: x.req.Stream, Latency: ms(x.resp.latency), TTFT: ttft,
 		PromptTokens: x.resp.prompt(), CompletionTokens: x.resp.completionTokens,
 		UsageSource: string(x.resp.usageSource), Tenant: x.req.Tenant,

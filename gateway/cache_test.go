@@ -102,3 +102,43 @@ func TestCacheAcrossReplicas(t *testing.T) {
 		t.Errorf("upstream calls = %d across two replicas, want 1", n)
 	}
 }
+
+// TestCacheHitObserved pins what a cache hit is to the analyzers: a prompt
+// clients sent (OnPrompt) that the gateway answered itself (no OnRequest,
+// an OnResponse without a backend), so that no backend's series, and no
+// series of a backend named "cache", counts it. The access log and the
+// X-Vigil-Backend header still name the cache.
+func TestCacheHitObserved(t *testing.T) {
+	_, url := startSim(t, "m1", nil)
+	rec := &recorder{}
+	gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, func(c *config.Config) { c.Cache.Enabled = true },
+		func(o *Options) { o.Observer = rec })
+	body := `{"model":"m1","temperature":0,"max_tokens":4,"messages":[{"role":"user","content":"cache me"}]}`
+	for i, want := range []string{"a", "cache"} {
+		resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Vigil-Backend"); resp.StatusCode != http.StatusOK || got != want {
+			t.Fatalf("request %d: %d, X-Vigil-Backend %q, want 200 from %q", i, resp.StatusCode, got, want)
+		}
+	}
+	waitFor(t, "two responses", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.resps) == 2 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.prompts) != 2 || len(rec.reqs) != 1 {
+		t.Errorf("%d prompts and %d requests observed, want 2 and 1 (the miss alone reached a backend)", len(rec.prompts), len(rec.reqs))
+	}
+	if b := rec.ended[0].Backend; b != "a" {
+		t.Errorf("the miss ended with backend %q, want a", b)
+	}
+	if b := rec.ended[1].Backend; b != "" || rec.resps[1].Status != http.StatusOK {
+		t.Errorf("the hit ended with backend %q, status %d: want none, 200", b, rec.resps[1].Status)
+	}
+	waitFor(t, "access log", func() bool { return len(gw.access.lines(t)) == 2 })
+	if got := gw.access.lines(t)[1]["backend"]; got != "cache" {
+		t.Errorf("access log backend %v, want cache", got)
+	}
+}

@@ -22,9 +22,9 @@ func TestServerTakesConfigValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr, ok := s.proxy.Transport.(*http.Transport)
+			tr, ok := s.transport.(*http.Transport)
 			if !ok {
-				t.Fatalf("transport %T, want *http.Transport", s.proxy.Transport)
+				t.Fatalf("transport %T, want *http.Transport", s.transport)
 			}
 			if tr.MaxIdleConns != cfg.Limits.MaxIdleConns || tr.MaxIdleConnsPerHost != cfg.Limits.MaxIdleConnsPerHost {
 				t.Errorf("idle connections %d, %d per host; want limits.max_idle_conns %d, limits.max_idle_conns_per_host %d",

@@ -182,9 +182,9 @@ func newMetrics(reg prometheus.Registerer, pool *upstream.Pool, bal *balance.Bal
 // observe records one finished request.
 func (m *metrics) observe(x *call, status int, class exchange.ErrorClass) {
 	model := m.models.label(x.req.Model)
-	backend := x.req.Backend
+	backend := x.backendName()
 	m.requestsFor(backend, model, status, class).Inc()
-	if backend == "" { // gateway-made error before any backend was chosen
+	if backend == "" || x.cached { // gateway-made: an error before any backend was chosen, or a cache hit
 		return
 	}
 	se := m.seriesFor(x.req.Operation, model, backend)

@@ -11,14 +11,17 @@ import (
 )
 
 // An Observer receives every prompt, request, SSE event and response end that
-// passes through the gateway. A request that no backend was chosen for (the
-// gateway answered it: a bad request, no healthy backend, a cache hit)
-// gets OnResponse only, with an empty Request.Backend. Its methods are
-// called from one dispatcher goroutine, in order per request, never from
-// the request path; a slow Observer costs dropped events, counted in
-// vigil_observer_dropped_events_total, never client latency. A request's
-// calls come in batches (up to 32 SSE events, and the last with
-// OnResponse), so OnEvent may run after the stream ended.
+// passes through the gateway. A request that no backend answered (the
+// gateway did: a bad request, no healthy backend, a refused quota, a
+// cache hit) gets no OnRequest and its OnResponse has an empty
+// Request.Backend; a cache hit, a prompt clients sent, got OnPrompt as
+// well. Its methods are called from one dispatcher goroutine, in order per
+// request, never from the request path; a slow Observer costs dropped
+// events, counted in vigil_observer_dropped_events_total, never client
+// latency. A request's calls come in batches (up to 16 SSE events or
+// 2 KiB of them, and the last with OnResponse), so OnEvent may run after
+// the stream ended. The Request an observer gets is not written by the
+// gateway after OnRequest (or, without one, OnResponse) was queued.
 type Observer interface {
 	// OnPrompt receives the prompt of a request that carries one
 	// (exchange.Operation.HasPrompt) once a backend or the cache is to
@@ -87,13 +90,13 @@ type dispatcher struct {
 	queue  chan event
 	size   int64
 	queued atomic.Int64 // events queued and not yet delivered
-	// prompts holds requests whose prompt waits for OnPrompt, at most
+	// prompts holds the prompts that wait for OnPrompt, at most
 	// queue_size. The dispatcher never waits on it, so a send wakes
 	// nobody: a wake-up per request is what batching spared the request
 	// path. It drains the prompts whenever an event wakes it, and every
 	// promptTick, so that prompts still reach the Observer when no
 	// response comes (every backend hangs).
-	prompts chan *exchange.Request
+	prompts chan prompt
 	bufs    sync.Pool
 	dropped func(n int)
 }
@@ -104,7 +107,7 @@ const promptTick = 250 * time.Millisecond
 
 func newDispatcher(obs Observer, size int, dropped func(n int)) *dispatcher {
 	d := &dispatcher{obs: obs, queue: make(chan event, size), size: int64(size),
-		prompts: make(chan *exchange.Request, size), dropped: dropped}
+		prompts: make(chan prompt, size), dropped: dropped}
 	d.bufs.New = func() any { b := make([]byte, 0, batchBytes); return &b }
 	return d
 }
@@ -132,12 +135,19 @@ func (d *dispatcher) send(ev event) {
 	d.dropped(int(n))
 }
 
+// A prompt is what OnPrompt gets of a request: a copy, so that the
+// Request itself is handed over only with OnRequest or OnResponse.
+type prompt struct {
+	start time.Time
+	op    exchange.Operation
+	body  []byte // the client's, which nobody modifies
+}
+
 // prompt queues r's prompt for OnPrompt, or drops it (counted) when
-// queue_size prompts wait. r's Start, Operation and Body must not change
-// afterwards: the dispatcher reads them while the request goes on.
+// queue_size prompts wait.
 func (d *dispatcher) prompt(r *exchange.Request) {
 	select {
-	case d.prompts <- r:
+	case d.prompts <- prompt{start: r.Start, op: r.Operation, body: r.Body}:
 	default:
 		d.dropped(1)
 	}
@@ -211,8 +221,8 @@ func (d *dispatcher) Run(ctx context.Context) error {
 // deliverPrompts hands the Observer the prompts queued so far.
 func (d *dispatcher) deliverPrompts() {
 	for len(d.prompts) > 0 {
-		r := <-d.prompts
-		d.obs.OnPrompt(r.Start, r.Operation, r.Body)
+		p := <-d.prompts
+		d.obs.OnPrompt(p.start, p.op, p.body)
 	}
 }
 

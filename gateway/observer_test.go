@@ -16,13 +16,16 @@ import (
 	"github.com/vigil-gw/vigil/sim"
 )
 
-// recorder is an Observer that keeps what it sees.
+// recorder is an Observer that keeps what it sees. It copies each Request
+// it is handed, on the dispatcher's goroutine: under the race detector, a
+// gateway that wrote a Request after handing it over would fail the test.
 type recorder struct {
 	mu      sync.Mutex
 	prompts []string // operation and body
 	reqs    []*exchange.Request
 	events  []string
 	resps   []*exchange.Response
+	ended   []exchange.Request // the Request of each OnResponse, copied then
 }
 
 func (r *recorder) OnPrompt(_ time.Time, op exchange.Operation, body []byte) {
@@ -31,8 +34,9 @@ func (r *recorder) OnPrompt(_ time.Time, op exchange.Operation, body []byte) {
 	r.mu.Unlock()
 }
 func (r *recorder) OnRequest(q *exchange.Request) {
+	cp := *q
 	r.mu.Lock()
-	r.reqs = append(r.reqs, q)
+	r.reqs = append(r.reqs, &cp)
 	r.mu.Unlock()
 }
 func (r *recorder) OnEvent(_ *exchange.Request, data []byte) {
@@ -40,9 +44,11 @@ func (r *recorder) OnEvent(_ *exchange.Request, data []byte) {
 	r.events = append(r.events, string(data))
 	r.mu.Unlock()
 }
-func (r *recorder) OnResponse(_ *exchange.Request, p *exchange.Response) {
+func (r *recorder) OnResponse(q *exchange.Request, p *exchange.Response) {
+	cp := *q
 	r.mu.Lock()
 	r.resps = append(r.resps, p)
+	r.ended = append(r.ended, cp)
 	r.mu.Unlock()
 }
 

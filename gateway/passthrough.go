@@ -272,6 +272,12 @@ func (sr *streamReader) Close() error { return nil }
 // backend's.
 func streamError(w http.ResponseWriter, err error, limit int64) *apierror.Error {
 	w.Header().Set("Connection", "close")
+	return uploadError(err, limit)
+}
+
+// uploadError is the gateway's answer to a client whose upload failed
+// (err): its connection must close, since its body was left unread.
+func uploadError(err error, limit int64) *apierror.Error {
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return apierror.New(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 			fmt.Sprintf("request body exceeds the limit of %d bytes (passthrough.max_upload_bytes)", limit), exchange.ClassBadRequest)

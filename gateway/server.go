@@ -12,9 +12,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
+	"log"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"strings"
@@ -107,14 +106,18 @@ type Server struct {
 	scraper  *upstream.Scraper
 	// attemptLists holds the attempts in flight by backend (cancel.go).
 	attemptLists map[*upstream.Backend]*attemptList
-	proxy        *httputil.ReverseProxy
-	client       *http.Client
-	disp         *dispatcher
-	metrics      *metrics
-	engine       *gin.Engine
-	inject       inject.Injector
-	tenants      *request.Tenants
-	quota        *quota.Limiter // tenant limits (quotas.go)
+	// transport carries the attempts (proxy.go); buffers and proxyLog
+	// are what each call's ReverseProxy copies with and logs to.
+	transport http.RoundTripper
+	buffers   *bufferPool
+	proxyLog  *log.Logger
+	client    *http.Client
+	disp      *dispatcher
+	metrics   *metrics
+	engine    *gin.Engine
+	inject    inject.Injector
+	tenants   *request.Tenants
+	quota     *quota.Limiter // tenant limits (quotas.go)
 	// tenantLabels bounds the tenant labels; quotas' tenants are
 	// always among them.
 	tenantLabels *modelLabels
@@ -261,14 +264,8 @@ func New(opts Options) (*Server, error) {
 			s.log.Debug("load scrape failed", "backend", b.Name, "source", source, "err", err)
 		},
 	}
-	s.proxy = &httputil.ReverseProxy{
-		Rewrite:        s.rewrite,
-		Transport:      transport,
-		ModifyResponse: s.modifyResponse,
-		ErrorHandler:   s.proxyError,
-		BufferPool:     newBufferPool(copyBufferSize),
-		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+	s.transport, s.buffers = transport, newBufferPool(copyBufferSize)
+	s.proxyLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.engine = s.routes()
 	return s, nil
 }
@@ -369,18 +366,21 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 }
 
 // call is the request path's own state for one proxied request. It is
-// touched only by the request's goroutine (the proxy calls Rewrite,
-// ModifyResponse, ErrorHandler and the body tap on it). Its state is
+// touched only by the request's goroutine (its proxy calls the call's
+// RoundTrip, its ErrorHandler and the body tap on it). Its state is
 // grouped by concern; the groups are held by value, since a call is one
 // allocation per request.
 type call struct {
+	srv     *Server
+	ctx     context.Context // the server span's: the attempts' parent
+	in      *http.Request   // the client's request
 	req     *exchange.Request
 	spec    *routeSpec        // the Responses and Messages routes; nil for others
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
 	pending batch // what the observer gets next (observer.go)
 
-	retry  attemptState    // the attempts and their retries (retry.go)
+	retry  attemptState    // the attempts and their retries (proxy.go)
 	resp   responseStats   // what the response turns into for finish (tap.go)
 	shadow shadowState     // the shadow comparison's inputs
 	span   spanState       // the spans and what they record (spans.go)
@@ -393,14 +393,27 @@ type call struct {
 	// capacity cut to 1, so that an append elsewhere copies) and the body
 	// tap.
 	fields request.Fields
+	// body is what the attempts send (forward: the client's, or with
+	// what the gateway injected); rp the proxy that copies the answer.
+	body   []byte
+	rp     httputil.ReverseProxy
 	hdr    [hdrCount]string
 	tap    tap
 	tapped bool
 	// forwardedFor: X-Forwarded-For is set (the client's address is known).
 	forwardedFor bool
 	// usageInjected: the gateway asked for the stream's usage
-	// (usage.inject); rewrite and modifyResponse strip it again.
+	// (usage.inject); accept strips it again.
 	usageInjected bool
+	// parsed: fields holds the request's fields (its route is one the
+	// gateway reads; a passed-through request's are not read).
+	parsed bool
+	// closeConn: the gateway's answer closes the client's connection (a
+	// failed upload left its body unread).
+	closeConn bool
+	// cached: the response cache answered (the access log and metrics
+	// name "cache" as the backend; the Observer sees none).
+	cached bool
 	// quota is the request's reservation under its tenant's limits
 	// (quotas.go); nil when none holds it.
 	quota *quota.Ticket
@@ -443,10 +456,6 @@ type shadowState struct {
 // every backend without a configured list.
 const modelsEvery = 5
 
-// inlineAttempts is how many attempts have their body reader and context
-// in the call (the default retries.attempts); later ones allocate.
-const inlineAttempts = 3
-
 // The header values kept in call.hdr.
 const (
 	hdrID = iota
@@ -458,30 +467,17 @@ const (
 	hdrCount
 )
 
+// backendName is the backend the access log and the metrics name: the
+// one that answered, "cache", or "" when the gateway answered itself.
+func (x *call) backendName() string {
+	if x.cached {
+		return "cache"
+	}
+	return x.req.Backend
+}
+
 // header returns the value at x.hdr[i] as a header's value list.
 func (x *call) header(i int) []string { return x.hdr[i : i+1 : i+1] }
-
-// callContext is an attempt's context: the inference span's, carrying the
-// call for the proxy's hooks. It lives in the call, so that the hooks find
-// their call without an allocation per attempt.
-type callContext struct {
-	context.Context
-	x *call
-}
-
-func (c *callContext) Value(key any) any {
-	if _, ok := key.(callKey); ok {
-		return c.x
-	}
-	return c.Context.Value(key)
-}
-
-type callKey struct{}
-
-func callFrom(ctx context.Context) *call {
-	x, _ := ctx.Value(callKey{}).(*call)
-	return x
-}
 
 // proxyRoute serves route, registered for method ("": any, the
 // pass-through), by proxying it as operation op to backends of kinds (none:
@@ -595,20 +591,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			s.metrics.usageInjections.Inc()
 		}
 	}
-	x.forwardedHeaders(r)
-	x.retry.tried = x.retry.triedBuf[:0]
-	for {
-		b := body
-		if x.shadow.idsBody != nil && x.backend == x.shadow.idsBackend {
-			b = x.shadow.idsBody
-		}
-		s.attempt(ctx, w, r, x, f, b)
-		if x.retry.next == nil {
-			return
-		}
-		// The attempt failed before anything reached the client.
-		x.backend, x.retry.next = x.retry.next, nil
-	}
+	s.proxy(ctx, w, r, x, body)
 }
 
 // cached serves a cacheable request from the cache, or fetches it once for
@@ -617,7 +600,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // the request as usual.
 func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte, key string) bool {
 	serve := func(cr *cache.Response) bool {
-		x.resp.status, x.req.Backend, x.backend = cr.Status, "cache", nil
+		// The cache answers, not a backend: to the analyzers the request
+		// is one the gateway answered (the Observer's contract).
+		x.resp.status, x.backend, x.cached = cr.Status, nil, true
 		s.metrics.cacheHits.Inc()
 		w.Header().Set("X-Vigil-Backend", "cache")
 		cache.Serve(w, cr)
@@ -661,40 +646,6 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // process: the cached response, or nil when it was not cacheable.
 type servedHere struct{ cr *cache.Response }
 
-// attempt sends the request to x.backend once, replaying the body bytes.
-// It sets x.retry.next when the attempt failed in a way that goes on to
-// another backend.
-func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte) {
-	release := x.backend.Acquire()
-	defer release()
-	x.retry.attempts++
-	x.retry.start = time.Now()
-	// Each attempt has its own reader and context: the transport may
-	// still read the last attempt's body after its response came.
-	var rd *bytes.Reader
-	var cc *callContext
-	var ctl *attemptCtl
-	if i := x.retry.attempts - 1; i < inlineAttempts {
-		rd, cc, ctl = &x.retry.bodies[i], &x.retry.contexts[i], &x.retry.ctls[i]
-	} else {
-		rd, cc, ctl = new(bytes.Reader), new(callContext), new(attemptCtl)
-	}
-	if x.stream != nil {
-		r.Body = x.stream.reader() // ContentLength stays the client's
-	} else {
-		rd.Reset(body)
-		// A NopCloser over a *bytes.Reader: the transport knows it for an
-		// in-memory body and sends the headers and body in one write.
-		r.Body = io.NopCloser(rd)
-		r.ContentLength = int64(len(body))
-	}
-	ictx, infer := s.startInference(ctx, x, f)
-	x.span.infer = infer
-	*cc = callContext{Context: s.startAttempt(ictx, x, ctl), x: x}
-	defer ctl.end()
-	s.proxy.ServeHTTP(w, r.WithContext(cc))
-}
-
 // preprocess reads the body, checks the fields the route needs and picks
 // the backend. f is nil for passed-through routes.
 func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, kinds []string, id string) (*request.Fields, []byte, *apierror.Error) {
@@ -737,7 +688,7 @@ func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.
 		if aerr != nil {
 			return nil, nil, aerr
 		}
-		x.fields = fields
+		x.fields, x.parsed = fields, true
 		f = &x.fields
 		req.Model, req.Stream = f.Model, f.Stream
 	} else if len(body) > 0 && body[0] == '{' {
@@ -752,7 +703,7 @@ func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.
 			return nil, nil, aerr
 		}
 		if b != nil {
-			x.backend, req.Backend, x.retry.pinned = b, b.Name, true
+			x.backend, x.retry.pinned = b, true
 			return f, body, nil
 		}
 	}
@@ -760,7 +711,7 @@ func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.
 	if err != nil {
 		return nil, nil, pickError(err, req.Model, kinds)
 	}
-	x.backend, req.Backend = b, b.Name
+	x.backend = b // req.Backend is set once an attempt settles (proxy.go)
 	return f, body, nil
 }
 
@@ -792,152 +743,6 @@ func pickError(err error, model string, kinds []string) *apierror.Error {
 	return apierror.New(http.StatusServiceUnavailable, "server_error", "no_healthy_backend", "no healthy backend is available for this request", exchange.ClassNoBackend)
 }
 
-func (s *Server) rewrite(pr *httputil.ProxyRequest) {
-	x := callFrom(pr.In.Context())
-	pr.SetURL(x.backend.URL)
-	// X-Forwarded-For, -Host and -Proto as pr.SetXForwarded would set
-	// them, keeping the chain of proxies in front of us as a
-	// Director-based proxy would; the values were made once for all
-	// attempts (forwardedHeaders).
-	out := pr.Out.Header
-	if x.forwardedFor {
-		out["X-Forwarded-For"] = x.header(hdrForwardedFor)
-	} else {
-		delete(out, "X-Forwarded-For")
-	}
-	out["X-Forwarded-Host"] = x.header(hdrForwardedHost)
-	out["X-Forwarded-Proto"] = x.header(hdrForwardedProto)
-	// The backend's spans continue under the inference span.
-	s.prop.Inject(pr.Out.Context(), headerCarrier(out))
-	out["X-Request-Id"] = x.header(hdrID)
-	if x.req.Injected || x.usageInjected || x.req.Operation == exchange.OpResponses {
-		// The strippers read plain bodies only: ask for one, or what was
-		// injected would reach the client compressed. A Responses body
-		// must be plain too: its id names the backend that holds it.
-		pr.Out.Header.Del("Accept-Encoding")
-	}
-	// ReverseProxy wraps the outbound body in a reader of its own, which
-	// the transport does not take for an in-memory body: it would flush
-	// the headers before copying the body, two writes and two TCP packets
-	// per request. The inbound body is the attempt's NopCloser over a
-	// *bytes.Reader of this request's own bytes (attempt; calls are not
-	// pooled), harmless to read even after the handler returned, so it
-	// goes out as it is and headers and body leave in one write.
-	if pr.Out.Body != nil {
-		pr.Out.Body = pr.In.Body
-	}
-}
-
-// forwardedHeaders makes the values of the X-Forwarded-* headers that
-// rewrite sets on every attempt: those of httputil.ProxyRequest.SetXForwarded
-// after the client's own X-Forwarded-For was copied to the outgoing
-// request.
-func (x *call) forwardedHeaders(r *http.Request) {
-	if clientIP, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
-			clientIP = strings.Join(prior, ", ") + ", " + clientIP
-		}
-		x.hdr[hdrForwardedFor], x.forwardedFor = clientIP, true
-	}
-	x.hdr[hdrForwardedHost] = r.Host
-	x.hdr[hdrForwardedProto] = "http"
-	if r.TLS != nil {
-		x.hdr[hdrForwardedProto] = "https"
-	}
-}
-
-func (s *Server) modifyResponse(resp *http.Response) error {
-	x := callFrom(resp.Request.Context())
-	if !x.retry.ctl.answered() {
-		return errBackendDown // the proxy closes the body and calls proxyError
-	}
-	h := resp.Header
-	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
-	isSSE := strings.HasPrefix(ct, "text/event-stream") && plain
-	switch {
-	case resp.StatusCode >= 500:
-		s.recordFailure(x.backend)
-		if s.retry(x, retryStatus, resp.StatusCode) {
-			return errRetry // the proxy closes the body and calls proxyError
-		}
-	case !isSSE:
-		x.backend.Answered(time.Now())
-		s.recordSuccess(x.backend)
-		// A stream succeeds when it ends (observeBackend): one that
-		// breaks or stalls after its headers is a failure, and its
-		// headers must not reset the count that ejects its backend.
-	default:
-		x.backend.Answered(time.Now())
-	}
-	x.settle()
-	x.resp.status = resp.StatusCode
-	x.span.recording = x.span.infer != nil && x.span.infer.IsRecording()
-	x.hdr[hdrBackend] = x.backend.Name
-	h["X-Vigil-Backend"] = x.header(hdrBackend)
-	// The writer has ours already (serveProxy), and ReverseProxy adds the
-	// response's headers to the writer's: a backend's own (vLLM echoes
-	// X-Request-Id) would make a second value.
-	h.Del("X-Vigil-Trace-Id")
-	h.Del("X-Request-Id")
-	if x.req.Operation == exchange.OpResponses && resp.StatusCode == http.StatusOK {
-		x.findOwner = true // the tap records the new response's owner
-		if x.newConversation {
-			s.owners.record(conversationKey(x.fields.Conversation), x.backend.Name)
-		}
-	}
-	tp := x.newTap(resp.Body, isSSE, s.captureBytes())
-	tp.api = x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages
-	if isSSE {
-		switch {
-		case x.req.Operation == exchange.OpGenerate:
-			tp.shape = shapeTGI
-		case x.req.Operation == exchange.OpResponses:
-			tp.shape = shapeResponses
-		case x.spec != nil && x.spec.shape == apierror.ShapeAnthropic:
-			tp.shape = shapeAnthropic
-		}
-		tp.count = x.req.Operation.Generates()
-	}
-	tp.spanned = x.span.recording
-	if isSSE && s.cfg.Tracing.CaptureContent && x.span.infer != nil && x.span.infer.IsRecording() {
-		tp.keepStream = s.cfg.Tracing.MaxContentBytes
-	}
-	resp.Body = tp
-	// Injected logprobs leave after the tap, so the analyzers see them and
-	// the client does not. Error answers pass unchanged, as they always do.
-	if x.req.Injected && resp.StatusCode == http.StatusOK && plain {
-		strip := func(body io.ReadCloser, sse bool) io.ReadCloser {
-			if x.req.Operation == exchange.OpResponses {
-				return inject.NewResponsesStripper(body, sse, &x.fields)
-			}
-			return inject.NewStripper(body, sse)
-		}
-		// The body gets shorter, so it goes chunked: the client sees the
-		// same body bytes as without injection, but no Content-Length
-		// header (a server that buffers a short stream may send one).
-		switch {
-		case isSSE:
-			resp.Body = strip(resp.Body, true)
-			unsized(resp)
-		case strings.HasPrefix(ct, "application/json"):
-			resp.Body = strip(resp.Body, false)
-			unsized(resp)
-		}
-	}
-	// The usage that usage.inject asked for leaves last.
-	if x.usageInjected && resp.StatusCode == http.StatusOK && isSSE {
-		resp.Body = inject.NewUsageStripper(resp.Body)
-		unsized(resp)
-	}
-	return nil
-}
-
-// unsized drops the length of a response whose body the gateway shortens.
-func unsized(resp *http.Response) {
-	resp.Header.Del("Content-Length")
-	resp.ContentLength = -1
-}
-
 // captureBytes is the bound on the copy of a non-streaming body: what the
 // analyzers need, or what content capture needs if that is more.
 func (s *Server) captureBytes() int {
@@ -948,61 +753,6 @@ func (s *Server) captureBytes() int {
 	return n
 }
 
-func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	x := callFrom(r.Context())
-	if errors.Is(err, errRetry) {
-		return // modifyResponse chose another backend; nothing was written
-	}
-	if x.retry.ctl.cancelledDown() {
-		s.metrics.cancels.WithLabelValues(x.backend.Name, retryDown).Inc()
-		s.recordFailure(x.backend)
-		s.log.Warn("request moved off a backend marked down before it answered", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.retry.attempts)
-		if s.retry(x, retryDown, 0) {
-			return
-		}
-		// Another backend was healthy when the attempt was cancelled, and
-		// is no longer.
-		x.settle()
-		x.resp.apiErr = apierror.New(http.StatusBadGateway, "upstream_error", "upstream_unavailable",
-			fmt.Sprintf("backend %q was marked down before it answered", x.backend.Name), exchange.ClassUpstream5xx)
-		x.writeError(w, x.resp.apiErr)
-		return
-	}
-	if x.stream != nil {
-		// The client's upload failed, not the backend. A failed read
-		// of the connection cancels the request's context (net/http),
-		// but the client of a stalled or malformed body still waits
-		// for the answer; one that broke off has nobody to answer.
-		if rerr := x.stream.readErr(); rerr != nil && (r.Context().Err() == nil || !clientGone(rerr)) {
-			x.settle()
-			x.resp.apiErr = streamError(w, rerr, s.cfg.Passthrough.MaxUploadBytes)
-			apierror.Write(w, x.resp.apiErr)
-			return
-		}
-	}
-	e := apierror.Upstream(r.Context(), err)
-	if e.Status != apierror.StatusClientClosed {
-		s.recordFailure(x.backend)
-	}
-	if e.Status == http.StatusBadGateway {
-		s.log.Warn("upstream request failed", "backend", x.backend.Name, "request_id", x.req.ID, "attempt", x.retry.attempts, "err", err)
-		reason := retryTransport
-		if isDialError(err) {
-			reason = retryConnect
-		}
-		if s.retry(x, reason, 0) {
-			return
-		}
-		e.Message = fmt.Sprintf("upstream request to backend %q failed", x.backend.Name)
-	}
-	x.settle()
-	x.resp.apiErr = e
-	if e.Status == apierror.StatusClientClosed {
-		return // nobody to answer
-	}
-	x.writeError(w, e)
-}
-
 // finish ends a request: it derives the outcome, writes the access log and
 // metrics and hands the response to the observer. A panic passing through
 // (the proxy's http.ErrAbortHandler on a broken stream) is recorded, then
@@ -1011,6 +761,7 @@ func (s *Server) finish(ctx context.Context, x *call) {
 	p := recover()
 	now := time.Now()
 	x.resp.latency = now.Sub(x.req.Start)
+	x.bodyUsage()
 	status, class := x.outcome(ctx, p != nil)
 	x.settleUsage()
 	s.settleQuota(x, status, class)
@@ -1051,13 +802,6 @@ func (s *Server) finish(ctx context.Context, x *call) {
 func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorClass) {
 	if x.resp.apiErr != nil {
 		return x.resp.apiErr.Status, x.resp.apiErr.Class
-	}
-	if !x.req.Stream || x.resp.events == 0 {
-		if x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages {
-			x.apiUsageFromCapture()
-		} else {
-			x.usageFromCapture()
-		}
 	}
 	if aborted || x.resp.readErr != nil {
 		if ctx.Err() != nil {

@@ -19,14 +19,14 @@ import (
 )
 
 // spanState is a call's spans and what they record from the response.
-// serveProxy, attempt and modifyResponse (server.go) set the spans; the
+// serveProxy (server.go), attempt and accept (proxy.go) set the spans; the
 // tap fills in the response's id, model, finish reason and content when
 // recording is set; startServer, startInference and endSpans read it.
 type spanState struct {
 	server trace.Span // the request's SERVER span
 	infer  trace.Span // the CLIENT span of the current attempt; nil between attempts
 	// recording: the answering attempt's inference span records
-	// (modifyResponse). The response's id, model and finish reason are
+	// (accept). The response's id, model and finish reason are
 	// kept only then.
 	recording                 bool
 	respID, respModel, finish string
@@ -219,10 +219,10 @@ func genAIOperation(op exchange.Operation) string {
 	return string(op)
 }
 
-// endAttempt ends the inference span of an attempt that failed and is
+// endRetried ends the inference span of an attempt that failed and is
 // retried on another backend: status is the backend's 5xx, or 0 when no
 // response came.
-func (s *Server) endAttempt(x *call, status int, class exchange.ErrorClass) {
+func (s *Server) endRetried(x *call, status int, class exchange.ErrorClass) {
 	sp := x.span.infer
 	x.span.infer = nil
 	if sp == nil {

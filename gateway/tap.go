@@ -19,8 +19,8 @@ import (
 
 // responseStats is what a call's response comes to: its status, timing,
 // token usage, content chunks and gaps, the captured body and how it
-// ended. The tap fills it in as the body passes (modifyResponse sets the
-// status, fail and proxyError the gateway's own error); finish
+// ended. The tap fills it in as the body passes (accept sets the
+// status, fail and the proxy loop the gateway's own error); finish
 // (server.go) settles it and hands it to the metrics, the access log,
 // the observer and the backend's health.
 type responseStats struct {
@@ -625,6 +625,19 @@ func (x *call) setUsage(u *responseFields) {
 // tokens long).
 func clampTokens(n int) int32 {
 	return int32(min(max(n, 0), math.MaxInt32))
+}
+
+// bodyUsage reads the usage of an answer the tap kept whole (not a stream
+// whose events carried it): finish calls it before it takes the outcome.
+func (x *call) bodyUsage() {
+	if x.resp.apiErr != nil || (x.req.Stream && x.resp.events > 0) {
+		return
+	}
+	if x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages {
+		x.apiUsageFromCapture()
+	} else {
+		x.usageFromCapture()
+	}
 }
 
 // usageFromCapture records the usage of a captured non-streaming body. A

@@ -94,12 +94,17 @@ func (b *Backend) Inflight() int64 { return b.inflight.Load() }
 // the gateway started.
 func (b *Backend) Picks() int64 { return b.picks.Load() }
 
-// Acquire counts a request in flight; call the returned func when it ends.
+// Acquire counts a request in flight; call the returned func, or Release,
+// when it ends.
 func (b *Backend) Acquire() (release func()) {
 	b.picks.Add(1)
 	b.inflight.Add(1)
-	return func() { b.inflight.Add(-1) }
+	return b.Release
 }
+
+// Release ends what Acquire began: the request no longer counts in
+// flight on b.
+func (b *Backend) Release() { b.inflight.Add(-1) }
 
 // A Pool is the fixed set of configured backends. It is safe for concurrent use.
 type Pool struct {
