@@ -29,7 +29,7 @@ import (
 )
 
 // testAgent is a node load agent served in-process: GET /v1/load answers
-// the JSON of `vigil agent` (gpu.Load), PUT /v1/load sets the values as
+// the JSON of `vigil agent` (nodeload.Load), PUT /v1/load sets the values as
 // `vigil agent --allow-override` does. Each GET is a new sample (a new
 // time) unless the agent is frozen, as when its sampler stops.
 type testAgent struct {

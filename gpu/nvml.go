@@ -23,12 +23,12 @@ type nvmlReader struct {
 	openErr error // devices whose handle could not be had: reported with every read
 }
 
-// openNVML initializes NVML and takes a handle on every device. Without the
-// library (no driver) or without devices it returns an error wrapping errNoGPU.
-func openNVML() (gpuReader, error) {
+// openNVML is Open with cgo: go-nvml loads libnvidia-ml at run time, so a
+// node without the driver gets an error wrapping ErrNoGPU, not a failed start.
+func openNVML() (Reader, error) {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, fmt.Errorf("%w: NVML library (libnvidia-ml.so.1) not found", errNoGPU)
+			return nil, fmt.Errorf("%w: NVML library (libnvidia-ml.so.1) not found", ErrNoGPU)
 		}
 		return nil, fmt.Errorf("nvml init: %w", ret)
 	}
@@ -39,7 +39,7 @@ func openNVML() (gpuReader, error) {
 	}
 	if n == 0 {
 		nvml.Shutdown()
-		return nil, fmt.Errorf("%w: NVML reports no devices", errNoGPU)
+		return nil, fmt.Errorf("%w: NVML reports no devices", ErrNoGPU)
 	}
 	r := &nvmlReader{}
 	var errs []error
@@ -63,7 +63,7 @@ func openNVML() (gpuReader, error) {
 	return r, nil
 }
 
-func (r *nvmlReader) read() ([]Device, error) {
+func (r *nvmlReader) Read() ([]Device, error) {
 	errs := []error{r.openErr}
 	// check keeps ERROR_NOT_SUPPORTED silent: such a value stays zero.
 	check := func(i int, what string, ret nvml.Return) bool {
@@ -95,4 +95,4 @@ func (r *nvmlReader) read() ([]Device, error) {
 	return out, errors.Join(errs...)
 }
 
-func (r *nvmlReader) close() { nvml.Shutdown() }
+func (r *nvmlReader) Close() { nvml.Shutdown() }

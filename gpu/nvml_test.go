@@ -1,18 +1,17 @@
 package gpu
 
-import (
-	"testing"
-)
+import "testing"
 
 // TestNVML reads the real devices where NVML initializes (a GPU node with
-// its driver) and is skipped elsewhere.
+// its driver) and is skipped elsewhere; nodeload's TestNoGPUOnThisMachine
+// checks the shares aggregated from them.
 func TestNVML(t *testing.T) {
-	r, err := openNVML()
+	r, err := Open()
 	if err != nil {
 		t.Skipf("NVML not available: no NVIDIA driver on this machine (%v)", err)
 	}
-	defer r.close()
-	devs, err := r.read()
+	defer r.Close()
+	devs, err := r.Read()
 	if err != nil {
 		t.Logf("some device values could not be read: %v", err)
 	}
@@ -34,9 +33,5 @@ func TestNVML(t *testing.T) {
 		if d.Name == "" {
 			t.Errorf("gpu %d: empty name", d.Index)
 		}
-	}
-	util, mem, ok := aggregate(devs)
-	if !ok || util < 0 || util > 1 || mem < 0 || mem > 1 {
-		t.Errorf("aggregate = %v, %v, %v; want shares in [0,1]", util, mem, ok)
 	}
 }

@@ -176,8 +176,8 @@ func (s *Scraper) getLimit(ctx context.Context, url string, limit int) ([]byte, 
 	return body, err
 }
 
-// agentJSON is the agent's GET /v1/load answer (gpu.Load), read without
-// importing package gpu. Absent values are unknown.
+// agentJSON is the agent's GET /v1/load answer (nodeload.Load), read without
+// importing package nodeload. Absent values are unknown.
 type agentJSON struct {
 	CPU    *float64  `json:"cpu"`
 	Mem    *float64  `json:"mem"`

@@ -1,4 +1,4 @@
-package gpu
+package nodeload
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package gpu
+package nodeload
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/vigil-gw/vigil/gpu"
 	vtest "github.com/vigil-gw/vigil/internal/testutil"
 )
 
@@ -131,11 +132,11 @@ func TestRunLifecycle(t *testing.T) {
 // /proc, with NVML probing on. Without NVML (this machine, CI) it reports
 // HasGPU false and no error; with it, devices.
 func TestNoGPUOnThisMachine(t *testing.T) {
-	r, probeErr := openNVML()
+	r, probeErr := gpu.Open()
 	if r != nil {
-		r.close()
+		r.Close()
 	}
-	if probeErr != nil && !errors.Is(probeErr, errNoGPU) {
+	if probeErr != nil && !errors.Is(probeErr, gpu.ErrNoGPU) {
 		t.Skipf("NVML is present but fails (%v): neither path applies", probeErr)
 	}
 	s := NewSampler(5 * time.Millisecond)
@@ -165,20 +166,22 @@ func TestNoGPUOnThisMachine(t *testing.T) {
 	}
 	if !l.HasGPU {
 		t.Logf("no GPU, as expected: %v", probeErr)
+	} else if l.GPU < 0 || l.GPU > 1 || l.GPUMem < 0 || l.GPUMem > 1 {
+		t.Errorf("gpu %v, gpu_mem %v: want shares in [0,1]", l.GPU, l.GPUMem)
 	}
 }
 
-// fakeGPU stands in for NVML.
+// fakeGPU stands in for NVML: a gpu.Reader that returns fixed devices.
 type fakeGPU struct {
-	devs   []Device
+	devs   []gpu.Device
 	err    error
 	closed bool
 }
 
-func (f *fakeGPU) read() ([]Device, error) { return f.devs, f.err }
-func (f *fakeGPU) close()                  { f.closed = true }
+func (f *fakeGPU) Read() ([]gpu.Device, error) { return f.devs, f.err }
+func (f *fakeGPU) Close()                      { f.closed = true }
 
-var twoGPUs = []Device{
+var twoGPUs = []gpu.Device{
 	{Index: 0, Name: "NVIDIA H200", UUID: "GPU-0", Util: 0.9, MemUsed: 60e9, MemTotal: 100e9, TempC: 61, PowerW: 512.5},
 	{Index: 1, Name: "NVIDIA H200", UUID: "GPU-1", Util: 0.3, MemUsed: 20e9, MemTotal: 100e9, TempC: 40, PowerW: 120},
 }
@@ -189,7 +192,7 @@ func TestSampleGPUs(t *testing.T) {
 	dir, setStat := procDir(t, "stat1", "meminfo")
 	fake := &fakeGPU{devs: twoGPUs, err: errors.New("gpu 1: power: ERROR_UNKNOWN")}
 	s := NewSampler(time.Second, WithProcRoot(dir))
-	s.openGPU = func() (gpuReader, error) { return fake, nil }
+	s.openGPU = func() (gpu.Reader, error) { return fake, nil }
 	s.now = func() time.Time { return fixedTime }
 	s.open()
 	s.primeCPU()
@@ -238,14 +241,14 @@ func TestGPUOpenErrors(t *testing.T) {
 		err     error
 		wantErr string
 	}{
-		{"no library", errNoGPU, ""},
+		{"no library", gpu.ErrNoGPU, ""},
 		{"driver fails", errors.New("nvml init: ERROR_DRIVER_NOT_LOADED"), "gpu: nvml init: ERROR_DRIVER_NOT_LOADED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir, _ := procDir(t, "stat1", "meminfo")
 			s := NewSampler(time.Second, WithProcRoot(dir))
-			s.openGPU = func() (gpuReader, error) { return nil, tt.err }
+			s.openGPU = func() (gpu.Reader, error) { return nil, tt.err }
 			s.open()
 			s.primeCPU()
 			l := s.sample()
@@ -265,7 +268,7 @@ func TestLoadJSON(t *testing.T) {
 		{"no GPU: gpu fields absent", Load{Time: fixedTime, CPU: 0.5, Mem: 0.25},
 			map[string]any{"time": "2026-11-29T10:00:00Z", "cpu": 0.5, "mem": 0.25, "has_gpu": false}},
 		{"idle GPU: zeros present", Load{Time: fixedTime, CPU: 0.5, Mem: 0.25, HasGPU: true,
-			GPUs: []Device{{Index: 0, Name: "H200", UUID: "GPU-0", MemTotal: 1e9}}},
+			GPUs: []gpu.Device{{Index: 0, Name: "H200", UUID: "GPU-0", MemTotal: 1e9}}},
 			map[string]any{"time": "2026-11-29T10:00:00Z", "cpu": 0.5, "mem": 0.25, "has_gpu": true, "gpu": 0.0, "gpu_mem": 0.0,
 				"gpus": []any{map[string]any{"index": 0.0, "name": "H200", "uuid": "GPU-0", "util": 0.0,
 					"mem_used": 0.0, "mem_total": 1e9, "temp_c": 0.0, "power_w": 0.0}}}},

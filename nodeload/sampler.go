@@ -1,4 +1,4 @@
-package gpu
+package nodeload
 
 import (
 	"context"
@@ -8,24 +8,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/vigil-gw/vigil/gpu"
 )
 
 // DefaultInterval is the sampling interval NewSampler uses for a
 // non-positive one.
 const DefaultInterval = time.Second
-
-// errNoGPU marks the ordinary ways of having no GPU to sample: no NVML
-// library, a build without cgo, a driver that reports no devices. They are
-// logged, never reported as a Load error.
-var errNoGPU = errors.New("no GPU")
-
-// gpuReader reads the devices of an opened GPU library. It is used by the
-// Run goroutine alone.
-type gpuReader interface {
-	// read returns every device it could read, and what it could not.
-	read() ([]Device, error)
-	close()
-}
 
 // An Option configures a Sampler.
 type Option func(*Sampler)
@@ -49,7 +38,7 @@ type Sampler struct {
 	interval time.Duration
 	procRoot string
 	log      *slog.Logger
-	openGPU  func() (gpuReader, error) // nil: no GPU
+	openGPU  func() (gpu.Reader, error) // nil: no GPU; tests put a fake here
 	now      func() time.Time
 
 	cur     atomic.Pointer[Load]
@@ -57,7 +46,7 @@ type Sampler struct {
 	running atomic.Bool
 
 	// Owned by the goroutine that runs Run (or a test calling sample).
-	gpu      gpuReader
+	gpu      gpu.Reader
 	gpuErr   string // why opening the GPU library failed, when that is an error
 	prevCPU  cpuTimes
 	havePrev bool
@@ -73,7 +62,7 @@ func NewSampler(interval time.Duration, opts ...Option) *Sampler {
 		interval: interval,
 		procRoot: "/proc",
 		log:      slog.New(slog.DiscardHandler),
-		openGPU:  openNVML,
+		openGPU:  gpu.Open,
 		now:      time.Now,
 	}
 	for _, o := range opts {
@@ -89,7 +78,7 @@ func NewSampler(interval time.Duration, opts ...Option) *Sampler {
 // Run of the same Sampler is in progress.
 func (s *Sampler) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
-		return errors.New("gpu: sampler already running")
+		return errors.New("nodeload: sampler already running")
 	}
 	defer s.running.Store(false)
 	s.open()
@@ -116,7 +105,8 @@ func (s *Sampler) open() {
 	}
 	r, err := s.openGPU()
 	switch {
-	case errors.Is(err, errNoGPU):
+	case errors.Is(err, gpu.ErrNoGPU):
+		// An ordinary node without a GPU: logged, never a Load error.
 		s.log.Info("GPU sampling off: reporting CPU and memory only", "reason", err.Error())
 	case err != nil:
 		// A driver that is there but fails is worth an operator's look:
@@ -125,7 +115,7 @@ func (s *Sampler) open() {
 		s.log.Warn("GPU library failed: reporting CPU and memory only", "err", err)
 	default:
 		s.gpu = r
-		devs, _ := r.read()
+		devs, _ := r.Read()
 		names := make([]string, len(devs))
 		for i, d := range devs {
 			names[i] = d.Name
@@ -136,7 +126,7 @@ func (s *Sampler) open() {
 
 func (s *Sampler) close() {
 	if s.gpu != nil {
-		s.gpu.close()
+		s.gpu.Close()
 		s.gpu = nil
 	}
 }
@@ -178,7 +168,7 @@ func (s *Sampler) sample() *Load {
 		errs = append(errs, "gpu: "+s.gpuErr)
 	}
 	if s.gpu != nil {
-		devs, err := s.gpu.read()
+		devs, err := s.gpu.Read()
 		if err != nil {
 			errs = append(errs, "gpu: "+err.Error())
 		}
@@ -192,7 +182,7 @@ func (s *Sampler) sample() *Load {
 
 // aggregate returns the devices' mean utilization and the used share of
 // their memory together; ok is false without devices.
-func aggregate(devs []Device) (util, mem float64, ok bool) {
+func aggregate(devs []gpu.Device) (util, mem float64, ok bool) {
 	if len(devs) == 0 {
 		return 0, 0, false
 	}

@@ -1,16 +1,17 @@
-// Package gpu samples a node's load for the balancer: CPU and memory from
-// /proc, and NVIDIA GPUs through NVML (github.com/NVIDIA/go-nvml). A node
-// without NVML (no driver, a CGO_ENABLED=0 build) reports no GPU and
-// everything else works.
+// Package nodeload samples a node's load for the balancer: CPU and memory
+// from /proc, and NVIDIA GPUs through package gpu. A node without NVML (no
+// driver, a CGO_ENABLED=0 build) reports no GPU and everything else works.
 //
 // A Sampler publishes immutable Load snapshots behind an atomic pointer;
 // readers take no lock. Handler serves them as JSON and Prometheus text, which
 // is what `vigil agent` runs.
-package gpu
+package nodeload
 
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/vigil-gw/vigil/gpu"
 )
 
 // Load is one sample of a node's load. Shares are in [0,1]. A Load returned
@@ -26,7 +27,7 @@ type Load struct {
 	// Mem is the used share of memory: 1 − MemAvailable/MemTotal.
 	Mem float64 `json:"mem"`
 	// GPUs are the node's NVIDIA devices; empty without NVML.
-	GPUs []Device `json:"gpus,omitempty"`
+	GPUs []gpu.Device `json:"gpus,omitempty"`
 	// GPU is the mean utilization of the devices. Meaningful only when
 	// HasGPU is set; the JSON form omits it otherwise.
 	GPU float64 `json:"gpu"`
@@ -40,22 +41,6 @@ type Load struct {
 	// device query); empty when everything was read. A node without NVML is
 	// not an error: it has HasGPU false and an empty Err.
 	Err string `json:"error,omitempty"`
-}
-
-// Device is one GPU as NVML reports it. A value NVML does not support on the
-// device (power on some boards, utilization under MIG) is zero.
-type Device struct {
-	Index int    `json:"index"`
-	Name  string `json:"name"`
-	UUID  string `json:"uuid"`
-	// Util is the share of the last sample period during which a kernel
-	// ran on the device, in [0,1].
-	Util float64 `json:"util"`
-	// MemUsed and MemTotal are in bytes.
-	MemUsed  float64 `json:"mem_used"`
-	MemTotal float64 `json:"mem_total"`
-	TempC    float64 `json:"temp_c"`
-	PowerW   float64 `json:"power_w"`
 }
 
 // MarshalJSON writes gpu and gpu_mem only when HasGPU is set, so that a
