@@ -49,9 +49,6 @@ import (
 //
 // The proxy finds its call as its Transport, and answerFailure finds it in
 // the error RoundTrip returns: no lookup through the request's context.
-// Unlike a bare ReverseProxy, 1xx informational answers are not passed on
-// (the attempts' contexts do not carry the proxy's trace); model servers
-// send none.
 
 // attemptState is a call's attempts: how many were made, the backends
 // that failed, and the current one's control. Only this file and
@@ -155,7 +152,9 @@ func (s *Server) attempt(x *call, out *http.Request) (*http.Response, error) {
 	}
 	ictx, infer := s.startInference(x.ctx, x, f)
 	x.span.infer = infer
-	actx := s.startAttempt(ictx, x, ctl)
+	// The attempt's context is out's, which carries the proxy's trace that
+	// passes 1xx answers on; the span reaches the backend in its headers.
+	actx := s.startAttempt(out.Context(), x, ctl)
 	var req *http.Request
 	if x.retry.attempts == 1 {
 		req = out.WithContext(actx) // out's URL and headers are this attempt's alone

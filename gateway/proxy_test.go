@@ -528,3 +528,4 @@ func TestForwardedHeadersAsStdlib(t *testing.T) {
 		}
 	}
 }
+
