@@ -528,4 +528,3 @@ func TestForwardedHeadersAsStdlib(t *testing.T) {
 		}
 	}
 }
-
