@@ -9,11 +9,13 @@ import (
 	"math"
 
 	"github.com/vigil-gw/vigil/internal/demo"
+	"github.com/vigil-gw/vigil/internal/matrix"
 )
 
 // runDemo runs three simulated backends, a gateway in front of them with
 // in-memory state and demo traffic and, unless --scenario none, tells a
-// scripted incident (internal/demo) until ctx is done or the duration passes.
+// scripted incident (internal/demo) until ctx is done or the duration passes;
+// --scenario matrix runs the fault-isolation matrix (internal/matrix) instead.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -21,7 +23,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	rps := fs.Float64("rps", 0, fmt.Sprintf("requests per second of demo traffic (default %d with a scenario, %d without; 0 with --scenario none: no traffic)", demo.ScenarioRPS, demo.PlainRPS))
 	accessLog := fs.Bool("access-log", false, "print the gateway's access log to stdout")
-	scenarioName := fs.String("scenario", demo.ScenarioIncident, "scripted `story`: "+demo.ScenarioIncident+" (faults injected one by one, each detected and alerted on), "+demo.ScenarioMatrix+" (each fault alone on a clean baseline with 3 seeds; prints the fault-isolation matrix; needs redis-server for its Redis row), or "+demo.ScenarioNone+" (plain traffic)")
+	scenarioName := fs.String("scenario", demo.ScenarioIncident, "scripted `story`: "+demo.ScenarioIncident+" (faults injected one by one, each detected and alerted on), "+matrix.Scenario+" (each fault alone on a clean baseline with 3 seeds; prints the fault-isolation matrix; needs redis-server for its Redis row), or "+demo.ScenarioNone+" (plain traffic)")
 	scale := fs.Float64("scale", 1, "matrix scenario: compress its durations by this factor (0.5: about half as long)")
 	loop := fs.Bool("loop", false, "tell the scenario again and again until stopped")
 	alertmanager := fs.String("alertmanager", "", "also send the alerts to the Alertmanager at `URL` (e.g. http://127.0.0.1:9093)")
@@ -47,7 +49,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if !rpsSet {
 			*rps = demo.PlainRPS
 		}
-	case demo.ScenarioIncident, demo.ScenarioMatrix:
+	case demo.ScenarioIncident, matrix.Scenario:
 		if !rpsSet {
 			*rps = demo.ScenarioRPS
 		}
@@ -55,19 +57,23 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return usageError{"demo: a scenario needs traffic: --rps must be > 0 (or --scenario none)"}
 		}
 	default:
-		return usageError{fmt.Sprintf("demo: unknown --scenario %q (known: %s, %s, %s)", *scenarioName, demo.ScenarioIncident, demo.ScenarioMatrix, demo.ScenarioNone)}
+		return usageError{fmt.Sprintf("demo: unknown --scenario %q (known: %s, %s, %s)", *scenarioName, demo.ScenarioIncident, matrix.Scenario, demo.ScenarioNone)}
 	}
-	if *scenarioName == demo.ScenarioMatrix && *loop {
+	if *scenarioName == matrix.Scenario && *loop {
 		return usageError{"demo: --loop does not apply to --scenario matrix"}
 	}
 	if math.IsNaN(*scale) || *scale < 0.25 || *scale > 4 {
 		return usageError{fmt.Sprintf("demo: --scale must be in [0.25, 4], got %v", *scale)}
 	}
+	if *scenarioName == matrix.Scenario {
+		return matrix.Run(ctx, matrix.Options{Duration: *duration, RPS: *rps, Scale: *scale, Out: stdout,
+			Log: newLogger(stderr, "warn")})
+	}
 	var access *slog.Logger
 	if *accessLog {
 		access = slog.New(slog.NewJSONHandler(stdout, nil))
 	}
-	return demo.Run(ctx, demo.Options{Listen: *listen, Duration: *duration, RPS: *rps, Scenario: *scenarioName, Loop: *loop, Scale: *scale,
+	return demo.Run(ctx, demo.Options{Listen: *listen, Duration: *duration, RPS: *rps, Scenario: *scenarioName, Loop: *loop,
 		Alertmanager: *alertmanager, Out: stdout, Log: newLogger(stderr, "warn"), Access: access,
 		Version: buildVersion()})
 }

@@ -64,7 +64,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	sc.phases = slices.DeleteFunc(sc.phases, func(p phase) bool { return p.label == "(f)" || p.label == "(g)" })
 	// As TestScenarioShort's: each model has verdicts of its own, which
 	// the warm-up waits for.
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 24, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
+	d, err := New(Setup{Listen: "127.0.0.1:0", RPS: 24, Log: slog.New(slog.DiscardHandler), Timings: &sc.timings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	var shot []byte     // a screenshot when a tile last turned to an alarm
 	alarm := map[string]bool{"drift": true, "decay": true, "anomalous": true, "divergent": true}
 	var last dashboardState
-	err = d.run(ctx, func(ctx context.Context) error {
+	err = d.Serve(ctx, func(ctx context.Context) error {
 		defer cancel()
 		if err := chromedp.Do(bctx, chromedp.Navigate(d.base+"/dashboard")); err != nil {
 			return err

@@ -31,7 +31,7 @@ import (
 const (
 	demoModel  = "demo-model"
 	loraModel  = "sql-lora"
-	smallModel = "demo-small"
+	SmallModel = "demo-small"
 )
 
 // Request rates of the demo traffic when --rps is not given: a story needs
@@ -42,7 +42,7 @@ const (
 	// ScenarioRPS is the rate of a scenario: each model's segment needs
 	// analyzers.min_requests responses with logprobs (seven requests in
 	// ten have them) within a window, and demo-small, the least used,
-	// gets a fifth of the requests (normalModels).
+	// gets a fifth of the requests (NormalModels).
 	ScenarioRPS = 20
 )
 
@@ -52,12 +52,11 @@ type Options struct {
 	Duration time.Duration // stop after this long; 0: run until ctx is done
 	RPS      float64       // demo traffic; 0: none
 	// Scenario is ScenarioIncident or ScenarioNone; Loop tells it again
-	// and again until stopped.
+	// and again until stopped. (The fault-isolation matrix is a scenario
+	// of `vigil demo` too, told by internal/matrix with this package's
+	// parts.)
 	Scenario string
 	Loop     bool
-	// Scale compresses the matrix scenario's durations (1 or 0: its full
-	// run; 0.5: the test's).
-	Scale float64
 	// Alertmanager is an Alertmanager base URL to send alerts to; empty:
 	// none.
 	Alertmanager string
@@ -74,18 +73,6 @@ type Options struct {
 // or the duration passes. The options are validated by the caller (the
 // flags of `vigil demo`).
 func Run(ctx context.Context, o Options) error {
-	if o.Scenario == ScenarioMatrix {
-		if o.Duration > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, o.Duration)
-			defer cancel()
-		}
-		scale := o.Scale
-		if scale <= 0 {
-			scale = 1
-		}
-		return runMatrix(ctx, o, scale)
-	}
 	var sc *scenario
 	if o.Scenario == ScenarioIncident {
 		sc = newIncident(1, false)
@@ -95,12 +82,12 @@ func Run(ctx context.Context, o Options) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
 	}
-	do := demoOptions{listen: o.Listen, rps: o.RPS, log: o.Log, access: o.Access, alertmanager: o.Alertmanager,
-		version: o.Version}
+	do := Setup{Listen: o.Listen, RPS: o.RPS, Log: o.Log, Access: o.Access, Alertmanager: o.Alertmanager,
+		Version: o.Version}
 	if sc != nil {
-		do.timings = &sc.timings
+		do.Timings = &sc.timings
 	}
-	d, err := newDemo(do)
+	d, err := New(do)
 	if err != nil {
 		return err
 	}
@@ -112,13 +99,13 @@ func Run(ctx context.Context, o Options) error {
 	if sc != nil {
 		story = func(ctx context.Context) error { return tellStories(ctx, sc, d, o.Out, o.Loop) }
 	}
-	return d.run(ctx, story)
+	return d.Serve(ctx, story)
 }
 
 // tellStories tells sc once, or until ctx is done with loop, printing a
 // summary after each telling (an interrupted one's too, when a phase
 // began). An interruption is no error.
-func tellStories(ctx context.Context, sc *scenario, d *demo, out io.Writer, loop bool) error {
+func tellStories(ctx context.Context, sc *scenario, d *Demo, out io.Writer, loop bool) error {
 	for i := 1; ; i++ {
 		res, err := sc.tell(ctx, d, out, i)
 		if err != nil {
@@ -138,38 +125,38 @@ func tellStories(ctx context.Context, sc *scenario, d *demo, out io.Writer, loop
 	}
 }
 
-// demoOptions configure newDemo.
-type demoOptions struct {
-	listen string  // gateway address
-	rps    float64 // demo traffic; 0: none
-	log    *slog.Logger
-	access *slog.Logger // nil: no access log
-	// timings, when set, compress the analyzers' and alerts' timings for a
+// Setup configures New.
+type Setup struct {
+	Listen string  // gateway address
+	RPS    float64 // demo traffic; 0: none
+	Log    *slog.Logger
+	Access *slog.Logger // nil: no access log
+	// Timings, when set, compress the analyzers' and alerts' timings for a
 	// scenario and make the demo run its alert receiver; nil: the plain
 	// demo's settings.
-	timings *timings
-	// alertmanager is an Alertmanager base URL to send alerts to; empty:
+	Timings *Timings
+	// Alertmanager is an Alertmanager base URL to send alerts to; empty:
 	// none.
-	alertmanager string
-	version      string // the build's version, reported by the tracer
-	// seed seeds the simulators, the analyzers' samplers and where the
+	Alertmanager string
+	Version      string // the build's version, reported by the tracer
+	// Seed seeds the simulators, the analyzers' samplers and where the
 	// traffic starts in its cycle; 0 or 1: the demo's usual run.
-	seed int64
-	// redis is the URL of the Redis the gateway's state goes to; empty:
+	Seed int64
+	// Redis is the URL of the Redis the gateway's state goes to; empty:
 	// in-memory state.
-	redis string
-	// otlp is the host:port of a plaintext OTLP/gRPC collector the spans
+	Redis string
+	// OTLP is the host:port of a plaintext OTLP/gRPC collector the spans
 	// go to; empty: none unless OTEL_EXPORTER_OTLP_* says where.
-	otlp string
-	// outOfService counts a backend failing its active health checks as
-	// out (sigEjection), not only a passively ejected one.
-	outOfService bool
-	// alike gives sim-small, too, the speed of demo-model's replicas
+	OTLP string
+	// OutOfService counts a backend failing its active health checks as
+	// out (SigEjection), not only a passively ejected one.
+	OutOfService bool
+	// Alike gives sim-small, too, the speed of demo-model's replicas
 	// (which are alike always; sim-a-int8 keeps its noise, sim-small its
 	// model's confidence): the matrix's faults then move only what they
 	// inject, not which backend a request lands on. The models stay
 	// unlike: a request's model, not the balancer, picks between them.
-	alike bool
+	Alike bool
 }
 
 // demoSim is one simulated backend of the demo and the knobs it starts with.
@@ -183,11 +170,11 @@ type demoSim struct {
 	ln              net.Listener
 }
 
-// demo is the parts of `vigil demo`: simulators, gateway, traffic and, for
-// a scenario, the built-in alert receiver. newDemo makes them; run serves
+// Demo is the parts of `vigil demo`: simulators, gateway, traffic and, for
+// a scenario, the built-in alert receiver. New makes them; Serve serves
 // them until its context is done. The scenario reads and turns their knobs
 // from its own goroutine; every part is safe for that.
-type demo struct {
+type Demo struct {
 	cfg     config.Config
 	sims    []*demoSim
 	app     *app.App
@@ -197,20 +184,21 @@ type demo struct {
 	traffic *traffic  // nil when rps is 0
 	recv    *receiver // nil without a scenario
 
-	outOfService bool // see demoOptions.outOfService
+	outOfService bool     // see Setup.OutOfService
+	timings      *Timings // Setup.Timings
 	// ready, when set, runs once the gateway has read every backend's
 	// models (or given up waiting), before the traffic and the story.
 	ready func()
 	// infra is set when the gateway uses Redis or a collector: read then
-	// watches the store's health and the spans dropped (matrix.go).
+	// watches the store's health and the spans dropped (infra.go).
 	infra *infraWatch
 }
 
-// newDemo opens every listener and builds the gateway; nothing serves
-// until run. Whatever it opened before a failing step is closed again.
-func newDemo(o demoOptions) (_ *demo, err error) {
-	d := &demo{rps: o.rps, outOfService: o.outOfService}
-	seed := max(o.seed, 1)
+// New opens every listener and builds the gateway; nothing serves
+// until Serve. Whatever it opened before a failing step is closed again.
+func New(o Setup) (_ *Demo, err error) {
+	d := &Demo{rps: o.RPS, outOfService: o.OutOfService, timings: o.Timings}
+	seed := max(o.Seed, 1)
 	var opened []io.Closer
 	defer func() {
 		if err != nil {
@@ -231,9 +219,9 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	// whatever their model).
 	a := demoKnobs(60*time.Millisecond, 15*time.Millisecond, 0.85)
 	b, int8 := a, a
-	small := demoKnobs(40*time.Millisecond, 10*time.Millisecond, smallConfidence)
-	if o.alike {
-		small = demoKnobs(a.TTFT, a.ITL, smallConfidence)
+	small := demoKnobs(40*time.Millisecond, 10*time.Millisecond, SmallConfidence)
+	if o.Alike {
+		small = demoKnobs(a.TTFT, a.ITL, SmallConfidence)
 	}
 	int8.Noise = 0.05
 	// sim-a-int8 shares sim-a's seed: the same model, quantized.
@@ -241,10 +229,10 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 		{name: "sim-a", model: demoModel, adapters: []string{loraModel}, seed: 2*seed - 1, base: a},
 		{name: "sim-b", model: demoModel, seed: 2 * seed, base: b},
 		{name: "sim-a-int8", model: demoModel, reference: "sim-a", seed: 2*seed - 1, base: int8},
-		{name: "sim-small", model: smallModel, seed: 1000 + seed, base: small},
+		{name: "sim-small", model: SmallModel, seed: 1000 + seed, base: small},
 	}
 	cfg := config.Default()
-	cfg.Listen = o.listen
+	cfg.Listen = o.Listen
 	// The demo runs on a laptop, behind no load balancer: Ctrl-C stops it
 	// without the delay that lets one take a replica out of rotation.
 	cfg.Limits.ShutdownDelay = 0
@@ -253,21 +241,21 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	// its spans to one (e.g. Jaeger's OTLP port).
 	var getenv func(string) string
 	switch {
-	case o.otlp != "":
+	case o.OTLP != "":
 		// This gateway's own collector, whatever the process environment
 		// says: the matrix runs several demos in one process. A short
 		// export timeout makes a collector outage show within seconds.
-		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + o.otlp, "OTEL_EXPORTER_OTLP_INSECURE": "true",
+		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + o.OTLP, "OTEL_EXPORTER_OTLP_INSECURE": "true",
 			"OTEL_EXPORTER_OTLP_TIMEOUT": "2000", "OTEL_SERVICE_NAME": "vigil-demo"}
 		getenv = func(k string) string { return env[k] }
 	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "":
 		cfg.Tracing.Exporter = "none"
 	}
-	if o.seed > 1 {
-		cfg.Analyzers.Seed += o.seed - 1
+	if o.Seed > 1 {
+		cfg.Analyzers.Seed += o.Seed - 1
 	}
-	if o.redis != "" {
-		cfg.State.Redis.URL = o.redis
+	if o.Redis != "" {
+		cfg.State.Redis.URL = o.Redis
 	}
 	// Ask for logprobs on a share of the demo's requests, so that the
 	// confidence signals have data.
@@ -283,15 +271,15 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 	// sim-b's 500s (phase e) last 30 s: a back-off capped at 8 s has it
 	// probed, and back, within seconds of their end.
 	cfg.Health.MaxBackoff = 8 * time.Second
-	if o.timings != nil {
-		o.timings.apply(&cfg)
+	if o.Timings != nil {
+		o.Timings.apply(&cfg)
 		if d.recv, err = newReceiver(); err != nil {
 			return nil, err
 		}
 		opened = append(opened, d.recv.ln)
 		cfg.Alerts.WebhookURL = d.recv.URL()
 	}
-	cfg.Alerts.AlertmanagerURL = o.alertmanager
+	cfg.Alerts.AlertmanagerURL = o.Alertmanager
 	for _, s := range d.sims {
 		if s.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			return nil, err
@@ -313,7 +301,7 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 		return nil, fmt.Errorf("invalid demo configuration:\n%w", err)
 	}
 	d.cfg = cfg
-	if d.app, err = app.Build(cfg, app.Options{Log: o.log, AccessLog: o.access, Version: o.version, Getenv: getenv}); err != nil {
+	if d.app, err = app.Build(cfg, app.Options{Log: o.Log, AccessLog: o.Access, Version: o.Version, Getenv: getenv}); err != nil {
 		return nil, err
 	}
 	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -321,19 +309,19 @@ func newDemo(o demoOptions) (_ *demo, err error) {
 		return nil, fmt.Errorf("gateway listen: %w", err)
 	}
 	d.base = "http://" + d.ln.Addr().String()
-	if o.rps > 0 {
-		d.traffic = newTraffic(d.base, o.rps)
+	if o.RPS > 0 {
+		d.traffic = newTraffic(d.base, o.RPS)
 		// Each seed starts the traffic's cycle elsewhere.
 		d.traffic.start = int(7 * (seed - 1))
 	}
-	if o.redis != "" || o.otlp != "" {
-		d.infra = &infraWatch{redis: o.redis != "", otlp: o.otlp != ""}
+	if o.Redis != "" || o.OTLP != "" {
+		d.infra = &infraWatch{redis: o.Redis != "", otlp: o.OTLP != ""}
 	}
 	return d, nil
 }
 
 // sim returns the simulator called name; nil when there is none.
-func (d *demo) sim(name string) *demoSim {
+func (d *Demo) sim(name string) *demoSim {
 	for _, s := range d.sims {
 		if s.name == name {
 			return s
@@ -343,7 +331,7 @@ func (d *demo) sim(name string) *demoSim {
 }
 
 // printIntro prints the demo's URLs and how to use them.
-func (d *demo) printIntro(w io.Writer) {
+func (d *Demo) printIntro(w io.Writer) {
 	var sims []string
 	for i, s := range d.sims {
 		sims = append(sims, s.name+" "+d.cfg.Backends[i].URL)
@@ -367,16 +355,16 @@ Point any OpenAI or Anthropic client at it; only the base URL changes:
   curl -s %[1]s/v1/responses -H 'Content-Type: application/json' -d '{"model":"%[3]s","input":"Hello"}'
 
 Sending %.1[6]f requests/s of demo traffic (%[7]s; %[8]s). Ctrl-C stops.
-`, d.base, demoModel, loraModel, smallModel, strings.Join(sims, ", "), d.rps, normalModels, mixNote)
+`, d.base, demoModel, loraModel, SmallModel, strings.Join(sims, ", "), d.rps, NormalModels, mixNote)
 }
 
-// run serves the simulators, the alert receiver, the gateway and the
+// Serve serves the simulators, the alert receiver, the gateway and the
 // traffic until ctx is done, and runs story (when not nil) beside them.
 // A story that returns nil leaves the rest running; one that fails stops
 // everything. The simulators and the receiver stop last, once the gateway
 // has shut down: its final evaluation's resolutions still reach the
 // receiver.
-func (d *demo) run(ctx context.Context, story func(context.Context) error) error {
+func (d *Demo) Serve(ctx context.Context, story func(context.Context) error) error {
 	var g errgroup.Group
 	backCtx, stopBack := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBack()
@@ -431,7 +419,7 @@ const modelsWait = 10 * time.Second
 // backend's model list: until then a backend serves every model as far as
 // the gateway knows, and a request for demo-small could go to a server of
 // demo-model and get its 404.
-func (d *demo) awaitModels(ctx context.Context) {
+func (d *Demo) awaitModels(ctx context.Context) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	deadline := time.Now().Add(modelsWait)
@@ -457,15 +445,15 @@ func demoKnobs(ttft, itl time.Duration, confidence float64) sim.Knobs {
 	return k
 }
 
-// promptMix is what the demo traffic asks: an optional system prompt and
+// PromptMix is what the demo traffic asks: an optional system prompt and
 // user prompts taken in turn.
-type promptMix struct {
+type PromptMix struct {
 	system  string // empty: no system message
 	prompts []string
 }
 
-// normalMix is the demo's everyday traffic: short English questions.
-var normalMix = &promptMix{prompts: []string{
+// NormalMix is the demo's everyday traffic: short English questions.
+var NormalMix = &PromptMix{prompts: []string{
 	"Summarise the incident report in three bullet points.",
 	"Translate 'good morning' into French and German.",
 	"Write a haiku about load balancers.",
@@ -473,11 +461,11 @@ var normalMix = &promptMix{prompts: []string{
 	"Explain KV-cache in one paragraph.",
 }}
 
-// topicMix asks what normalMix asks, about cooking: each prompt has the
+// TopicMix asks what NormalMix asks, about cooking: each prompt has the
 // length, letters, spaces and punctuation of its counterpart (the same
 // place in the list), so every shape feature stays where it was and only
 // the content test can tell the change of subject (phase h).
-var topicMix = &promptMix{prompts: []string{
+var TopicMix = &PromptMix{prompts: []string{
 	"Summarise the sourdough recipe in three simple steps.",
 	"Translate 'fresh basil' into French and Italian.",
 	"Write a haiku about sweet tomatoes.",
@@ -485,28 +473,28 @@ var topicMix = &promptMix{prompts: []string{
 	"Explain stir-fry in one paragraph.",
 }}
 
-// smallConfidence is demo-small's confidence: a smaller model is less
+// SmallConfidence is demo-small's confidence: a smaller model is less
 // sure of its tokens, so that a change in the mix of models moves the
 // fleet's mean confidence (phase f).
-const smallConfidence = 0.55
+const SmallConfidence = 0.55
 
-// modelMix is how the demo traffic spreads its requests over the models:
+// ModelMix is how the demo traffic spreads its requests over the models:
 // a cycle of slots, each model taking as many as its weight, spread
 // evenly (smooth weighted round robin). It is read-only once made.
-type modelMix struct {
+type ModelMix struct {
 	weights []modelWeight
 	slots   []string // the model of each request of the cycle
 }
 
-// modelWeight is one model's weight in a modelMix.
+// modelWeight is one model's weight in a ModelMix.
 type modelWeight struct {
 	model  string
 	weight int
 }
 
 // newModelMix returns the mix of ws.
-func newModelMix(ws ...modelWeight) *modelMix {
-	m := &modelMix{weights: ws}
+func newModelMix(ws ...modelWeight) *ModelMix {
+	m := &ModelMix{weights: ws}
 	total := 0
 	for _, w := range ws {
 		total += w.weight
@@ -526,8 +514,8 @@ func newModelMix(ws ...modelWeight) *modelMix {
 	return m
 }
 
-// share is model's share of the requests.
-func (m *modelMix) share(model string) float64 {
+// Share is model's share of the requests.
+func (m *ModelMix) Share(model string) float64 {
 	n := 0
 	for _, s := range m.slots {
 		if s == model {
@@ -538,34 +526,34 @@ func (m *modelMix) share(model string) float64 {
 }
 
 // String lists each model's share: "demo-model 52%, sql-lora 26%, ...".
-func (m *modelMix) String() string {
+func (m *ModelMix) String() string {
 	parts := make([]string, len(m.weights))
 	for i, w := range m.weights {
-		parts[i] = fmt.Sprintf("%s %.0f%%", w.model, 100*m.share(w.model))
+		parts[i] = fmt.Sprintf("%s %.0f%%", w.model, 100*m.Share(w.model))
 	}
 	return strings.Join(parts, ", ")
 }
 
-// The demo traffic's spreads over the models. normalModels is the
+// The demo traffic's spreads over the models. NormalModels is the
 // everyday one: about half the requests to demo-model, a quarter to its
-// adapter, a fifth to demo-small, the least used. shiftedModels is
+// adapter, a fifth to demo-small, the least used. ShiftedModels is
 // phase (f)'s: demo-model and demo-small swap their shares.
 var (
-	normalModels  = newModelMix(modelWeight{demoModel, 12}, modelWeight{loraModel, 6}, modelWeight{smallModel, 5})
-	shiftedModels = newModelMix(modelWeight{demoModel, 5}, modelWeight{loraModel, 6}, modelWeight{smallModel, 12})
+	NormalModels  = newModelMix(modelWeight{demoModel, 12}, modelWeight{loraModel, 6}, modelWeight{SmallModel, 5})
+	ShiftedModels = newModelMix(modelWeight{demoModel, 5}, modelWeight{loraModel, 6}, modelWeight{SmallModel, 12})
 )
 
 // servedModels are the models of the normal mix, most used first.
 func servedModels() []string {
-	out := make([]string, len(normalModels.weights))
-	for i, w := range normalModels.weights {
+	out := make([]string, len(NormalModels.weights))
+	for i, w := range NormalModels.weights {
 		out[i] = w.model
 	}
 	return out
 }
 
 // traffic sends the demo's requests at a steady rate, spread over the
-// models (modelMix), each model's requests through the three analyzed
+// models (ModelMix), each model's requests through the three analyzed
 // APIs (apiSlots) in its own cycle of bodies, alternating streaming and
 // non-streaming, with logprobs on every Responses request and on every
 // other pair of chat requests; it counts how they ended, which model was
@@ -577,8 +565,8 @@ type traffic struct {
 	rps    float64
 	start  int // the first request's place in the cycles of models and bodies
 	client *http.Client
-	mix    atomic.Pointer[promptMix]
-	models atomic.Pointer[modelMix]
+	mix    atomic.Pointer[PromptMix]
+	models atomic.Pointer[ModelMix]
 
 	mu    sync.Mutex
 	tally trafficTally
@@ -632,16 +620,16 @@ type answer struct{ model, backend string }
 // of the normal mixes.
 func newTraffic(base string, rps float64) *traffic {
 	t := &traffic{base: base, rps: rps, client: &http.Client{Timeout: 30 * time.Second}}
-	t.mix.Store(normalMix)
-	t.models.Store(normalModels)
+	t.mix.Store(NormalMix)
+	t.models.Store(NormalModels)
 	return t
 }
 
 // setMix makes the next requests ask from m.
-func (t *traffic) setMix(m *promptMix) { t.mix.Store(m) }
+func (t *traffic) setMix(m *PromptMix) { t.mix.Store(m) }
 
 // setModels makes the next requests spread over the models as m does.
-func (t *traffic) setModels(m *modelMix) { t.models.Store(m) }
+func (t *traffic) setModels(m *ModelMix) { t.models.Store(m) }
 
 // Tally returns a copy of the counts so far.
 func (t *traffic) Tally() trafficTally {

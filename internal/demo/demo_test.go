@@ -20,7 +20,7 @@ import (
 // no two requests of a model ask the same text.
 func TestTrafficBodies(t *testing.T) {
 	tr := newTraffic("http://unused", 1)
-	for _, m := range []*promptMix{normalMix, shiftedMix} {
+	for _, m := range []*PromptMix{NormalMix, ShiftedMix} {
 		tr.setMix(m)
 		var n [numAPIs]int
 		streams := 0
@@ -111,13 +111,13 @@ func TestTrafficBodies(t *testing.T) {
 // from the backends' /v1/models: the adapter by sim-a, demo-small by
 // sim-small.
 func TestTrafficAPIs(t *testing.T) {
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 50, log: slog.New(slog.DiscardHandler)})
+	d, err := New(Setup{Listen: "127.0.0.1:0", RPS: 50, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	if err := d.run(ctx, nil); err != nil {
+	if err := d.Serve(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	tl := d.traffic.Tally()
@@ -132,7 +132,7 @@ func TestTrafficAPIs(t *testing.T) {
 	serves := map[string][]string{
 		demoModel:  {"sim-a", "sim-b", "sim-a-int8"},
 		loraModel:  {"sim-a"},
-		smallModel: {"sim-small"},
+		SmallModel: {"sim-small"},
 	}
 	for _, m := range servedModels() {
 		if tl.answered(m, "") == 0 {
@@ -151,7 +151,7 @@ func TestTrafficAPIs(t *testing.T) {
 // share allows, rounded up, plus one); demo-model is the most used and
 // demo-small the least in the normal mix, and the shifted mix swaps them.
 func TestModelMix(t *testing.T) {
-	for _, m := range []*modelMix{normalModels, shiftedModels} {
+	for _, m := range []*ModelMix{NormalModels, ShiftedModels} {
 		total := 0
 		for _, w := range m.weights {
 			total += w.weight
@@ -182,26 +182,26 @@ func TestModelMix(t *testing.T) {
 			}
 		}
 	}
-	n, s := normalModels, shiftedModels
-	if !(n.share(demoModel) > n.share(loraModel) && n.share(loraModel) > n.share(smallModel)) {
+	n, s := NormalModels, ShiftedModels
+	if !(n.Share(demoModel) > n.Share(loraModel) && n.Share(loraModel) > n.Share(SmallModel)) {
 		t.Errorf("normal mix %v: want demo-model the most used and demo-small the least", n)
 	}
-	if s.share(demoModel) != n.share(smallModel) || s.share(smallModel) != n.share(demoModel) || s.share(loraModel) != n.share(loraModel) {
+	if s.Share(demoModel) != n.Share(SmallModel) || s.Share(SmallModel) != n.Share(demoModel) || s.Share(loraModel) != n.Share(loraModel) {
 		t.Errorf("shifted mix %v: want demo-model's and demo-small's shares of %v swapped", s, n)
 	}
 }
 
-// TestTopicMixSameShape: each of topicMix's prompts has its normalMix
+// TestTopicMixSameShape: each of TopicMix's prompts has its NormalMix
 // counterpart's every shape feature, through every API the traffic
 // speaks, so that phase (h) moves nothing but what the prompts are about.
 func TestTopicMixSameShape(t *testing.T) {
 	normal, topic := newTraffic("http://unused", 1), newTraffic("http://unused", 1)
-	topic.setMix(topicMix)
-	if len(topicMix.prompts) != len(normalMix.prompts) {
-		t.Fatalf("%d topic prompts for %d normal ones", len(topicMix.prompts), len(normalMix.prompts))
+	topic.setMix(TopicMix)
+	if len(TopicMix.prompts) != len(NormalMix.prompts) {
+		t.Fatalf("%d topic prompts for %d normal ones", len(TopicMix.prompts), len(NormalMix.prompts))
 	}
 	apiDrift := map[api]inputdrift.API{apiChat: inputdrift.Chat, apiResponses: inputdrift.Responses, apiMessages: inputdrift.Messages}
-	for i := range 2 * len(apiSlots) * len(normalMix.prompts) {
+	for i := range 2 * len(apiSlots) * len(NormalMix.prompts) {
 		a, nb := normal.body(demoModel, i)
 		_, tb := topic.body(demoModel, i)
 		nf, err := inputdrift.ExtractAPI(apiDrift[a], nb)

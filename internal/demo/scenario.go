@@ -28,10 +28,10 @@ const (
 	ScenarioNone = "none"
 )
 
-// timings are the compressed settings a scenario runs the gateway under,
+// Timings are the compressed settings a scenario runs the gateway under,
 // so that a phase lasts about a minute and the signals react within it.
 // Everything else keeps config.Default().
-type timings struct {
+type Timings struct {
 	bucket, interval, window, reference time.Duration
 	minRequests                         int
 	// outputMinutes and minBaselineMinutes are the perplexity band's,
@@ -41,7 +41,7 @@ type timings struct {
 }
 
 // apply writes t into cfg.
-func (t timings) apply(cfg *config.Config) {
+func (t Timings) apply(cfg *config.Config) {
 	a := &cfg.Analyzers
 	a.Bucket, a.Interval, a.Window, a.Reference, a.MinRequests = t.bucket, t.interval, t.window, t.reference, t.minRequests
 	a.Output.Minutes, a.Output.MinBaselineMinutes = t.outputMinutes, t.minBaselineMinutes
@@ -49,34 +49,34 @@ func (t timings) apply(cfg *config.Config) {
 }
 
 // String lists t as config keys.
-func (t timings) String() string {
+func (t Timings) String() string {
 	return fmt.Sprintf("analyzers.bucket %s, interval %s, window %s, reference %s, min_requests %d, "+
 		"output.minutes %d, output.min_baseline_minutes %d; alerts.period %s, silence %s",
-		fmtDuration(t.bucket), fmtDuration(t.interval), fmtDuration(t.window), fmtDuration(t.reference), t.minRequests,
-		t.outputMinutes, t.minBaselineMinutes, fmtDuration(t.alertPeriod), fmtDuration(t.silence))
+		FormatDuration(t.bucket), FormatDuration(t.interval), FormatDuration(t.window), FormatDuration(t.reference), t.minRequests,
+		t.outputMinutes, t.minBaselineMinutes, FormatDuration(t.alertPeriod), FormatDuration(t.silence))
 }
 
-// signalKind is something a phase expects to move: one of the five signals,
+// Signal is something a phase expects to move: one of the five signals,
 // or the passive ejection of a backend.
-type signalKind int
+type Signal int
 
 // The signal kinds, in the order the summary lists them.
 const (
-	sigDrift signalKind = iota
-	sigDecay
-	sigOutput
-	sigLatency
-	sigPrecision
-	sigEjection
-	// sigSlow is a backend answering far slower than the others (the
+	SigDrift Signal = iota
+	SigDecay
+	SigOutput
+	SigLatency
+	SigPrecision
+	SigEjection
+	// SigSlow is a backend answering far slower than the others (the
 	// backend_slow rule's slowness above its threshold).
-	sigSlow
-	// sigStore and sigSpans are the infrastructure the matrix cuts: the
+	SigSlow
+	// SigStore and SigSpans are the infrastructure the matrix cuts: the
 	// state store reported down (vigil_state_store_up 0) and spans
 	// dropped (vigil_tracing_spans_dropped_total rising). Demos without
 	// Redis or a collector report them "ok".
-	sigStore
-	sigSpans
+	SigStore
+	SigSpans
 	numSignals
 )
 
@@ -88,27 +88,27 @@ var (
 	alarmStates = [numSignals]string{"drift", "decay", "drift", "anomalous", "divergent", "ejected", "slow", "down", "dropped"}
 )
 
-// expectation is what a phase's fault should move: a signal into its
+// Expectation is what a phase's fault should move: a signal into its
 // alarm state and, when alerts is not empty, one of those alerts into
 // firing. With model set it is confined to that model: the model's own
 // segment must reach the alarm, the alert must carry the label
 // model=model, and no other model's segment should follow.
-type expectation struct {
-	signal signalKind
-	alerts []string
-	model  string
+type Expectation struct {
+	Signal Signal
+	Alerts []string
+	Model  string
 }
 
-// matches reports whether fa is one of e's alerts (for e's model, when it
+// Matches reports whether fa is one of e's alerts (for e's model, when it
 // names one).
-func (e expectation) matches(fa firedAlert) bool {
-	return slices.Contains(e.alerts, fa.name) && (e.model == "" || fa.labels["model"] == e.model)
+func (e Expectation) Matches(fa FiredAlert) bool {
+	return slices.Contains(e.Alerts, fa.Name) && (e.Model == "" || fa.Labels["model"] == e.Model)
 }
 
 // segSignals are the signals kept per model (the segments of
 // /admin/signals); precision is per backend pair, the rest per backend
 // or gateway.
-var segSignals = []signalKind{sigDrift, sigDecay, sigOutput, sigLatency}
+var segSignals = []Signal{SigDrift, SigDecay, SigOutput, SigLatency}
 
 // A phase is one fault of a scenario: injected when the phase starts,
 // restored when it ends, and expected to be noticed within it.
@@ -116,18 +116,18 @@ type phase struct {
 	label, name string // "(a)", "prompt mix shift"
 	// says is the phase's line: what is injected and what should move.
 	says     string
-	inject   func(*demo)
-	restore  func(*demo)
+	inject   func(*Demo)
+	restore  func(*Demo)
 	restored string // what restore did, in words
-	expect   []expectation
+	expect   []Expectation
 	// calm are what the phase must not move: neither the signal (fleet-wide
 	// or any model's) nor any of the alerts. A phase with calm and no
 	// expect runs its whole duration, also with untilDetected.
-	calm []expectation
+	calm []Expectation
 	// allowed are signals, and allowedAlerts alerts, that the phase may
 	// move besides what it expects, because the fault truly changes them;
 	// why says so.
-	allowed       []signalKind
+	allowed       []Signal
 	allowedAlerts []string
 	why           string
 	// clearFirst waits, before the injection, until every signal is out of
@@ -137,44 +137,66 @@ type phase struct {
 	duration   time.Duration
 	// report, when set, turns the counters taken around the phase into a
 	// note for the summary.
-	report func(phaseCounters) string
+	report func(PhaseCounters) string
 }
 
-// phaseCounters are the counters taken around a phase: at the start of
+// PhaseCounters are the counters taken around a phase: at the start of
 // the previous phase's second half (of the wait for all clear, after
 // one), at this phase's start, at its middle (or its first detection,
 // whichever comes first) and at its end.
-type phaseCounters struct {
-	before, start, mid, end counters
+type PhaseCounters struct {
+	Before, Start, Mid, End Counters
 }
 
-// shareNote compares backend's share of demo-model's answered requests
+// ShareNote compares backend's share of demo-model's answered requests
 // before the phase (the previous phase's second half) with its share in
 // this phase's second half (after its first detection, when that came
 // earlier).
-func (c phaseCounters) shareNote(backend string) string {
+func (c PhaseCounters) ShareNote(backend string) string {
 	return fmt.Sprintf("%s served %s of %s's answered requests before, %s in the phase's second half", backend,
-		fmtShare(c.start.tally.sub(c.before.tally).share(backend, demoModel)), demoModel,
-		fmtShare(c.end.tally.sub(c.mid.tally).share(backend, demoModel)))
+		fmtShare(c.Start.tally.sub(c.Before.tally).share(backend, demoModel)), demoModel,
+		fmtShare(c.End.tally.sub(c.Mid.tally).share(backend, demoModel)))
 }
 
-// mixNote compares each model's share of the answered requests and its
+// SharesNote compares the share of demo-model's answered requests that
+// each of its backends served before the phase with its share in the
+// phase's second half.
+func (c PhaseCounters) SharesNote() string {
+	var parts []string
+	for _, b := range []string{"sim-a", "sim-b", "sim-a-int8"} {
+		parts = append(parts, fmt.Sprintf("%s %s → %s", b, fmtShare(c.Start.tally.sub(c.Before.tally).share(b, demoModel)),
+			fmtShare(c.End.tally.sub(c.Mid.tally).share(b, demoModel))))
+	}
+	return "shares of " + demoModel + "'s answered requests, before → second half: " + strings.Join(parts, ", ")
+}
+
+// ErrorsNote says what backend's errors in the phase became for clients:
+// its error answers, the requests left hanging on it, the retries on
+// other backends, and its share of the traffic (ShareNote).
+func (c PhaseCounters) ErrorsNote(backend string) string {
+	s, e := c.Start, c.End
+	return fmt.Sprintf("%s answered %d requests with an error, %d left hanging at the end; retries on other backends: %.0f; %s",
+		backend, e.sims[backend].Errors-s.sims[backend].Errors, e.sims[backend].Hanging,
+		e.metric("vigil_retries_total", "")-s.metric("vigil_retries_total", ""), c.ShareNote(backend))
+}
+
+// MixNote compares each model's share of the answered requests and its
 // mean confidence (exp of the mean token logprob over its current window)
 // before the phase and at its end, with the fleet's: the fleet's moves
 // with the mix of models, each model's does not. It tells how demo-model's
 // answers spread over its backends too: the balancer moves them with the
 // load.
-func (c phaseCounters) mixNote() string {
-	before, after := c.start.tally.sub(c.before.tally), c.end.tally.sub(c.mid.tally)
+func (c PhaseCounters) MixNote() string {
+	before, after := c.Start.tally.sub(c.Before.tally), c.End.tally.sub(c.Mid.tally)
 	var shares, confs, backends []string
 	for _, m := range servedModels() {
 		shares = append(shares, fmt.Sprintf("%s %s → %s", m, fmtShare(before.modelShare(m)), fmtShare(after.modelShare(m))))
-		confs = append(confs, fmt.Sprintf("%s %s → %s", m, fmtConf(c.start.conf[m]), fmtConf(c.end.conf[m])))
+		confs = append(confs, fmt.Sprintf("%s %s → %s", m, fmtConf(c.Start.conf[m]), fmtConf(c.End.conf[m])))
 	}
 	for _, b := range []string{"sim-a", "sim-b", "sim-a-int8"} {
 		backends = append(backends, fmt.Sprintf("%s %s → %s", b, fmtShare(before.share(b, demoModel)), fmtShare(after.share(b, demoModel))))
 	}
-	e := c.end
+	e := c.End
 	verdict := "judged fleet-wide, as before the models had segments, the mix alone would have read as a decay"
 	if !e.fleetDecayed {
 		verdict = "not a decay fleet-wide either"
@@ -182,7 +204,7 @@ func (c phaseCounters) mixNote() string {
 	return fmt.Sprintf("answered requests, before → second half: %s (%s's by backend: %s); mean confidence per model, "+
 		"before → end: %s; the fleet's: %s → %s (drop %.0f%% against the baseline, p = %.2g: %s)",
 		strings.Join(shares, ", "), demoModel, strings.Join(backends, ", "), strings.Join(confs, ", "),
-		fmtConf(c.start.conf[""]), fmtConf(e.conf[""]), 100*e.fleetDrop, e.fleetP, verdict)
+		fmtConf(c.Start.conf[""]), fmtConf(e.conf[""]), 100*e.fleetDrop, e.fleetP, verdict)
 }
 
 // fmtConf writes a confidence with two decimals; "n/a" when unknown.
@@ -198,7 +220,7 @@ func fmtConf(v float64) string {
 // fault, and recovery. Its durations and timings come from a scale, so
 // that tests can tell a short version. It is read-only once made.
 type scenario struct {
-	timings timings
+	timings Timings
 	// minWarmup is the least warm-up; it lasts until every signal the
 	// phases expect has had a verdict for a while, at most maxWarmup.
 	minWarmup, maxWarmup time.Duration
@@ -222,7 +244,7 @@ func newIncident(scale float64, short bool) *scenario {
 		return time.Duration(float64(d) * scale).Round(100 * time.Millisecond)
 	}
 	sc := &scenario{
-		timings: timings{
+		timings: Timings{
 			bucket: time.Second, interval: time.Second,
 			window:    max(10*time.Second, dur(30*time.Second)),
 			reference: max(time.Minute, dur(3*time.Minute)),
@@ -249,7 +271,7 @@ func newIncident(scale float64, short bool) *scenario {
 		recovery: max(20*time.Second, dur(130*time.Second)),
 		poll:     500 * time.Millisecond,
 	}
-	confidence := []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}}}
+	confidence := []Expectation{{Signal: SigDecay, Alerts: []string{"VigilConfidenceDecay"}}}
 	// The mix change is watched for a complete minute of the new mix
 	// judged by the perplexity band: the phase spans a minute boundary.
 	mixWatch := dur(60 * time.Second)
@@ -260,23 +282,23 @@ func newIncident(scale float64, short bool) *scenario {
 		sc.recovery = max(20*time.Second, 2*sc.timings.window)
 		mixWatch = sc.timings.window + 5*sc.timings.alertPeriod
 	} else {
-		confidence = append(confidence, expectation{signal: sigOutput, alerts: []string{"VigilOutputDrift"}})
+		confidence = append(confidence, Expectation{Signal: SigOutput, Alerts: []string{"VigilOutputDrift"}})
 	}
 	sc.phases = []phase{
 		{
 			label: "(a)", name: "prompt mix shift",
 			says:     "prompts turn long, Russian and Chinese, with code blocks and a system prompt",
-			inject:   func(d *demo) { d.traffic.setMix(shiftedMix) },
-			restore:  func(d *demo) { d.traffic.setMix(normalMix) },
+			inject:   func(d *Demo) { d.traffic.setMix(ShiftedMix) },
+			restore:  func(d *Demo) { d.traffic.setMix(NormalMix) },
 			restored: "prompts back to the normal mix",
-			expect:   []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
+			expect:   []Expectation{{Signal: SigDrift, Alerts: []string{"VigilInputDrift"}}},
 			duration: dur(45 * time.Second),
 		},
 		{
 			label: "(b)", name: "confidence drop to 0.4",
 			says:     "every simulator's confidence 0.85 (sim-small's 0.55) → 0.4",
-			inject:   turnKnobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, allSims...),
-			restore:  restoreKnobs(allSims...),
+			inject:   TurnKnobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, AllSims...),
+			restore:  RestoreKnobs(AllSims...),
 			restored: "confidence back to 0.85 (sim-small's 0.55)",
 			expect:   confidence,
 			// The band's alarm needs a complete minute after the drop.
@@ -291,47 +313,47 @@ func newIncident(scale float64, short bool) *scenario {
 			// take nearly all traffic off it and clients would hardly notice.
 			label: "(c)", name: "TTFT ×10, sim-b ×30",
 			says: "every backend's time to first token ×10, sim-b's ×30 (60 ms → 1.8 s)",
-			inject: func(d *demo) {
-				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-a", "sim-a-int8", "sim-small")(d)
-				turnKnobs(func(k *sim.Knobs) { k.TTFT *= 30 }, "sim-b")(d)
+			inject: func(d *Demo) {
+				TurnKnobs(func(k *sim.Knobs) { k.TTFT *= 10 }, "sim-a", "sim-a-int8", "sim-small")(d)
+				TurnKnobs(func(k *sim.Knobs) { k.TTFT *= 30 }, "sim-b")(d)
 			},
-			restore:  restoreKnobs(allSims...),
+			restore:  RestoreKnobs(AllSims...),
 			restored: "every backend's TTFT back",
-			expect:   []expectation{{signal: sigLatency, alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
+			expect:   []Expectation{{Signal: SigLatency, Alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
 			duration: dur(45 * time.Second),
-			report:   func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
+			report:   func(c PhaseCounters) string { return "balancer: " + c.ShareNote("sim-b") },
 		},
 		{
 			label: "(d)", name: "sim-a-int8 noise → 1.0",
 			says:     "sim-a-int8's logprob noise 0.05 → 1.0 (a badly quantized replica)",
-			inject:   turnKnobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
-			restore:  restoreKnobs("sim-a-int8"),
+			inject:   TurnKnobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
+			restore:  RestoreKnobs("sim-a-int8"),
 			restored: "sim-a-int8's noise back to 0.05",
-			expect:   []expectation{{signal: sigPrecision, alerts: []string{"VigilPrecisionDivergence"}}},
+			expect:   []Expectation{{Signal: SigPrecision, Alerts: []string{"VigilPrecisionDivergence"}}},
 			duration: dur(45 * time.Second),
 		},
 		{
 			label: "(e)", name: "sim-b HTTP 500 always",
 			says:    "sim-b answers every request with HTTP 500",
-			inject:  turnKnobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
-			restore: restoreKnobs("sim-b"),
+			inject:  TurnKnobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
+			restore: RestoreKnobs("sim-b"),
 			// No error-rate alert is expected: the gateway retries each
 			// failed attempt on another backend, so clients see no error,
 			// and the error rate counts only failures clients saw. Once
 			// sim-b has been out a whole alert period, VigilBackendDown
 			// fires, until a readmission probe passes after the restore.
 			restored: "sim-b answers again",
-			expect:   []expectation{{signal: sigEjection, alerts: []string{"VigilBackendDown"}}},
+			expect:   []Expectation{{Signal: SigEjection, Alerts: []string{"VigilBackendDown"}}},
 			duration: dur(30 * time.Second),
-			report: func(c phaseCounters) string {
-				s, e := c.start, c.end
+			report: func(c PhaseCounters) string {
+				s, e := c.Start, c.End
 				return fmt.Sprintf("sim-b answered %d requests with HTTP 500; retries on other backends: %.0f; ejections of sim-b: %.0f, "+
 					"its failed readmission probes: %.0f; errors seen by clients: %d of %d requests; %s",
 					e.sims["sim-b"].Errors-s.sims["sim-b"].Errors,
 					e.metric("vigil_retries_total", "")-s.metric("vigil_retries_total", ""),
 					e.metric("vigil_backend_ejections_total", `backend="sim-b"`)-s.metric("vigil_backend_ejections_total", `backend="sim-b"`),
 					e.metric("vigil_backend_failed_probes_total", `backend="sim-b"`)-s.metric("vigil_backend_failed_probes_total", `backend="sim-b"`),
-					e.tally.Failed-s.tally.Failed, e.tally.Sent-s.tally.Sent, c.shareNote("sim-b"))
+					e.tally.Failed-s.tally.Failed, e.tally.Sent-s.tally.Sent, c.ShareNote("sim-b"))
 			},
 		},
 		{
@@ -340,29 +362,29 @@ func newIncident(scale float64, short bool) *scenario {
 			// than demo-model), no model's does. Input drift is judged
 			// fleet-wide too, and its model feature is the mix.
 			label: "(f)", name: "model mix change",
-			says:       fmt.Sprintf("the traffic's models turn from %s to %s; no model changes", normalModels, shiftedModels),
-			inject:     func(d *demo) { d.traffic.setModels(shiftedModels) },
-			restore:    func(d *demo) { d.traffic.setModels(normalModels) },
+			says:       fmt.Sprintf("the traffic's models turn from %s to %s; no model changes", NormalModels, ShiftedModels),
+			inject:     func(d *Demo) { d.traffic.setModels(ShiftedModels) },
+			restore:    func(d *Demo) { d.traffic.setModels(NormalModels) },
 			restored:   "the normal mix of models",
 			clearFirst: true,
 			calm:       mixCalm,
-			allowed:    []signalKind{sigDrift}, allowedAlerts: []string{"VigilInputDrift"},
+			allowed:    []Signal{SigDrift}, allowedAlerts: []string{"VigilInputDrift"},
 			why: "the mix of models is a change of the inputs, judged fleet-wide by input drift's model feature; " +
 				"each model's own prompts did not change",
 			duration: mixWatch,
-			report:   func(c phaseCounters) string { return c.mixNote() },
+			report:   func(c PhaseCounters) string { return c.MixNote() },
 		},
 		{
 			// After (f)'s mix back to normal, input drift clears first.
 			label: "(g)", name: "demo-small confidence drop",
 			clearFirst: true,
 			says: fmt.Sprintf("sim-small's confidence %.2f → %.2f: %s, the least-used model (%.0f%% of the requests), decays",
-				smallConfidence, smallDecayed, smallModel, 100*normalModels.share(smallModel)),
-			inject:   turnKnobs(func(k *sim.Knobs) { k.Confidence = smallDecayed }, "sim-small"),
-			restore:  restoreKnobs("sim-small"),
+				SmallConfidence, SmallDecayed, SmallModel, 100*NormalModels.Share(SmallModel)),
+			inject:   TurnKnobs(func(k *sim.Knobs) { k.Confidence = SmallDecayed }, "sim-small"),
+			restore:  RestoreKnobs("sim-small"),
 			restored: "sim-small's confidence back",
-			expect:   []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}, model: smallModel}},
-			allowed:  []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
+			expect:   []Expectation{{Signal: SigDecay, Alerts: []string{"VigilConfidenceDecay"}, Model: SmallModel}},
+			allowed:  []Signal{SigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
 			why:      "perplexity is exp(−mean logprob): demo-small's lower confidence is a higher perplexity",
 			duration: dur(45 * time.Second),
 		},
@@ -371,21 +393,21 @@ func newIncident(scale float64, short bool) *scenario {
 			label: "(h)", name: "topic change",
 			clearFirst: true,
 			says:       "prompts turn from load balancers and KV caches to cooking, at the same lengths, letters and punctuation",
-			inject:     func(d *demo) { d.traffic.setMix(topicMix) },
-			restore:    func(d *demo) { d.traffic.setMix(normalMix) },
+			inject:     func(d *Demo) { d.traffic.setMix(TopicMix) },
+			restore:    func(d *Demo) { d.traffic.setMix(NormalMix) },
 			restored:   "prompts back to the normal subjects",
-			expect:     []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
+			expect:     []Expectation{{Signal: SigDrift, Alerts: []string{"VigilInputDrift"}}},
 			duration:   dur(45 * time.Second),
-			report:     func(c phaseCounters) string { return c.topicNote() },
+			report:     func(c PhaseCounters) string { return c.TopicNote() },
 		},
 	}
 	return sc
 }
 
-// topicNote says which of input drift's tests saw the phase's change at
+// TopicNote says which of input drift's tests saw the phase's change at
 // its end, and the words whose share of the prompts rose most.
-func (c phaseCounters) topicNote() string {
-	d := c.end.drift
+func (c PhaseCounters) TopicNote() string {
+	d := c.End.drift
 	if d == nil {
 		return "input drift: not read"
 	}
@@ -412,26 +434,26 @@ func (c phaseCounters) topicNote() string {
 	return note
 }
 
-// allSims are the demo's simulators.
-var allSims = []string{"sim-a", "sim-b", "sim-a-int8", "sim-small"}
+// AllSims are the demo's simulators.
+var AllSims = []string{"sim-a", "sim-b", "sim-a-int8", "sim-small"}
 
-// smallDecayed is demo-small's confidence in phase (g).
-const smallDecayed = 0.3
+// SmallDecayed is demo-small's confidence in phase (g).
+const SmallDecayed = 0.3
 
 // mixCalm is what a change in the mix of models must not move: the
 // signals judged per model and their alerts.
-var mixCalm = []expectation{
-	{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}},
-	{signal: sigOutput, alerts: []string{"VigilOutputDrift"}},
-	{signal: sigLatency, alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}},
+var mixCalm = []Expectation{
+	{Signal: SigDecay, Alerts: []string{"VigilConfidenceDecay"}},
+	{Signal: SigOutput, Alerts: []string{"VigilOutputDrift"}},
+	{Signal: SigLatency, Alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}},
 }
 
-// shiftedMix is what the prompt-mix phase sends: long Russian and Chinese
+// ShiftedMix is what the prompt-mix phase sends: long Russian and Chinese
 // prompts with code blocks under a system prompt, where the normal mix has
 // short English questions. Every drift feature but the sampling parameters
 // moves: length, tokens, message count, script shares, system prompt and
 // code fence.
-var shiftedMix = &promptMix{
+var ShiftedMix = &PromptMix{
 	system: "Ты — опытный ревьюер кода на Go. 你是一名资深的 Go 代码审查员。Отвечай на языке вопроса.",
 	prompts: []string{
 		"Почему этот обработчик иногда зависает под нагрузкой? Объясни подробно и предложи исправление.\n```go\n" + strings.Repeat("func handle(w http.ResponseWriter, r *http.Request) {\n\tmu.Lock()\n\tdefer mu.Unlock()\n\tresp, err := http.Get(upstream + r.URL.Path)\n\tif err != nil {\n\t\thttp.Error(w, err.Error(), 502)\n\t\treturn\n\t}\n\tio.Copy(w, resp.Body)\n}\n", 4) + "```",
@@ -441,10 +463,10 @@ var shiftedMix = &promptMix{
 	},
 }
 
-// turnKnobs returns an inject function that changes the knobs of the named
+// TurnKnobs returns an inject function that changes the knobs of the named
 // simulators with f.
-func turnKnobs(f func(*sim.Knobs), names ...string) func(*demo) {
-	return func(d *demo) {
+func TurnKnobs(f func(*sim.Knobs), names ...string) func(*Demo) {
+	return func(d *Demo) {
 		for _, n := range names {
 			s := d.sim(n)
 			k := s.srv.Knobs()
@@ -454,10 +476,10 @@ func turnKnobs(f func(*sim.Knobs), names ...string) func(*demo) {
 	}
 }
 
-// restoreKnobs returns a restore function that gives the named simulators
+// RestoreKnobs returns a restore function that gives the named simulators
 // their normal knobs back.
-func restoreKnobs(names ...string) func(*demo) {
-	return func(d *demo) {
+func RestoreKnobs(names ...string) func(*Demo) {
+	return func(d *Demo) {
 		for _, n := range names {
 			s := d.sim(n)
 			s.srv.SetKnobs(s.base)
@@ -465,14 +487,14 @@ func restoreKnobs(names ...string) func(*demo) {
 	}
 }
 
-// restoreAll gives every simulator its normal knobs and the traffic its
+// RestoreAll gives every simulator its normal knobs and the traffic its
 // normal mixes of prompts and models.
-func restoreAll(d *demo) {
+func RestoreAll(d *Demo) {
 	for _, s := range d.sims {
 		s.srv.SetKnobs(s.base)
 	}
-	d.traffic.setMix(normalMix)
-	d.traffic.setModels(normalModels)
+	d.traffic.setMix(NormalMix)
+	d.traffic.setModels(NormalModels)
 }
 
 // storyResult is what one telling of a scenario saw.
@@ -482,7 +504,7 @@ type storyResult struct {
 	warmup     time.Duration
 	unknown    []string // signals still without a verdict when the warm-up ended
 	pinErr     error    // why the baseline could not be pinned; nil: pinned
-	phases     []phaseResult
+	phases     []PhaseResult
 	recovery   recoveryResult
 	deliveries []alert.Delivery // Vigil's notification log at the end
 	receipts   []receipt        // what the receiver got during the telling
@@ -491,56 +513,56 @@ type storyResult struct {
 	interrupted bool
 }
 
-// phaseResult is what one phase saw, its times measured from its start.
-type phaseResult struct {
+// PhaseResult is what one phase saw, its times measured from its start.
+type PhaseResult struct {
 	phase      *phase
 	start, end time.Time
-	// seen is when each signal first reached its alarm state in the
+	// Seen is when each signal first reached its alarm state in the
 	// phase; negative: it did not.
-	seen   [numSignals]time.Duration
-	alerts []firedAlert // alerts that began firing (or were silenced) in the phase
+	Seen   [numSignals]time.Duration
+	Alerts []FiredAlert // alerts that began firing (or were silenced) in the phase
 	note   string       // the phase's report
 	cut    bool         // ended early by the telling's context
 	// carried are the signals already in their alarm state when the phase
 	// began (a previous fault's, or a lasting one).
-	carried []signalKind
-	// segSeen is when each model's signal first reached its alarm state
+	carried []Signal
+	// SegSeen is when each model's signal first reached its alarm state
 	// in the phase.
-	segSeen map[segKey]time.Duration
+	SegSeen map[SegKey]time.Duration
 	// clear is the wait for all clear before the phase (clearFirst);
 	// zero start: none.
 	clear recoveryResult
 }
 
-// segKey is one model's signal.
-type segKey struct {
-	model  string
-	signal signalKind
+// SegKey is one model's signal.
+type SegKey struct {
+	Model  string
+	Signal Signal
 }
 
-// seenFor is when e's signal first reached its alarm in the phase: in e's
+// SeenFor is when e's signal first reached its alarm in the phase: in e's
 // model's segment when e names one, else fleet-wide; negative: it did
 // not.
-func (r *phaseResult) seenFor(e expectation) time.Duration {
-	if e.model == "" {
-		return r.seen[e.signal]
+func (r *PhaseResult) SeenFor(e Expectation) time.Duration {
+	if e.Model == "" {
+		return r.Seen[e.Signal]
 	}
-	if d, ok := r.segSeen[segKey{e.model, e.signal}]; ok {
+	if d, ok := r.SegSeen[SegKey{e.Model, e.Signal}]; ok {
 		return d
 	}
 	return -1
 }
 
-// othersSeen lists the models other than e's whose segment reached e's
+// OthersSeen lists the models other than e's whose segment reached e's
 // signal's alarm in the phase; none when e names no model.
-func (r *phaseResult) othersSeen(e expectation) []string {
-	if e.model == "" {
+func (r *PhaseResult) OthersSeen(e Expectation) []string {
+	if e.Model == "" {
 		return nil
 	}
 	var out []string
-	for k := range r.segSeen {
-		if k.signal == e.signal && k.model != e.model {
-			out = append(out, k.model)
+	for k := range r.SegSeen {
+		if k.Signal == e.Signal && k.Model != e.Model {
+			out = append(out, k.Model)
 		}
 	}
 	slices.Sort(out)
@@ -550,30 +572,30 @@ func (r *phaseResult) othersSeen(e expectation) []string {
 // moved lists what of calm expectation e the phase moved: its signal's
 // alarm (fleet-wide or a model's) and its alerts that fired (or were
 // silenced).
-func (r *phaseResult) moved(e expectation) (signals, alerts []string) {
-	if d := r.seen[e.signal]; d >= 0 {
-		signals = append(signals, fmt.Sprintf("%s: %s after %.1f s", signalNames[e.signal], alarmStates[e.signal], d.Seconds()))
+func (r *PhaseResult) moved(e Expectation) (signals, alerts []string) {
+	if d := r.Seen[e.Signal]; d >= 0 {
+		signals = append(signals, fmt.Sprintf("%s: %s after %.1f s", signalNames[e.Signal], alarmStates[e.Signal], d.Seconds()))
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(r.segSeen), func(a, b segKey) int { return strings.Compare(a.model, b.model) }) {
-		if k.signal == e.signal {
-			signals = append(signals, fmt.Sprintf("model %s's %s: %s after %.1f s", k.model, signalNames[k.signal], alarmStates[k.signal], r.segSeen[k].Seconds()))
+	for _, k := range slices.SortedFunc(maps.Keys(r.SegSeen), func(a, b SegKey) int { return strings.Compare(a.Model, b.Model) }) {
+		if k.Signal == e.Signal {
+			signals = append(signals, fmt.Sprintf("model %s's %s: %s after %.1f s", k.Model, signalNames[k.Signal], alarmStates[k.Signal], r.SegSeen[k].Seconds()))
 		}
 	}
-	for _, fa := range r.alerts {
-		if slices.Contains(e.alerts, fa.name) {
-			alerts = append(alerts, fmt.Sprintf("%s%s after %.1f s", fa.name, labelNote(fa.labels), fa.after.Seconds()))
+	for _, fa := range r.Alerts {
+		if slices.Contains(e.Alerts, fa.Name) {
+			alerts = append(alerts, fmt.Sprintf("%s%s after %.1f s", fa.Name, labelNote(fa.Labels), fa.After.Seconds()))
 		}
 	}
 	return signals, alerts
 }
 
-// firedAlert is an alert seen firing, or silenced, during a phase.
-type firedAlert struct {
-	name     string
-	labels   map[string]string
-	at       time.Time
-	after    time.Duration // from the phase's start
-	silenced bool          // it would have fired but was notified less than alerts.silence ago
+// FiredAlert is an alert seen firing, or silenced, during a phase.
+type FiredAlert struct {
+	Name     string
+	Labels   map[string]string
+	At       time.Time
+	After    time.Duration // from the phase's start
+	Silenced bool          // it would have fired but was notified less than alerts.silence ago
 }
 
 // recoveryResult is what the recovery (or a wait for all clear before a
@@ -586,11 +608,11 @@ type recoveryResult struct {
 	resolved []string // alerts whose resolution the receiver got during the telling
 }
 
-// story is one telling of a scenario against a demo. It is used by one
+// Story is one telling of a scenario against a demo. It is used by one
 // goroutine, which does all the printing, so lines never interleave.
-type story struct {
+type Story struct {
 	sc  *scenario
-	d   *demo
+	d   *Demo
 	out io.Writer
 	t0  time.Time
 
@@ -605,12 +627,12 @@ type story struct {
 // out one line per phase and one per change it sees, and returns what it
 // saw. It restores every fault before returning; when ctx ends first, it
 // returns what it saw so far (interrupted) and ctx's error.
-func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*storyResult, error) {
+func (sc *scenario) tell(ctx context.Context, d *Demo, out io.Writer, n int) (*storyResult, error) {
 	if d.traffic == nil || d.recv == nil {
 		return nil, fmt.Errorf("scenario: the demo needs traffic and its alert receiver")
 	}
-	defer restoreAll(d)
-	s := &story{sc: sc, d: d, out: out, t0: time.Now(), alerts: map[string]alert.State{}, notified: map[string]bool{}, receipts: len(d.recv.all())}
+	defer RestoreAll(d)
+	s := &Story{sc: sc, d: d, out: out, t0: time.Now(), alerts: map[string]alert.State{}, notified: map[string]bool{}, receipts: len(d.recv.all())}
 	res := &storyResult{n: n, start: s.t0}
 	s.last = d.read(ctx)
 	if n == 1 {
@@ -635,16 +657,16 @@ func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*s
 	}
 	res.pinErr = d.app.Pipeline().PinBaseline(ctx)
 	if res.pinErr != nil {
-		s.printf("baseline NOT pinned (%v): the signals keep their rolling reference", res.pinErr)
+		s.Printf("baseline NOT pinned (%v): the signals keep their rolling reference", res.pinErr)
 	} else {
-		s.printf("baseline pinned: the signals now compare against the last normal window")
+		s.Printf("baseline pinned: the signals now compare against the last normal window")
 	}
-	before := d.counters(ctx)
+	before := d.Counters(ctx)
 	for i := range sc.phases {
 		p := &sc.phases[i]
 		var clear recoveryResult
 		if p.clearFirst {
-			s.printf("before %s: waiting until every signal is out of its alarm and no alert is active", p.label)
+			s.Printf("before %s: waiting until every signal is out of its alarm and no alert is active", p.label)
 			var err error
 			if clear, err = s.awaitClear(ctx); err != nil {
 				return finish(err)
@@ -661,20 +683,20 @@ func (sc *scenario) tell(ctx context.Context, d *demo, out io.Writer, n int) (*s
 	return finish(s.recover(ctx, res))
 }
 
-// printf prints one line of the story, stamped with the time since its start.
-func (s *story) printf(format string, args ...any) {
+// Printf prints one line of the story, stamped with the time since its start.
+func (s *Story) Printf(format string, args ...any) {
 	el := time.Since(s.t0)
 	fmt.Fprintf(s.out, "[%02d:%02d] %s\n", int(el.Minutes()), int(el.Seconds())%60, fmt.Sprintf(format, args...))
 }
 
 // needed are the signals the phases expect to move that have a verdict to
 // wait for (ejection has none).
-func (sc *scenario) needed() []signalKind {
-	var ks []signalKind
+func (sc *scenario) needed() []Signal {
+	var ks []Signal
 	for _, p := range sc.phases {
 		for _, e := range p.expect {
-			if e.signal != sigEjection && !slices.Contains(ks, e.signal) {
-				ks = append(ks, e.signal)
+			if e.Signal != SigEjection && !slices.Contains(ks, e.Signal) {
+				ks = append(ks, e.Signal)
 			}
 		}
 	}
@@ -686,7 +708,7 @@ func (sc *scenario) needed() []signalKind {
 // (latency variance for a while: its anomaly limits are set once its
 // reference is full, and the window to be pinned must have been checked
 // against them) and none is in its alarm state, and at least minWarmup.
-func (s *story) warmup(ctx context.Context, res *storyResult) error {
+func (s *Story) warmup(ctx context.Context, res *storyResult) error {
 	need := s.sc.needed()
 	names := make([]string, len(need))
 	for i, k := range need {
@@ -695,29 +717,29 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 	// Each model's segment too: a phase may be about one model, and each
 	// segment's baseline is pinned with the fleet's.
 	models := servedModels()
-	var segNeed []signalKind
+	var segNeed []Signal
 	for _, k := range need {
 		if slices.Contains(segSignals, k) {
 			segNeed = append(segNeed, k)
 		}
 	}
 	why := ""
-	if slices.Contains(need, sigOutput) {
+	if slices.Contains(need, SigOutput) {
 		why = " (the perplexity band needs two complete minutes: 2–3 min)"
 	}
-	s.printf("warm-up: normal traffic until %s have a verdict, fleet-wide and for each model (%s), none an alarm%s",
+	s.Printf("warm-up: normal traffic until %s have a verdict, fleet-wide and for each model (%s), none an alarm%s",
 		strings.Join(names, ", "), strings.Join(models, ", "), why)
 	// The latency limits are set once its reference is full: the least
 	// used model's reference fills last.
 	least := s.d.rps
 	for _, m := range models {
-		least = min(least, s.d.rps*normalModels.share(m))
+		least = min(least, s.d.rps*NormalModels.Share(m))
 	}
 	settle := func(rps float64) time.Duration {
 		return time.Duration(1.5*float64(s.sc.timings.minRequests)/rps*float64(time.Second)) + 2*time.Second
 	}
 	start := time.Now()
-	known := map[segKey]time.Time{} // "" model: fleet-wide
+	known := map[SegKey]time.Time{} // "" model: fleet-wide
 	t := time.NewTicker(s.sc.poll)
 	defer t.Stop()
 	for {
@@ -725,8 +747,8 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 		now := time.Now()
 		ready := now.Sub(start) >= s.sc.minWarmup
 		var unknown []string
-		check := func(model string, k signalKind, st string) {
-			key := segKey{model, k}
+		check := func(model string, k Signal, st string) {
+			key := SegKey{model, k}
 			name := signalNames[k]
 			if model != "" {
 				name = model + " " + name
@@ -752,7 +774,7 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 			if model != "" {
 				rps = least
 			}
-			ready = ready && (k != sigLatency || now.Sub(known[key]) >= settle(rps))
+			ready = ready && (k != SigLatency || now.Sub(known[key]) >= settle(rps))
 		}
 		for _, k := range need {
 			check("", k, rd.state[k])
@@ -766,7 +788,7 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 			break
 		}
 		if now.Sub(start) >= s.sc.maxWarmup {
-			s.printf("  still without a verdict after %s: %s; going on", fmtDuration(now.Sub(start).Round(time.Second)), strings.Join(unknown, ", "))
+			s.Printf("  still without a verdict after %s: %s; going on", FormatDuration(now.Sub(start).Round(time.Second)), strings.Join(unknown, ", "))
 			res.unknown = unknown
 			break
 		}
@@ -783,17 +805,17 @@ func (s *story) warmup(ctx context.Context, res *storyResult) error {
 // phase injects p's fault, watches until p's duration passes (or, with
 // untilDetected, its expectations are met), restores the fault and
 // returns what it saw and the counters at its middle.
-func (s *story) phase(ctx context.Context, p *phase, before counters) (phaseResult, counters, error) {
-	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
-	s.printf("%s %s: %s → expect %s", p.label, p.name, p.says, p.expected())
-	res := phaseResult{phase: p, start: time.Now(), segSeen: map[segKey]time.Duration{}}
-	for k := range res.seen {
-		res.seen[k] = -1
+func (s *Story) phase(ctx context.Context, p *phase, before Counters) (PhaseResult, Counters, error) {
+	pc := PhaseCounters{Before: before, Start: s.d.Counters(ctx)}
+	s.Printf("%s %s: %s → expect %s", p.label, p.name, p.says, p.expected())
+	res := PhaseResult{phase: p, start: time.Now(), SegSeen: map[SegKey]time.Duration{}}
+	for k := range res.Seen {
+		res.Seen[k] = -1
 		if s.last.state[k] == alarmStates[k] {
-			res.carried = append(res.carried, signalKind(k))
+			res.carried = append(res.carried, Signal(k))
 		}
 	}
-	p.inject(s.d) // on an early return, tell's restoreAll restores it
+	p.inject(s.d) // on an early return, tell's RestoreAll restores it
 	var haveMid bool
 	var doneAt time.Time // when every expected signal was seen
 	t := time.NewTicker(s.sc.poll)
@@ -802,63 +824,48 @@ func (s *story) phase(ctx context.Context, p *phase, before counters) (phaseResu
 		select {
 		case <-ctx.Done():
 			res.end, res.cut = time.Now(), true
-			return res, pc.mid, ctx.Err()
+			return res, pc.Mid, ctx.Err()
 		case <-t.C:
 		}
 		s.observe(ctx, &res)
 		el := time.Since(res.start)
-		if !haveMid && (el >= p.duration/2 || res.met(false)) {
-			pc.mid, haveMid = s.d.counters(ctx), true
+		if !haveMid && (el >= p.duration/2 || res.Met(false)) {
+			pc.Mid, haveMid = s.d.Counters(ctx), true
 		}
 		if el >= p.duration {
 			break
 		}
-		if s.sc.untilDetected && res.met(false) {
+		if s.sc.untilDetected && res.Met(false) {
 			if doneAt.IsZero() {
 				doneAt = time.Now()
 			}
 			// Alerts fire alerts.consecutive periods after their breach.
 			grace := time.Duration(s.d.cfg.Alerts.Consecutive+2) * s.d.cfg.Alerts.Period
-			if res.met(true) || time.Since(doneAt) >= grace {
+			if res.Met(true) || time.Since(doneAt) >= grace {
 				break
 			}
 		}
 	}
 	p.restore(s.d)
 	res.end = time.Now()
-	pc.end = s.d.counters(ctx)
+	pc.End = s.d.Counters(ctx)
 	if !haveMid {
-		pc.mid = pc.end
+		pc.Mid = pc.End
 	}
 	if p.report != nil {
 		res.note = p.report(pc)
 	}
-	s.printf("  restored: %s", p.restored)
-	return res, pc.mid, nil
+	s.Printf("  restored: %s", p.restored)
+	return res, pc.Mid, nil
 }
 
 // expected says in words what p expects to move, and what it must not.
 func (p *phase) expected() string {
-	var exp []string
-	for _, e := range p.expect {
-		x := signalNames[e.signal]
-		if e.model != "" {
-			x += " of " + e.model + " alone"
-		}
-		if len(e.alerts) > 0 {
-			x += " (alert " + strings.Join(e.alerts, " or ")
-			if e.model != "" {
-				x += " with model=" + e.model
-			}
-			x += ")"
-		}
-		exp = append(exp, x)
-	}
-	out := strings.Join(exp, ", then ")
+	out := Describe(p.expect)
 	if len(p.calm) > 0 {
 		var calm []string
 		for _, e := range p.calm {
-			calm = append(calm, signalNames[e.signal])
+			calm = append(calm, signalNames[e.Signal])
 		}
 		if out != "" {
 			out += "; "
@@ -875,18 +882,18 @@ func (p *phase) expected() string {
 	return out
 }
 
-// met reports whether every expected signal reached its alarm in the
+// Met reports whether every expected signal reached its alarm in the
 // phase and, with alerts, whether each expectation's alert fired too. A
 // phase that expects nothing is never met: it runs its duration.
-func (r *phaseResult) met(alerts bool) bool {
+func (r *PhaseResult) Met(alerts bool) bool {
 	if len(r.phase.expect) == 0 {
 		return false
 	}
 	for _, e := range r.phase.expect {
-		if r.seenFor(e) < 0 {
+		if r.SeenFor(e) < 0 {
 			return false
 		}
-		if alerts && len(e.alerts) > 0 && r.firstAlert(e) == nil {
+		if alerts && len(e.Alerts) > 0 && r.FirstAlert(e) == nil {
 			return false
 		}
 	}
@@ -894,27 +901,27 @@ func (r *phaseResult) met(alerts bool) bool {
 }
 
 // expects reports whether the phase expects k to move (in any model).
-func (r *phaseResult) expects(k signalKind) bool {
-	return slices.ContainsFunc(r.phase.expect, func(e expectation) bool { return e.signal == k })
+func (r *PhaseResult) expects(k Signal) bool {
+	return slices.ContainsFunc(r.phase.expect, func(e Expectation) bool { return e.Signal == k })
 }
 
 // expectsModel reports whether the phase expects model's k to move.
-func (r *phaseResult) expectsModel(k signalKind, model string) bool {
-	return slices.ContainsFunc(r.phase.expect, func(e expectation) bool { return e.signal == k && e.model == model })
+func (r *PhaseResult) expectsModel(k Signal, model string) bool {
+	return slices.ContainsFunc(r.phase.expect, func(e Expectation) bool { return e.Signal == k && e.Model == model })
 }
 
-// firstAlert returns the first of e's alerts to have fired (or been
+// FirstAlert returns the first of e's alerts to have fired (or been
 // silenced) in the phase; nil when none did. Of those first seen at the
 // same poll, a fleet-wide one (no model label) is preferred.
-func (r *phaseResult) firstAlert(e expectation) *firedAlert {
-	var first *firedAlert
-	for i := range r.alerts {
-		fa := &r.alerts[i]
-		if !e.matches(*fa) {
+func (r *PhaseResult) FirstAlert(e Expectation) *FiredAlert {
+	var first *FiredAlert
+	for i := range r.Alerts {
+		fa := &r.Alerts[i]
+		if !e.Matches(*fa) {
 			continue
 		}
-		if first == nil || fa.after < first.after ||
-			(fa.after == first.after && first.labels["model"] != "" && fa.labels["model"] == "") {
+		if first == nil || fa.After < first.After ||
+			(fa.After == first.After && first.Labels["model"] != "" && fa.Labels["model"] == "") {
 			first = fa
 		}
 	}
@@ -923,9 +930,9 @@ func (r *phaseResult) firstAlert(e expectation) *firedAlert {
 
 // recover waits, faults removed, until no signal is in its alarm state and
 // no alert is active, at most the scenario's recovery.
-func (s *story) recover(ctx context.Context, res *storyResult) error {
-	restoreAll(s.d)
-	s.printf("recovery: every fault removed, normal traffic → expect every signal back to ok and every alert resolved")
+func (s *Story) recover(ctx context.Context, res *storyResult) error {
+	RestoreAll(s.d)
+	s.Printf("recovery: every fault removed, normal traffic → expect every signal back to ok and every alert resolved")
 	rec, err := s.awaitClear(ctx)
 	if err != nil {
 		return err
@@ -944,7 +951,7 @@ func (s *story) recover(ctx context.Context, res *storyResult) error {
 // awaitClear waits until no signal is in its alarm state and no alert is
 // active, at most the scenario's recovery, and returns how long it took
 // and the resolutions the receiver got meanwhile.
-func (s *story) awaitClear(ctx context.Context) (recoveryResult, error) {
+func (s *Story) awaitClear(ctx context.Context) (recoveryResult, error) {
 	rec := recoveryResult{start: time.Now(), settled: -1}
 	t := time.NewTicker(s.sc.poll)
 	defer t.Stop()
@@ -957,12 +964,12 @@ func (s *story) awaitClear(ctx context.Context) (recoveryResult, error) {
 		}
 		if active = s.active(s.observe(ctx, nil)); len(active) == 0 {
 			rec.settled = time.Since(rec.start)
-			s.printf("  all clear: every signal out of its alarm, no alert active")
+			s.Printf("  all clear: every signal out of its alarm, no alert active")
 			break
 		}
 	}
 	if rec.settled < 0 {
-		s.printf("  not all clear after %s: %s", fmtDuration(s.sc.recovery), strings.Join(active, ", "))
+		s.Printf("  not all clear after %s: %s", FormatDuration(s.sc.recovery), strings.Join(active, ", "))
 	}
 	for _, r := range s.d.recv.since(rec.start) {
 		if r.resolved {
@@ -974,7 +981,7 @@ func (s *story) awaitClear(ctx context.Context) (recoveryResult, error) {
 
 // active names the signals in their alarm state and the alerts pending,
 // firing or silenced as of rd and the last poll.
-func (s *story) active(rd reading) []string {
+func (s *Story) active(rd reading) []string {
 	var out []string
 	for k := range numSignals {
 		if rd.state[k] == alarmStates[k] {
@@ -992,38 +999,38 @@ func (s *story) active(rd reading) []string {
 // observe reads the signals, the alerts and the receiver once, prints what
 // changed since the last reading and, when res is not nil, records in it
 // the alarms and alerts first seen in its phase.
-func (s *story) observe(ctx context.Context, res *phaseResult) reading {
+func (s *Story) observe(ctx context.Context, res *PhaseResult) reading {
 	rd := s.d.read(ctx)
 	now := time.Now()
 	for k := range numSignals {
 		st, was := rd.state[k], s.last.state[k]
-		if res != nil && k == sigOutput && res.expects(k) && st == alarmStates[k] && res.seen[k] < 0 && rd.evaluated.Truncate(time.Minute).After(res.start) {
+		if res != nil && k == SigOutput && res.expects(k) && st == alarmStates[k] && res.Seen[k] < 0 && rd.evaluated.Truncate(time.Minute).After(res.start) {
 			// The band judges complete minutes; once the evaluation is a
 			// minute boundary past the injection, the minute judged held
 			// the fault, whatever the state was before (a band of two or three
 			// baseline minutes can alarm on normal traffic too).
-			res.seen[k] = now.Sub(res.start)
-			s.printf("  %s: %s on the first complete minute with the fault, %.1f s after the injection", signalNames[k], st, res.seen[k].Seconds())
+			res.Seen[k] = now.Sub(res.start)
+			s.Printf("  %s: %s on the first complete minute with the fault, %.1f s after the injection", signalNames[k], st, res.Seen[k].Seconds())
 			continue
 		}
 		if st == was {
 			continue
 		}
 		line := fmt.Sprintf("  %s: %s", signalNames[k], st)
-		if k == sigEjection && st == alarmStates[k] {
+		if k == SigEjection && st == alarmStates[k] {
 			line += " (" + strings.Join(rd.ejected, ", ") + ")"
 		}
-		if k == sigSlow && st == alarmStates[k] {
+		if k == SigSlow && st == alarmStates[k] {
 			line += " (" + strings.Join(rd.slow, ", ") + ")"
 		}
-		if res != nil && st == alarmStates[k] && res.seen[k] < 0 && (k != sigOutput || !res.expects(k)) {
-			res.seen[k] = now.Sub(res.start)
-			line += fmt.Sprintf(", %.1f s after the injection", res.seen[k].Seconds())
+		if res != nil && st == alarmStates[k] && res.Seen[k] < 0 && (k != SigOutput || !res.expects(k)) {
+			res.Seen[k] = now.Sub(res.start)
+			line += fmt.Sprintf(", %.1f s after the injection", res.Seen[k].Seconds())
 		}
-		s.printf("%s", line)
+		s.Printf("%s", line)
 	}
 	if cur, was := modelAlarms(rd), modelAlarms(s.last); cur != was {
-		s.printf("  models in alarm: %s", cur)
+		s.Printf("  models in alarm: %s", cur)
 	}
 	if res != nil {
 		s.observeModels(rd, res, now)
@@ -1042,10 +1049,10 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 			continue
 		}
 		if a.State == alert.Silenced {
-			s.printf("  alert %s silenced: notified less than %s ago", key, fmtDuration(s.d.cfg.Alerts.Silence))
+			s.Printf("  alert %s silenced: notified less than %s ago", key, FormatDuration(s.d.cfg.Alerts.Silence))
 		}
 		if res != nil {
-			res.alerts = append(res.alerts, firedAlert{name: a.Name, labels: a.Labels, at: now, after: now.Sub(res.start), silenced: a.State == alert.Silenced})
+			res.Alerts = append(res.Alerts, FiredAlert{Name: a.Name, Labels: a.Labels, At: now, After: now.Sub(res.start), Silenced: a.State == alert.Silenced})
 		}
 	}
 	s.alerts = states
@@ -1057,10 +1064,10 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		case r.resolved:
 			state = "resolved"
 		case s.notified[key]:
-			state = "firing (re-sent: still active " + fmtDuration(s.d.cfg.Alerts.Silence) + " after the last notification)"
+			state = "firing (re-sent: still active " + FormatDuration(s.d.cfg.Alerts.Silence) + " after the last notification)"
 		}
 		s.notified[key] = !r.resolved
-		s.printf("  receiver got %s%s %s", r.name, labelNote(r.labels), state)
+		s.Printf("  receiver got %s%s %s", r.name, labelNote(r.labels), state)
 	}
 	s.receipts = len(got)
 	ds, _ := s.d.app.Pipeline().Notifications(ctx)
@@ -1069,7 +1076,7 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 		if dl.Outcome != alert.OutcomeSent && dl.Outcome != alert.OutcomeNoReceiver && !dl.Time.Before(s.t0) {
 			failed++
 			if failed > s.failures {
-				s.printf("  ! delivery of %s %s: %s", dl.Name, dl.Outcome, dl.Error)
+				s.Printf("  ! delivery of %s %s: %s", dl.Name, dl.Outcome, dl.Error)
 			}
 		}
 	}
@@ -1081,18 +1088,18 @@ func (s *story) observe(ctx context.Context, res *phaseResult) reading {
 // alarm state in its phase: on a change since the last reading, or, for a
 // perplexity band the phase expects of the model, once the minute judged
 // is past the injection (as observe does fleet-wide).
-func (s *story) observeModels(rd reading, res *phaseResult, now time.Time) {
+func (s *Story) observeModels(rd reading, res *PhaseResult, now time.Time) {
 	for m, sr := range rd.models {
 		for _, k := range segSignals {
-			key := segKey{m, k}
-			if _, ok := res.segSeen[key]; ok || sr.state[k] != alarmStates[k] {
+			key := SegKey{m, k}
+			if _, ok := res.SegSeen[key]; ok || sr.state[k] != alarmStates[k] {
 				continue
 			}
-			band := k == sigOutput && res.expectsModel(k, m) && rd.evaluated.Truncate(time.Minute).After(res.start)
+			band := k == SigOutput && res.expectsModel(k, m) && rd.evaluated.Truncate(time.Minute).After(res.start)
 			if s.last.models[m].state[k] == sr.state[k] && !band {
 				continue
 			}
-			res.segSeen[key] = now.Sub(res.start)
+			res.SegSeen[key] = now.Sub(res.start)
 		}
 	}
 }
@@ -1173,7 +1180,7 @@ type modelReading struct {
 // pipeline's own loop every analyzers.interval: evaluating here would
 // count evaluations twice towards analyzers.consecutive) and at the
 // backends' passive health.
-func (d *demo) read(ctx context.Context) reading {
+func (d *Demo) read(ctx context.Context) reading {
 	var rd reading
 	for k := range rd.state {
 		rd.state[k] = "unknown"
@@ -1181,19 +1188,19 @@ func (d *demo) read(ctx context.Context) reading {
 	if s, err := d.app.Pipeline().Signals(ctx); err == nil && s != nil {
 		rd.evaluated = s.Evaluated
 		if s.Drift != nil {
-			rd.state[sigDrift] = s.Drift.State
+			rd.state[SigDrift] = s.Drift.State
 		}
 		if s.Confidence != nil {
-			rd.state[sigDecay] = s.Confidence.State
+			rd.state[SigDecay] = s.Confidence.State
 		}
 		if s.Output != nil {
-			rd.state[sigOutput] = s.Output.State
+			rd.state[SigOutput] = s.Output.State
 		}
 		if s.Latency != nil {
-			rd.state[sigLatency] = s.Latency.State
+			rd.state[SigLatency] = s.Latency.State
 		}
 		if s.Precision != nil {
-			rd.state[sigPrecision] = s.Precision.State
+			rd.state[SigPrecision] = s.Precision.State
 		}
 		rd.models = make(map[string]modelReading, len(s.Segments))
 		for i := range s.Segments {
@@ -1203,47 +1210,47 @@ func (d *demo) read(ctx context.Context) reading {
 				mr.state[k] = "unknown"
 			}
 			if g.Drift != nil {
-				mr.state[sigDrift] = g.Drift.State
+				mr.state[SigDrift] = g.Drift.State
 			}
 			if g.Confidence != nil {
-				mr.state[sigDecay] = g.Confidence.State
+				mr.state[SigDecay] = g.Confidence.State
 			}
 			if g.Output != nil {
-				mr.state[sigOutput] = g.Output.State
+				mr.state[SigOutput] = g.Output.State
 			}
 			if g.Latency != nil {
-				mr.state[sigLatency] = g.Latency.State
+				mr.state[SigLatency] = g.Latency.State
 			}
 			rd.models[g.Model] = mr
 		}
 	}
-	rd.state[sigEjection] = "ok"
+	rd.state[SigEjection] = "ok"
 	for _, b := range d.app.Gateway().Pool().Backends() {
 		if b.Ejected() || (d.outOfService && !b.Healthy()) {
 			rd.ejected = append(rd.ejected, b.Name)
-			rd.state[sigEjection] = alarmStates[sigEjection]
+			rd.state[SigEjection] = alarmStates[SigEjection]
 		}
 	}
-	rd.state[sigSlow] = "ok"
+	rd.state[SigSlow] = "ok"
 	limit := alert.DefaultFixed[alert.RuleBackendSlow]
 	for name, v := range d.app.Pipeline().BackendSlowness() {
 		if v > limit {
 			rd.slow = append(rd.slow, fmt.Sprintf("%s ×%.0f", name, v))
-			rd.state[sigSlow] = alarmStates[sigSlow]
+			rd.state[SigSlow] = alarmStates[SigSlow]
 		}
 	}
 	slices.Sort(rd.slow)
-	rd.state[sigStore], rd.state[sigSpans] = "ok", "ok"
+	rd.state[SigStore], rd.state[SigSpans] = "ok", "ok"
 	if d.infra != nil {
 		d.infra.read(ctx, d.base, &rd)
 	}
 	return rd
 }
 
-// counters are the demo's counts at one time: its traffic, each
+// Counters are the demo's counts at one time: its traffic, each
 // simulator's, and the gateway's retry and ejection counters; and the
 // mean confidence of the current window.
-type counters struct {
+type Counters struct {
 	tally   trafficTally
 	sims    map[string]sim.Stats
 	metrics map[string]float64 // by series, e.g. vigil_retries_total{reason="status_5xx"}
@@ -1259,10 +1266,10 @@ type counters struct {
 	drift *inputdrift.Result
 }
 
-// counters takes the demo's counters now; the gateway's are read from
+// Counters takes the demo's counters now; the gateway's are read from
 // its /metrics (missing when that fails).
-func (d *demo) counters(ctx context.Context) counters {
-	c := counters{tally: d.traffic.Tally(), sims: map[string]sim.Stats{}, metrics: map[string]float64{}, conf: map[string]float64{}}
+func (d *Demo) Counters(ctx context.Context) Counters {
+	c := Counters{tally: d.traffic.Tally(), sims: map[string]sim.Stats{}, metrics: map[string]float64{}, conf: map[string]float64{}}
 	for _, s := range d.sims {
 		c.sims[s.name] = s.srv.Stats()
 	}
@@ -1319,7 +1326,7 @@ func metricSeries(ctx context.Context, base string, keep func(series string) boo
 }
 
 // metric sums the series of the named metric whose labels contain label.
-func (c counters) metric(name, label string) float64 {
+func (c Counters) metric(name, label string) float64 {
 	var sum float64
 	for series, v := range c.metrics {
 		if (series == name || strings.HasPrefix(series, name+"{")) && strings.Contains(series, label) {
@@ -1329,8 +1336,8 @@ func (c counters) metric(name, label string) float64 {
 	return sum
 }
 
-// fmtDuration writes d briefly: "1s", "30s", "3m", "2m31s", "1.5s".
-func fmtDuration(d time.Duration) string {
+// FormatDuration writes d briefly: "1s", "30s", "3m", "2m31s", "1.5s".
+func FormatDuration(d time.Duration) string {
 	switch {
 	case d >= time.Minute && d%time.Minute == 0:
 		return fmt.Sprintf("%dm", int(d/time.Minute))

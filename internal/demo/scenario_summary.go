@@ -21,7 +21,7 @@ func printSummary(out io.Writer, res *storyResult) {
 		what = "Interrupted"
 	}
 	fmt.Fprintf(out, "\n%s: telling %d (%s in all; warm-up %s", what, res.n,
-		fmtDuration(res.end.Sub(res.start).Round(time.Second)), fmtDuration(res.warmup.Round(time.Second)))
+		FormatDuration(res.end.Sub(res.start).Round(time.Second)), FormatDuration(res.warmup.Round(time.Second)))
 	if res.pinErr != nil {
 		fmt.Fprintf(out, "; baseline NOT pinned: %v", res.pinErr)
 	}
@@ -40,19 +40,19 @@ func printSummary(out io.Writer, res *storyResult) {
 		}
 		fault := pr.phase.label + " " + pr.phase.name
 		for _, e := range pr.phase.expect {
-			det, after := signalNames[e.signal]+": not detected", "—"
+			det, after := signalNames[e.Signal]+": not detected", "—"
 			switch {
 			case pr.cut:
 				det += " (phase cut short)"
-			case slices.Contains(pr.carried, e.signal):
-				det = signalNames[e.signal] + ": " + alarmStates[e.signal] + " already, before the fault"
+			case slices.Contains(pr.carried, e.Signal):
+				det = signalNames[e.Signal] + ": " + alarmStates[e.Signal] + " already, before the fault"
 			}
-			if d := pr.seenFor(e); d >= 0 {
-				det, after = signalNames[e.signal]+": "+alarmStates[e.signal], fmtSeconds(d)
+			if d := pr.SeenFor(e); d >= 0 {
+				det, after = signalNames[e.Signal]+": "+alarmStates[e.Signal], FormatSeconds(d)
 			}
-			if e.model != "" {
-				det += " (" + e.model + "'s own"
-				if others := pr.othersSeen(e); len(others) > 0 {
+			if e.Model != "" {
+				det += " (" + e.Model + "'s own"
+				if others := pr.OthersSeen(e); len(others) > 0 {
 					det += "; also " + strings.Join(others, ", ")
 				} else {
 					det += "; no other model's"
@@ -63,11 +63,11 @@ func printSummary(out io.Writer, res *storyResult) {
 			fault = ""
 		}
 		for _, e := range pr.phase.calm {
-			det, after, alerts := signalNames[e.signal]+": no alarm, fleet-wide or per model (as it should)", "—",
-				"none fired ("+strings.Join(e.alerts, ", ")+"), as it should"
+			det, after, alerts := signalNames[e.Signal]+": no alarm, fleet-wide or per model (as it should)", "—",
+				"none fired ("+strings.Join(e.Alerts, ", ")+"), as it should"
 			sig, fired := pr.moved(e)
 			if len(sig) > 0 {
-				det, after = "MOVED, it should not: "+strings.Join(sig, "; "), fmtSeconds(pr.firstMoved(e))
+				det, after = "MOVED, it should not: "+strings.Join(sig, "; "), FormatSeconds(pr.firstMoved(e))
 			}
 			if pr.cut {
 				det += " (phase cut short)"
@@ -118,15 +118,15 @@ func settledCell(r recoveryResult) string {
 	if r.settled < 0 {
 		return "—"
 	}
-	return fmtSeconds(r.settled)
+	return FormatSeconds(r.settled)
 }
 
 // firstMoved is when the first of what e must not move moved in the
 // phase; negative: nothing did.
-func (r *phaseResult) firstMoved(e expectation) time.Duration {
-	first := r.seen[e.signal]
-	for k, d := range r.segSeen {
-		if k.signal == e.signal && (first < 0 || d < first) {
+func (r *PhaseResult) firstMoved(e Expectation) time.Duration {
+	first := r.Seen[e.Signal]
+	for k, d := range r.SegSeen {
+		if k.Signal == e.Signal && (first < 0 || d < first) {
 			first = d
 		}
 	}
@@ -135,33 +135,33 @@ func (r *phaseResult) firstMoved(e expectation) time.Duration {
 
 // alertCell says which of e's alerts fired in the phase, after how long,
 // what became of Vigil's notification and whether the receiver got it.
-func (res *storyResult) alertCell(pr *phaseResult, e expectation) string {
-	if len(e.alerts) == 0 {
+func (res *storyResult) alertCell(pr *PhaseResult, e Expectation) string {
+	if len(e.Alerts) == 0 {
 		return "none expected"
 	}
-	fa := pr.firstAlert(e)
-	if fa == nil && slices.Contains(pr.carried, e.signal) {
-		return "none fired anew (" + strings.Join(e.alerts, " or ") + ": the signal was in alarm before)"
+	fa := pr.FirstAlert(e)
+	if fa == nil && slices.Contains(pr.carried, e.Signal) {
+		return "none fired anew (" + strings.Join(e.Alerts, " or ") + ": the signal was in alarm before)"
 	}
 	if fa == nil {
-		x := "none fired (" + strings.Join(e.alerts, " or ")
-		if e.model != "" {
-			x += " with model=" + e.model
+		x := "none fired (" + strings.Join(e.Alerts, " or ")
+		if e.Model != "" {
+			x += " with model=" + e.Model
 		}
 		return x + ")"
 	}
-	cell := fmt.Sprintf("%s%s after %.1f s", fa.name, labelNote(fa.labels), fa.after.Seconds())
-	if fa.silenced {
+	cell := fmt.Sprintf("%s%s after %.1f s", fa.Name, labelNote(fa.Labels), fa.After.Seconds())
+	if fa.Silenced {
 		return cell + ", silenced (notified shortly before)"
 	}
 	// The notification is queued when the alert fires; it may show a
 	// little before the poll that saw the state.
-	from := fa.at.Add(-5 * time.Second)
+	from := fa.At.Add(-5 * time.Second)
 	// A delivery that failed and was retried logs "retrying" first: a
 	// later "sent" for the same alert is what happened to it.
 	outcome := "not sent"
 	for _, d := range res.deliveries {
-		if d.Name == fa.name && !d.Resolved && !d.Time.Before(from) && alertKey(d.Labels) == alertKey(fa.labels) {
+		if d.Name == fa.Name && !d.Resolved && !d.Time.Before(from) && alertKey(d.Labels) == alertKey(fa.Labels) {
 			if outcome == "not sent" || d.Outcome == alert.OutcomeSent {
 				outcome = d.Outcome
 			}
@@ -172,7 +172,7 @@ func (res *storyResult) alertCell(pr *phaseResult, e expectation) string {
 	}
 	got := "receiver missed it"
 	for _, r := range res.receipts {
-		if r.name == fa.name && !r.resolved && !r.at.Before(from) && alertKey(r.labels) == alertKey(fa.labels) {
+		if r.name == fa.Name && !r.resolved && !r.at.Before(from) && alertKey(r.labels) == alertKey(fa.Labels) {
 			got = "receiver got it"
 			break
 		}
@@ -195,7 +195,7 @@ func resolutionCell(names []string) string {
 // also lists what moved in the phase that it did not expect, and that
 // its calm rows do not tell: other signals' alarms and other alerts; the
 // phase's allowed consequences apart.
-func (pr *phaseResult) also() (also, allowed string) {
+func (pr *PhaseResult) also() (also, allowed string) {
 	var parts, ok []string
 	if len(pr.carried) > 0 {
 		names := make([]string, len(pr.carried))
@@ -204,31 +204,31 @@ func (pr *phaseResult) also() (also, allowed string) {
 		}
 		parts = append(parts, "already in alarm when it began: "+strings.Join(names, ", "))
 	}
-	calm := func(k signalKind) bool {
-		return slices.ContainsFunc(pr.phase.calm, func(e expectation) bool { return e.signal == k })
+	calm := func(k Signal) bool {
+		return slices.ContainsFunc(pr.phase.calm, func(e Expectation) bool { return e.Signal == k })
 	}
 	for k := range numSignals {
-		if pr.seen[k] < 0 || pr.expects(k) || calm(k) {
+		if pr.Seen[k] < 0 || pr.expects(k) || calm(k) {
 			continue
 		}
-		x := fmt.Sprintf("%s: %s after %.1f s", signalNames[k], alarmStates[k], pr.seen[k].Seconds())
+		x := fmt.Sprintf("%s: %s after %.1f s", signalNames[k], alarmStates[k], pr.Seen[k].Seconds())
 		if slices.Contains(pr.phase.allowed, k) {
 			ok = append(ok, x)
 		} else {
 			parts = append(parts, x)
 		}
 	}
-	for _, fa := range pr.alerts {
-		named := func(e expectation) bool { return slices.Contains(e.alerts, fa.name) }
-		if slices.ContainsFunc(pr.phase.expect, func(e expectation) bool { return e.matches(fa) }) || slices.ContainsFunc(pr.phase.calm, named) {
+	for _, fa := range pr.Alerts {
+		named := func(e Expectation) bool { return slices.Contains(e.Alerts, fa.Name) }
+		if slices.ContainsFunc(pr.phase.expect, func(e Expectation) bool { return e.Matches(fa) }) || slices.ContainsFunc(pr.phase.calm, named) {
 			continue
 		}
 		state := "fired"
-		if fa.silenced {
+		if fa.Silenced {
 			state = "silenced"
 		}
-		x := fmt.Sprintf("%s%s %s after %.1f s", fa.name, labelNote(fa.labels), state, fa.after.Seconds())
-		if slices.Contains(pr.phase.allowedAlerts, fa.name) {
+		x := fmt.Sprintf("%s%s %s after %.1f s", fa.Name, labelNote(fa.Labels), state, fa.After.Seconds())
+		if slices.Contains(pr.phase.allowedAlerts, fa.Name) {
 			ok = append(ok, x)
 		} else {
 			parts = append(parts, x)
@@ -237,6 +237,6 @@ func (pr *phaseResult) also() (also, allowed string) {
 	return strings.Join(parts, "; "), strings.Join(ok, "; ")
 }
 
-// fmtSeconds writes d in seconds with one decimal.
+// FormatSeconds writes d in seconds with one decimal.
 // Up to 999.9 s they align in a column.
-func fmtSeconds(d time.Duration) string { return fmt.Sprintf("%5.1f s", d.Seconds()) }
+func FormatSeconds(d time.Duration) string { return fmt.Sprintf("%5.1f s", d.Seconds()) }

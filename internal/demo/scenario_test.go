@@ -48,7 +48,7 @@ func TestScenarioFull(t *testing.T) {
 // vary, and the phase's duration is the bound that matters.
 func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) {
 	sc.untilDetected = true
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: rps, log: slog.New(slog.DiscardHandler), timings: &sc.timings})
+	d, err := New(Setup{Listen: "127.0.0.1:0", RPS: rps, Log: slog.New(slog.DiscardHandler), Timings: &sc.timings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) 
 	defer cancel()
 	var out bytes.Buffer // written by the story goroutine only, read after run
 	var res *storyResult
-	err = d.run(ctx, func(ctx context.Context) error {
+	err = d.Serve(ctx, func(ctx context.Context) error {
 		defer cancel() // the story told, the demo stops
 		r, err := sc.tell(ctx, d, &out, 1)
 		if r != nil {
@@ -82,18 +82,18 @@ func testScenario(t *testing.T, sc *scenario, rps float64, limit time.Duration) 
 	}
 	for _, pr := range res.phases {
 		for _, e := range pr.phase.expect {
-			if pr.seenFor(e) < 0 {
+			if pr.SeenFor(e) < 0 {
 				t.Errorf("%s %s: %s%s did not reach %q within the phase (%s)", pr.phase.label, pr.phase.name,
-					signalNames[e.signal], modelNote(e.model), alarmStates[e.signal], fmtSeconds(pr.end.Sub(pr.start)))
+					signalNames[e.Signal], modelNote(e.Model), alarmStates[e.Signal], FormatSeconds(pr.end.Sub(pr.start)))
 			}
-			if e.model == "" {
+			if e.Model == "" {
 				continue
 			}
-			if others := pr.othersSeen(e); len(others) > 0 {
-				t.Errorf("%s %s: the fault of %s alone moved %s of %v too", pr.phase.label, pr.phase.name, e.model, signalNames[e.signal], others)
+			if others := pr.OthersSeen(e); len(others) > 0 {
+				t.Errorf("%s %s: the fault of %s alone moved %s of %v too", pr.phase.label, pr.phase.name, e.Model, signalNames[e.Signal], others)
 			}
-			if pr.firstAlert(e) == nil {
-				t.Errorf("%s %s: no %v with the label model=%s (alerts: %v)", pr.phase.label, pr.phase.name, e.alerts, e.model, pr.alerts)
+			if pr.FirstAlert(e) == nil {
+				t.Errorf("%s %s: no %v with the label model=%s (alerts: %v)", pr.phase.label, pr.phase.name, e.Alerts, e.Model, pr.Alerts)
 			}
 		}
 		for _, e := range pr.phase.calm {

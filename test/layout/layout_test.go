@@ -17,14 +17,16 @@ const module = "github.com/vigil-gw/vigil"
 // It returns the reason when it may not.
 func allowed(p, q string) (bool, string) {
 	under := func(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
-	wiring := under(p, "cmd") || under(p, "internal/app") || under(p, "internal/demo")
+	wiring := under(p, "cmd") || under(p, "internal/app") || under(p, "internal/demo") || under(p, "internal/matrix")
 	switch {
 	case under(q, "cmd"):
 		return false, "nothing imports a command"
 	case (q == "gateway" || q == "analyzers") && !wiring:
-		return false, q + " is imported by the wiring only (cmd/, internal/app, internal/demo): its subpackages and peers never reach back up"
-	case (under(q, "internal/app") || under(q, "internal/demo")) && !wiring:
+		return false, q + " is imported by the wiring only (cmd/, internal/app, internal/demo, internal/matrix): its subpackages and peers never reach back up"
+	case (under(q, "internal/app") || under(q, "internal/demo") || under(q, "internal/matrix")) && !wiring:
 		return false, "the wiring is imported by the commands only"
+	case under(p, "internal/demo") && under(q, "internal/matrix"):
+		return false, "the matrix is told with the demo's parts: internal/matrix imports internal/demo, never the other way"
 	case under(p, "gateway") && under(q, "analyzers"):
 		return false, "the data plane talks to the analyzers through exchange only"
 	case under(p, "analyzers") && under(q, "gateway"):
@@ -89,9 +91,15 @@ func TestAllowed(t *testing.T) {
 		{"analyzers/share", "gateway/upstream", false},
 		{"sim", "cmd/vigil", false},
 		{"gateway", "internal/demo", false},
+		{"gateway", "internal/matrix", false},
+		{"sim", "internal/matrix", false},
+		{"internal/demo", "internal/matrix", false},
 		{"exchange", "config", false},
 		{"cmd/vigil", "gateway", true},
 		{"internal/demo", "analyzers", true},
+		{"internal/matrix", "internal/demo", true},
+		{"internal/matrix", "internal/app", true},
+		{"cmd/vigil", "internal/matrix", true},
 		{"gateway", "gateway/request", true},
 		{"gateway/request", "internal/jsonscan", true},
 	} {

@@ -1,36 +1,38 @@
-package demo
+package matrix
 
 import (
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/vigil-gw/vigil/internal/demo"
 )
 
 // matrixColumns are the matrix's signal columns, in order.
-var matrixColumns = []signalKind{sigDrift, sigDecay, sigOutput, sigLatency, sigPrecision, sigEjection, sigSlow, sigStore, sigSpans}
+var matrixColumns = []demo.Signal{demo.SigDrift, demo.SigDecay, demo.SigOutput, demo.SigLatency, demo.SigPrecision, demo.SigEjection, demo.SigSlow, demo.SigStore, demo.SigSpans}
 
 // columnNames are the columns' headings.
-var columnNames = map[signalKind]string{
-	sigDrift: "input drift", sigDecay: "confidence", sigOutput: "output drift", sigLatency: "latency",
-	sigPrecision: "precision", sigEjection: "backend out", sigSlow: "backend slow", sigStore: "store down", sigSpans: "spans dropped",
+var columnNames = map[demo.Signal]string{
+	demo.SigDrift: "input drift", demo.SigDecay: "confidence", demo.SigOutput: "output drift", demo.SigLatency: "latency",
+	demo.SigPrecision: "precision", demo.SigEjection: "backend out", demo.SigSlow: "backend slow", demo.SigStore: "store down", demo.SigSpans: "spans dropped",
 }
 
 // expectsSignal reports whether r's diagonal holds k.
-func (r *matrixRow) expectsSignal(k signalKind) bool {
-	return slices.ContainsFunc(r.expect, func(e expectation) bool { return e.signal == k })
+func (r *matrixRow) expectsSignal(k demo.Signal) bool {
+	return slices.ContainsFunc(r.expect, func(e demo.Expectation) bool { return e.Signal == k })
 }
 
 // expectsAlert reports whether name is one of r's diagonal alerts, for
 // any model.
 func (r *matrixRow) expectsAlert(name string) bool {
-	return slices.ContainsFunc(r.expect, func(e expectation) bool { return slices.Contains(e.alerts, name) })
+	return slices.ContainsFunc(r.expect, func(e demo.Expectation) bool { return slices.Contains(e.Alerts, name) })
 }
 
 // diagonal reports whether fa is one of r's diagonal alerts: one of an
 // expectation's names, with its model's label when it names a model.
-func (r *matrixRow) diagonal(fa firedAlert) bool {
-	return slices.ContainsFunc(r.expect, func(e expectation) bool { return e.matches(fa) })
+func (r *matrixRow) diagonal(fa demo.FiredAlert) bool {
+	return slices.ContainsFunc(r.expect, func(e demo.Expectation) bool { return e.Matches(fa) })
 }
 
 // failures lists what rr got wrong: a diagonal signal or alert missing or
@@ -46,43 +48,43 @@ func (rr *rowResult) failures() []string {
 		out = append(out, rr.err.Error())
 	}
 	for _, e := range r.expect {
-		name := signalNames[e.signal]
-		if e.model != "" {
-			name = "model " + e.model + "'s " + name
+		name := e.Signal.Name()
+		if e.Model != "" {
+			name = "model " + e.Model + "'s " + name
 		}
-		switch d := pr.seenFor(e); {
+		switch d := pr.SeenFor(e); {
 		case d < 0:
 			out = append(out, fmt.Sprintf("%s did not leave ok", name))
 		case d > r.deadline:
-			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", name, fmtSeconds(d), fmtDuration(r.deadline)))
+			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", name, demo.FormatSeconds(d), demo.FormatDuration(r.deadline)))
 		}
 		// A fault confined to one model moves no other model's segment.
-		for _, m := range pr.othersSeen(e) {
-			out = append(out, fmt.Sprintf("off the diagonal: model %s's %s %s after %s", m, signalNames[e.signal],
-				alarmStates[e.signal], fmtSeconds(pr.segSeen[segKey{m, e.signal}])))
+		for _, m := range pr.OthersSeen(e) {
+			out = append(out, fmt.Sprintf("off the diagonal: model %s's %s %s after %s", m, e.Signal.Name(),
+				e.Signal.Alarm(), demo.FormatSeconds(pr.SegSeen[demo.SegKey{Model: m, Signal: e.Signal}])))
 		}
-		if len(e.alerts) == 0 {
+		if len(e.Alerts) == 0 {
 			continue
 		}
-		want := strings.Join(e.alerts, " or ")
-		if e.model != "" {
-			want += " with model=" + e.model
+		want := strings.Join(e.Alerts, " or ")
+		if e.Model != "" {
+			want += " with model=" + e.Model
 		}
-		switch fa := pr.firstAlert(e); {
+		switch fa := pr.FirstAlert(e); {
 		case fa == nil:
 			out = append(out, fmt.Sprintf("no %s fired", want))
-		case fa.after > r.alertDeadline:
-			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", fa.name, fmtSeconds(fa.after), fmtDuration(r.alertDeadline)))
+		case fa.After > r.alertDeadline:
+			out = append(out, fmt.Sprintf("%s after %s, past its deadline %s", fa.Name, demo.FormatSeconds(fa.After), demo.FormatDuration(r.alertDeadline)))
 		}
 	}
 	for _, k := range matrixColumns {
-		if pr.seen[k] >= 0 && !r.expectsSignal(k) && !slices.Contains(r.allowed, k) {
-			out = append(out, fmt.Sprintf("off the diagonal: %s %s after %s", signalNames[k], alarmStates[k], fmtSeconds(pr.seen[k])))
+		if pr.Seen[k] >= 0 && !r.expectsSignal(k) && !slices.Contains(r.allowed, k) {
+			out = append(out, fmt.Sprintf("off the diagonal: %s %s after %s", k.Name(), k.Alarm(), demo.FormatSeconds(pr.Seen[k])))
 		}
 	}
-	for _, fa := range pr.alerts {
-		if !r.diagonal(fa) && !slices.Contains(r.allowedAlerts, fa.name) {
-			out = append(out, fmt.Sprintf("off the diagonal: alert %s%s after %s", fa.name, labelNote(fa.labels), fmtSeconds(fa.after)))
+	for _, fa := range pr.Alerts {
+		if !r.diagonal(fa) && !slices.Contains(r.allowedAlerts, fa.Name) {
+			out = append(out, fmt.Sprintf("off the diagonal: alert %s after %s", fa.String(), demo.FormatSeconds(fa.After)))
 		}
 	}
 	return out
@@ -143,9 +145,9 @@ func printMatrix(out io.Writer, rows []matrixRow, results []*matrixResult) {
 		deadline := ""
 		switch {
 		case len(r.expect) > 0:
-			deadline = fmt.Sprintf(" (≤ %s)", fmtDuration(r.deadline))
+			deadline = fmt.Sprintf(" (≤ %s)", demo.FormatDuration(r.deadline))
 		case r.calm != "":
-			deadline = fmt.Sprintf(" (watched %s)", fmtDuration(r.deadline))
+			deadline = fmt.Sprintf(" (watched %s)", demo.FormatDuration(r.deadline))
 		}
 		fmt.Fprintf(out, "| %s%s |", r.name, deadline)
 		if skipped != "" {
@@ -216,7 +218,7 @@ func printMatrix(out io.Writer, rows []matrixRow, results []*matrixResult) {
 func allowedNames(r *matrixRow) string {
 	var xs []string
 	for _, k := range r.allowed {
-		xs = append(xs, signalNames[k])
+		xs = append(xs, k.Name())
 	}
 	if len(r.allowedAlerts) > 0 {
 		xs = append(xs, "alerts "+strings.Join(r.allowedAlerts, ", "))
@@ -225,7 +227,7 @@ func allowedNames(r *matrixRow) string {
 }
 
 // signalCell is one row's times for signal k, one per seed.
-func signalCell(r *matrixRow, k signalKind, byseed []*rowResult) string {
+func signalCell(r *matrixRow, k demo.Signal, byseed []*rowResult) string {
 	var ts []string
 	moved := false
 	for _, rr := range byseed {
@@ -233,10 +235,10 @@ func signalCell(r *matrixRow, k signalKind, byseed []*rowResult) string {
 			ts = append(ts, "?")
 			continue
 		}
-		d := rr.phase.seen[k]
+		d := rr.phase.Seen[k]
 		for _, e := range r.expect {
-			if e.signal == k && e.model != "" {
-				d = rr.phase.seenFor(e) // the model's own segment
+			if e.Signal == k && e.Model != "" {
+				d = rr.phase.SeenFor(e) // the model's own segment
 			}
 		}
 		if d < 0 {
@@ -267,8 +269,8 @@ func alertsCell(r *matrixRow, byseed []*rowResult) string {
 		if rr == nil {
 			continue
 		}
-		for _, fa := range rr.phase.alerts {
-			n := fa.name + labelNote(fa.labels)
+		for _, fa := range rr.phase.Alerts {
+			n := fa.String()
 			if !slices.Contains(names, n) {
 				names = append(names, n)
 				diagonal[n] = r.diagonal(fa)
@@ -285,13 +287,13 @@ func alertsCell(r *matrixRow, byseed []*rowResult) string {
 		for _, rr := range byseed {
 			t := "–"
 			if rr != nil {
-				for _, fa := range rr.phase.alerts {
-					if fa.name+labelNote(fa.labels) == n {
-						t = fmt.Sprintf("%.1f", fa.after.Seconds())
-						if fa.silenced {
+				for _, fa := range rr.phase.Alerts {
+					if fa.String() == n {
+						t = fmt.Sprintf("%.1f", fa.After.Seconds())
+						if fa.Silenced {
 							t += " (silenced)"
 						}
-						name = fa.name
+						name = fa.Name
 						break
 					}
 				}

@@ -1,4 +1,4 @@
-package demo
+package matrix
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-gw/vigil/internal/demo"
 	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
@@ -46,7 +47,7 @@ func TestMatrixRows(t *testing.T) {
 			}
 			for _, k := range r.allowed {
 				if r.expectsSignal(k) {
-					t.Errorf("%s: %s is both expected and allowed", r.name, signalNames[k])
+					t.Errorf("%s: %s is both expected and allowed", r.name, k.Name())
 				}
 			}
 			for _, a := range r.allowedAlerts {
@@ -58,8 +59,8 @@ func TestMatrixRows(t *testing.T) {
 				t.Errorf("%s: allowed consequences without a reason", r.name)
 			}
 			for _, e := range r.expect {
-				if !slices.Contains(matrixColumns, e.signal) {
-					t.Errorf("%s: expects %s, which is no column", r.name, signalNames[e.signal])
+				if !slices.Contains(matrixColumns, e.Signal) {
+					t.Errorf("%s: expects %s, which is no column", r.name, e.Signal.Name())
 				}
 			}
 		}
@@ -67,15 +68,11 @@ func TestMatrixRows(t *testing.T) {
 
 	// Inject then restore on an unserved demo with relays: everything
 	// back as it was.
-	d, err := newDemo(demoOptions{listen: "127.0.0.1:0", rps: 1, log: slog.New(slog.DiscardHandler)})
+	d, err := demo.New(demo.Setup{Listen: "127.0.0.1:0", RPS: 1, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.app.Close()
-	defer d.ln.Close()
-	for _, s := range d.sims {
-		defer s.ln.Close()
-	}
+	defer d.Close()
 	store, err := newRelay("127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
@@ -86,20 +83,21 @@ func TestMatrixRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer coll.Close()
-	d.infra = &infraWatch{store: store, collector: coll}
+	tg := &target{Demo: d, infra: &infra{store: store, collector: coll}}
 	type snapshot struct {
 		knobs     []string
-		mix       *promptMix
-		models    *modelMix
+		mix       *demo.PromptMix
+		models    *demo.ModelMix
 		cut, cutC bool
 	}
 	snap := func() snapshot {
 		var s snapshot
-		for _, x := range d.sims {
-			b, _ := x.srv.Knobs().MarshalJSON()
+		for _, name := range demo.AllSims {
+			b, _ := d.Knobs(name).MarshalJSON()
 			s.knobs = append(s.knobs, string(b))
 		}
-		s.mix, s.models, s.cut, s.cutC = d.traffic.mix.Load(), d.traffic.models.Load(), store.IsCut(), coll.IsCut()
+		s.mix, s.models = d.Mixes()
+		s.cut, s.cutC = store.IsCut(), coll.IsCut()
 		return s
 	}
 	same := func(a, b snapshot) bool {
@@ -108,13 +106,13 @@ func TestMatrixRows(t *testing.T) {
 	before := snap()
 	ms := newMatrixScale(0.5)
 	for _, r := range matrixRows(ms) {
-		if err := r.inject(d); err != nil {
+		if err := r.inject(tg); err != nil {
 			t.Fatalf("%s: inject: %v", r.name, err)
 		}
 		if same(snap(), before) {
 			t.Errorf("%s: inject changed nothing", r.name)
 		}
-		if err := r.restore(d); err != nil {
+		if err := r.restore(tg); err != nil {
 			t.Fatalf("%s: restore: %v", r.name, err)
 		}
 		if after := snap(); !same(after, before) {
@@ -126,34 +124,31 @@ func TestMatrixRows(t *testing.T) {
 // TestMatrixVerdict: a row's failures are a missing or late diagonal and
 // anything off it that is not allowed; an allowed consequence is none.
 func TestMatrixVerdict(t *testing.T) {
-	row := &matrixRow{name: "confidence drop", expect: []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}}},
+	row := &matrixRow{name: "confidence drop", expect: []demo.Expectation{{Signal: demo.SigDecay, Alerts: []string{"VigilConfidenceDecay"}}},
 		deadline: 10 * time.Second, alertDeadline: 20 * time.Second,
-		allowed: []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"}, why: "perplexity"}
-	mk := func(f func(*phaseResult)) *rowResult {
-		rr := &rowResult{row: row, seed: 1, phase: phaseResult{phase: &phase{expect: row.expect}}}
-		for k := range rr.phase.seen {
-			rr.phase.seen[k] = -1
-		}
+		allowed: []demo.Signal{demo.SigOutput}, allowedAlerts: []string{"VigilOutputDrift"}, why: "perplexity"}
+	mk := func(f func(*demo.PhaseResult)) *rowResult {
+		rr := &rowResult{row: row, seed: 1, phase: demo.NewPhaseResult(row.expect)}
 		f(&rr.phase)
 		return rr
 	}
 	for _, c := range []struct {
 		name string
-		f    func(*phaseResult)
+		f    func(*demo.PhaseResult)
 		want int
 	}{
-		{"diagonal and an allowed consequence", func(p *phaseResult) {
-			p.seen[sigDecay], p.seen[sigOutput] = 3*time.Second, 5*time.Second
-			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 6 * time.Second}, {name: "VigilOutputDrift", after: 9 * time.Second}}
+		{"diagonal and an allowed consequence", func(p *demo.PhaseResult) {
+			p.Seen[demo.SigDecay], p.Seen[demo.SigOutput] = 3*time.Second, 5*time.Second
+			p.Alerts = []demo.FiredAlert{{Name: "VigilConfidenceDecay", After: 6 * time.Second}, {Name: "VigilOutputDrift", After: 9 * time.Second}}
 		}, 0},
-		{"nothing moved", func(p *phaseResult) {}, 2},
-		{"late signal, late alert", func(p *phaseResult) {
-			p.seen[sigDecay] = 11 * time.Second
-			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 21 * time.Second}}
+		{"nothing moved", func(p *demo.PhaseResult) {}, 2},
+		{"late signal, late alert", func(p *demo.PhaseResult) {
+			p.Seen[demo.SigDecay] = 11 * time.Second
+			p.Alerts = []demo.FiredAlert{{Name: "VigilConfidenceDecay", After: 21 * time.Second}}
 		}, 2},
-		{"off the diagonal", func(p *phaseResult) {
-			p.seen[sigDecay], p.seen[sigLatency] = 3*time.Second, 4*time.Second
-			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 6 * time.Second}, {name: "VigilLatencyE2E", after: 8 * time.Second}}
+		{"off the diagonal", func(p *demo.PhaseResult) {
+			p.Seen[demo.SigDecay], p.Seen[demo.SigLatency] = 3*time.Second, 4*time.Second
+			p.Alerts = []demo.FiredAlert{{Name: "VigilConfidenceDecay", After: 6 * time.Second}, {Name: "VigilLatencyE2E", After: 8 * time.Second}}
 		}, 2},
 	} {
 		if got := mk(c.f).failures(); len(got) != c.want {
@@ -166,32 +161,30 @@ func TestMatrixVerdict(t *testing.T) {
 
 	// A fault confined to one model: its segment and its alert with its
 	// model label; another model's segment or alert is off the diagonal.
-	one := &matrixRow{name: "least-used model decay", expect: []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}, model: smallModel}},
+	one := &matrixRow{name: "least-used model decay", expect: []demo.Expectation{{Signal: demo.SigDecay, Alerts: []string{"VigilConfidenceDecay"}, Model: demo.SmallModel}},
 		deadline: 10 * time.Second, alertDeadline: 20 * time.Second}
-	small := map[string]string{"model": smallModel}
-	other := map[string]string{"model": demoModel}
+	const otherModel = "demo-model" // any model but demo-small
+	small := map[string]string{"model": demo.SmallModel}
+	other := map[string]string{"model": otherModel}
 	for _, c := range []struct {
 		name string
-		f    func(*phaseResult)
+		f    func(*demo.PhaseResult)
 		want int
 	}{
-		{"the model's segment and its alert", func(p *phaseResult) {
-			p.seen[sigDecay], p.segSeen[segKey{smallModel, sigDecay}] = 3*time.Second, 3*time.Second
-			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", labels: small, after: 6 * time.Second}}
+		{"the model's segment and its alert", func(p *demo.PhaseResult) {
+			p.Seen[demo.SigDecay], p.SegSeen[demo.SegKey{Model: demo.SmallModel, Signal: demo.SigDecay}] = 3*time.Second, 3*time.Second
+			p.Alerts = []demo.FiredAlert{{Name: "VigilConfidenceDecay", Labels: small, After: 6 * time.Second}}
 		}, 0},
-		{"another model's segment and alert only", func(p *phaseResult) {
-			p.seen[sigDecay], p.segSeen[segKey{demoModel, sigDecay}] = 3*time.Second, 3*time.Second
-			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", labels: other, after: 6 * time.Second}}
+		{"another model's segment and alert only", func(p *demo.PhaseResult) {
+			p.Seen[demo.SigDecay], p.SegSeen[demo.SegKey{Model: otherModel, Signal: demo.SigDecay}] = 3*time.Second, 3*time.Second
+			p.Alerts = []demo.FiredAlert{{Name: "VigilConfidenceDecay", Labels: other, After: 6 * time.Second}}
 		}, 4}, // its segment and alert missing; the other's both off the diagonal
-		{"the alert without the model label", func(p *phaseResult) {
-			p.seen[sigDecay], p.segSeen[segKey{smallModel, sigDecay}] = 3*time.Second, 3*time.Second
-			p.alerts = []firedAlert{{name: "VigilConfidenceDecay", after: 6 * time.Second}}
+		{"the alert without the model label", func(p *demo.PhaseResult) {
+			p.Seen[demo.SigDecay], p.SegSeen[demo.SegKey{Model: demo.SmallModel, Signal: demo.SigDecay}] = 3*time.Second, 3*time.Second
+			p.Alerts = []demo.FiredAlert{{Name: "VigilConfidenceDecay", After: 6 * time.Second}}
 		}, 2},
 	} {
-		rr := &rowResult{row: one, seed: 1, phase: phaseResult{phase: &phase{expect: one.expect}, segSeen: map[segKey]time.Duration{}}}
-		for k := range rr.phase.seen {
-			rr.phase.seen[k] = -1
-		}
+		rr := &rowResult{row: one, seed: 1, phase: demo.NewPhaseResult(one.expect)}
 		c.f(&rr.phase)
 		if got := rr.failures(); len(got) != c.want {
 			t.Errorf("%s: failures %q, want %d", c.name, got, c.want)
@@ -214,15 +207,15 @@ func TestMatrix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	results, err := runSeeds(ctx, ms, rows, MatrixSeeds, &out, slog.New(slog.DiscardHandler))
+	results, err := runSeeds(ctx, ms, rows, Seeds, &out, slog.New(slog.DiscardHandler))
 	var table bytes.Buffer
 	printMatrix(&table, rows, results)
 	t.Log("\n" + out.String() + "\n" + table.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != len(MatrixSeeds) {
-		t.Fatalf("%d seeds finished, want %d", len(results), len(MatrixSeeds))
+	if len(results) != len(Seeds) {
+		t.Fatalf("%d seeds finished, want %d", len(results), len(Seeds))
 	}
 	for _, f := range matrixFailures(results) {
 		t.Error(f)

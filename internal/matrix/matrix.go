@@ -1,4 +1,12 @@
-package demo
+// Package matrix is the fault-isolation matrix: each fault of the demo
+// injected alone on a clean baseline, one at a time, with three seeds
+// concurrently (one demo each), Redis and an in-process OTLP collector
+// behind TCP relays that the rows cut; it prints which signals left "ok"
+// and which alerts fired for each fault, and asserts the diagonal. It is
+// told with the demo's parts (internal/demo: simulators, traffic, the
+// gateway's configuration, the alert receiver and the story that watches
+// them); `vigil demo --scenario matrix` runs it.
+package matrix
 
 import (
 	"bufio"
@@ -7,27 +15,58 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/vigil-gw/vigil/analyzers/alert"
+	"github.com/vigil-gw/vigil/internal/demo"
 	"github.com/vigil-gw/vigil/sim"
 )
 
-// ScenarioMatrix injects each fault alone on a clean baseline, one at a
-// time, with three seeds, and prints which signals left "ok" and which
-// alerts fired for each: the fault-isolation matrix.
-const ScenarioMatrix = "matrix"
+// Scenario is the matrix's name among the scenarios of `vigil demo
+// --scenario`.
+const Scenario = "matrix"
 
-// MatrixSeeds are the seeds the matrix runs each row with.
-var MatrixSeeds = []int64{1, 2, 3}
+// Seeds are the seeds the matrix runs each row with.
+var Seeds = []int64{1, 2, 3}
+
+// Options configure Run.
+type Options struct {
+	Duration time.Duration // stop after this long; 0: run until ctx is done
+	RPS      float64       // each demo's traffic; 0: demo.ScenarioRPS
+	// Scale compresses the durations (1 or 0: the full run; 0.5: the
+	// test's).
+	Scale float64
+	Out   io.Writer    // the progress and the matrix
+	Log   *slog.Logger // the gateways' log
+}
+
+// Run runs the matrix with every seed until it is told or ctx is done or
+// the duration passes, printing its progress and the matrix to o.Out. The
+// options are validated by the caller (the flags of `vigil demo`).
+func Run(ctx context.Context, o Options) error {
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	scale := o.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	return runMatrix(ctx, o, scale)
+}
+
+// target is what a row's inject and restore turn: one seed's demo and the
+// infrastructure behind its relays.
+type target struct {
+	*demo.Demo
+	infra *infra
+}
 
 // needs is what a matrix row needs besides the simulators.
 type needs int
@@ -47,16 +86,16 @@ type matrixRow struct {
 	says string // what is injected, in words
 	// inject and restore turn the fault on and off; restore undoes
 	// exactly what inject did.
-	inject, restore func(*demo) error
+	inject, restore func(*target) error
 	needs           needs
 	// expect is the diagonal: each signal must leave "ok" and, when the
 	// expectation names alerts, one of them fire, within deadline of the
 	// injection (alerts within alertDeadline).
-	expect                  []expectation
+	expect                  []demo.Expectation
 	deadline, alertDeadline time.Duration
 	// allowed are the other signals the fault truly moves, and
 	// allowedAlerts the alerts that follow from them; why says so.
-	allowed       []signalKind
+	allowed       []demo.Signal
 	allowedAlerts []string
 	why           string
 	// gap, when set, says what the signals cannot see of this fault
@@ -67,12 +106,12 @@ type matrixRow struct {
 	// whole window for anything else.
 	calm string
 	// report, when set, turns the counters around the row into a note.
-	report func(phaseCounters) string
+	report func(demo.PhaseCounters) string
 }
 
 // matrixScale is the timings and durations of a matrix run.
 type matrixScale struct {
-	timings timings
+	timings demo.Timings
 	// window is the longest a row is watched; a row whose diagonal is
 	// met is watched settle longer for late consequences, then restored.
 	window, settle time.Duration
@@ -90,22 +129,22 @@ type matrixScale struct {
 // smaller is faster, for tests). The perplexity band's buckets are whole
 // minutes whatever the scale.
 func newMatrixScale(scale float64) matrixScale {
-	inc := newIncident(scale, true)
+	t, minWarmup := demo.IncidentTimings(scale)
 	dur := func(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * scale).Round(100 * time.Millisecond)
 	}
 	return matrixScale{
-		timings: inc.timings,
+		timings: t,
 		window:  max(30*time.Second, dur(45*time.Second)),
 		settle:  max(6*time.Second, dur(10*time.Second)),
 		clean:   max(30*time.Second, dur(90*time.Second)),
 		// Long enough for minShareRequests answered requests to compare
 		// a backend's share of normal traffic with its share in a row.
 		quiet:     max(4*time.Second, dur(6*time.Second)),
-		minWarmup: inc.minWarmup,
-		maxWarmup: max(inc.minWarmup, 90*time.Second),
+		minWarmup: minWarmup,
+		maxWarmup: max(minWarmup, 90*time.Second),
 		poll:      500 * time.Millisecond,
-		rps:       ScenarioRPS,
+		rps:       demo.ScenarioRPS,
 	}
 }
 
@@ -114,28 +153,28 @@ func newMatrixScale(scale float64) matrixScale {
 // at scale 1 and scale them down with the timings (never below what the
 // compressed windows allow).
 func matrixRows(ms matrixScale) []matrixRow {
-	all := allSims
+	all := demo.AllSims
 	return []matrixRow{
 		{
 			name: "prompt mix shift", says: "prompts turn long, Russian and Chinese, with code blocks and a system prompt",
-			inject:  func(d *demo) error { d.traffic.setMix(shiftedMix); return nil },
-			restore: func(d *demo) error { d.traffic.setMix(normalMix); return nil },
-			expect:  []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
+			inject:  func(d *target) error { d.SetPrompts(demo.ShiftedMix); return nil },
+			restore: func(d *target) error { d.SetPrompts(demo.NormalMix); return nil },
+			expect:  []demo.Expectation{{Signal: demo.SigDrift, Alerts: []string{"VigilInputDrift"}}},
 			// The balancer places the shifted prompts (one shared
 			// system prompt) anew; the matrix's backends are alike
-			// (demoOptions.alike), so where they land moves nothing
+			// (demo.Setup.Alike), so where they land moves nothing
 			// else. The row reports the backends' shares.
-			report: sharesNote,
+			report: demo.PhaseCounters.SharesNote,
 		},
 		{
-			// Every shape feature stays where it was (topicMix keeps each
+			// Every shape feature stays where it was (demo.TopicMix keeps each
 			// prompt's length, letters and punctuation): only the content
 			// test can see it.
 			name: "topic change", says: "prompts turn to cooking, at the same lengths, letters and punctuation",
-			inject:  func(d *demo) error { d.traffic.setMix(topicMix); return nil },
-			restore: func(d *demo) error { d.traffic.setMix(normalMix); return nil },
-			expect:  []expectation{{signal: sigDrift, alerts: []string{"VigilInputDrift"}}},
-			report:  func(c phaseCounters) string { return c.topicNote() },
+			inject:  func(d *target) error { d.SetPrompts(demo.TopicMix); return nil },
+			restore: func(d *target) error { d.SetPrompts(demo.NormalMix); return nil },
+			expect:  []demo.Expectation{{Signal: demo.SigDrift, Alerts: []string{"VigilInputDrift"}}},
+			report:  demo.PhaseCounters.TopicNote,
 		},
 		{
 			// The models have segments: the fleet's confidence,
@@ -146,20 +185,20 @@ func matrixRows(ms matrixScale) []matrixRow {
 			// move (at half scale, in windows of 40 prompts, its test
 			// across the features lacks the power to: its alert's score
 			// breaches alone).
-			name: "model mix change", says: fmt.Sprintf("the traffic's models turn from %s to %s; no model changes", normalModels, shiftedModels),
-			inject:  func(d *demo) error { d.traffic.setModels(shiftedModels); return nil },
-			restore: func(d *demo) error { d.traffic.setModels(normalModels); return nil },
+			name: "model mix change", says: fmt.Sprintf("the traffic's models turn from %s to %s; no model changes", demo.NormalModels, demo.ShiftedModels),
+			inject:  func(d *target) error { d.SetModels(demo.ShiftedModels); return nil },
+			restore: func(d *target) error { d.SetModels(demo.NormalModels); return nil },
 			calm:    "no model changes: confidence, output drift and latency are judged per model, and none may move",
-			allowed: []signalKind{sigDrift}, allowedAlerts: []string{"VigilInputDrift"},
+			allowed: []demo.Signal{demo.SigDrift}, allowedAlerts: []string{"VigilInputDrift"},
 			why:    "the mix of models is a change of the inputs, judged fleet-wide by input drift's model feature",
-			report: func(c phaseCounters) string { return c.mixNote() },
+			report: demo.PhaseCounters.MixNote,
 		},
 		{
 			name: "confidence drop", says: "every simulator's confidence 0.85 (demo-small's 0.55) → 0.4",
 			inject:  knobs(func(k *sim.Knobs) { k.Confidence = 0.4 }, all...),
 			restore: restore(all...),
-			expect:  []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}}},
-			allowed: []signalKind{sigOutput, sigPrecision}, allowedAlerts: []string{"VigilOutputDrift", "VigilPrecisionDivergence"},
+			expect:  []demo.Expectation{{Signal: demo.SigDecay, Alerts: []string{"VigilConfidenceDecay"}}},
+			allowed: []demo.Signal{demo.SigOutput, demo.SigPrecision}, allowedAlerts: []string{"VigilOutputDrift", "VigilPrecisionDivergence"},
 			why: "perplexity is exp(−mean logprob): lower confidence is higher perplexity, so output drift may follow; " +
 				"and the KL that the same quantization noise makes grows as the distribution flattens (for small noise ε on " +
 				"the logprobs KL ≈ ½·Var_p(ε): near zero when one token holds the mass, σ²/2 when many share it), so sim-a-int8's " +
@@ -168,11 +207,11 @@ func matrixRows(ms matrixScale) []matrixRow {
 		{
 			name: "least-used model decay",
 			says: fmt.Sprintf("sim-small's confidence %.2f → %.2f: %s, the least-used model (%.0f%% of the requests), decays",
-				smallConfidence, smallDecayed, smallModel, 100*normalModels.share(smallModel)),
-			inject:  knobs(func(k *sim.Knobs) { k.Confidence = smallDecayed }, "sim-small"),
+				demo.SmallConfidence, demo.SmallDecayed, demo.SmallModel, 100*demo.NormalModels.Share(demo.SmallModel)),
+			inject:  knobs(func(k *sim.Knobs) { k.Confidence = demo.SmallDecayed }, "sim-small"),
 			restore: restore("sim-small"),
-			expect:  []expectation{{signal: sigDecay, alerts: []string{"VigilConfidenceDecay"}, model: smallModel}},
-			allowed: []signalKind{sigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
+			expect:  []demo.Expectation{{Signal: demo.SigDecay, Alerts: []string{"VigilConfidenceDecay"}, Model: demo.SmallModel}},
+			allowed: []demo.Signal{demo.SigOutput}, allowedAlerts: []string{"VigilOutputDrift"},
 			why: "perplexity is exp(−mean logprob): demo-small's lower confidence is a higher perplexity " +
 				"(its alert, too, for model demo-small alone)",
 		},
@@ -180,7 +219,7 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "TTFT ×10 (all backends)", says: "every backend's time to first token ×10",
 			inject:  knobs(func(k *sim.Knobs) { k.TTFT *= 10 }, all...),
 			restore: restore(all...),
-			expect:  []expectation{{signal: sigLatency, alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
+			expect:  []demo.Expectation{{Signal: demo.SigLatency, Alerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"}}},
 		},
 		{
 			name: "one backend ×30 latency", says: "sim-b's time to first token ×30 (60 ms → 1.8 s)",
@@ -190,24 +229,24 @@ func matrixRows(ms matrixScale) []matrixRow {
 			// still reaches it is too little to move the global latency
 			// percentiles, but sim-b's own answers are 30 times its
 			// peers'.
-			expect:  []expectation{{signal: sigSlow, alerts: []string{"VigilBackendSlow"}}},
-			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
+			expect:  []demo.Expectation{{Signal: demo.SigSlow, Alerts: []string{"VigilBackendSlow"}}},
+			allowed: []demo.Signal{demo.SigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E"},
 			why:    "the requests sim-b answers before the balancer moves off it are slow; the global latency may notice them",
-			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
+			report: func(c demo.PhaseCounters) string { return "balancer: " + c.ShareNote("sim-b") },
 		},
 		{
 			name: "quantization noise (shadowed replica)", says: "sim-a-int8's logprob noise 0.05 → 1.0",
 			inject:  knobs(func(k *sim.Knobs) { k.Noise = 1 }, "sim-a-int8"),
 			restore: restore("sim-a-int8"),
-			expect:  []expectation{{signal: sigPrecision, alerts: []string{"VigilPrecisionDivergence"}}},
-			allowed: []signalKind{sigDecay, sigOutput}, allowedAlerts: []string{"VigilConfidenceDecay", "VigilOutputDrift"},
+			expect:  []demo.Expectation{{Signal: demo.SigPrecision, Alerts: []string{"VigilPrecisionDivergence"}}},
+			allowed: []demo.Signal{demo.SigDecay, demo.SigOutput}, allowedAlerts: []string{"VigilConfidenceDecay", "VigilOutputDrift"},
 			why: "sim-a-int8 answers a third of the clients: its noisy logprobs lower their mean confidence and raise perplexity",
 		},
 		{
 			name: "one backend answers 500", says: "sim-b answers every request with HTTP 500",
 			inject:  knobs(func(k *sim.Knobs) { k.ErrorRate = 1 }, "sim-b"),
 			restore: restore("sim-b"),
-			expect:  []expectation{{signal: sigEjection, alerts: []string{"VigilBackendDown"}}},
+			expect:  []demo.Expectation{{Signal: demo.SigEjection, Alerts: []string{"VigilBackendDown"}}},
 			allowed: nil, allowedAlerts: []string{"VigilErrorRate"},
 			why:    "the 500s before the ejection are the backend's own error rate (clients get a retry on another backend)",
 			report: errorsNote("sim-b"),
@@ -216,8 +255,8 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "one backend hangs", says: "sim-b accepts every request (health checks too) and never answers",
 			inject:  knobs(func(k *sim.Knobs) { k.Hang = true }, "sim-b"),
 			restore: restore("sim-b"),
-			expect:  []expectation{{signal: sigEjection, alerts: []string{"VigilBackendDown"}}},
-			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E", "VigilErrorRate"},
+			expect:  []demo.Expectation{{Signal: demo.SigEjection, Alerts: []string{"VigilBackendDown"}}},
+			allowed: []demo.Signal{demo.SigLatency}, allowedAlerts: []string{"VigilLatencyTTFT", "VigilLatencyE2E", "VigilErrorRate"},
 			why:    "requests caught on sim-b wait for its health check to fail (health.timeout) before they move: their latency is real",
 			report: errorsNote("sim-b"),
 		},
@@ -225,25 +264,25 @@ func matrixRows(ms matrixScale) []matrixRow {
 			name: "one backend stalls mid-stream", says: "sim-b pauses 3 s after 4 tokens of every answer",
 			inject:  knobs(func(k *sim.Knobs) { k.Stall, k.StallAfter = 3*time.Second, 4 }, "sim-b"),
 			restore: restore("sim-b"),
-			expect:  []expectation{{signal: sigSlow, alerts: []string{"VigilBackendSlow"}}},
-			allowed: []signalKind{sigLatency}, allowedAlerts: []string{"VigilLatencyE2E"},
+			expect:  []demo.Expectation{{Signal: demo.SigSlow, Alerts: []string{"VigilBackendSlow"}}},
+			allowed: []demo.Signal{demo.SigLatency}, allowedAlerts: []string{"VigilLatencyE2E"},
 			why:    "the stalled answers sim-b gives before the balancer moves off it are slow end to end",
-			report: func(c phaseCounters) string { return "balancer: " + c.shareNote("sim-b") },
+			report: func(c demo.PhaseCounters) string { return "balancer: " + c.ShareNote("sim-b") },
 		},
 		{
 			name: "Redis outage", says: "the relay to Redis is cut: connections closed, new ones refused",
 			needs:   needsRedis,
-			inject:  func(d *demo) error { d.infra.store.Cut(); return nil },
-			restore: func(d *demo) error { return d.infra.store.Restore() },
-			expect:  []expectation{{signal: sigStore}},
+			inject:  func(d *target) error { d.infra.store.Cut(); return nil },
+			restore: func(d *target) error { return d.infra.store.Restore() },
+			expect:  []demo.Expectation{{Signal: demo.SigStore}},
 			why:     "",
 		},
 		{
 			name: "collector outage", says: "the relay to the OTLP collector is cut",
 			needs:   needsCollector,
-			inject:  func(d *demo) error { d.infra.collector.Cut(); return nil },
-			restore: func(d *demo) error { return d.infra.collector.Restore() },
-			expect:  []expectation{{signal: sigSpans}},
+			inject:  func(d *target) error { d.infra.collector.Cut(); return nil },
+			restore: func(d *target) error { return d.infra.collector.Restore() },
+			expect:  []demo.Expectation{{Signal: demo.SigSpans}},
 		},
 	}
 }
@@ -256,8 +295,8 @@ func matrixRows(ms matrixScale) []matrixRow {
 // delay) and its retries. A calm row's deadline is the window it is
 // watched.
 func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
-	p := ms.timings.alertPeriod
-	sig := max(ms.timings.window, 15*time.Second)
+	p := ms.timings.AlertPeriod()
+	sig := max(ms.timings.Window(), 15*time.Second)
 	for i := range rows {
 		r := &rows[i]
 		switch {
@@ -265,7 +304,7 @@ func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 			// Watched its whole window.
 			r.deadline = ms.window
 		case len(r.expect) == 0:
-		case r.expect[0].signal == sigPrecision, r.expect[0].signal == sigSlow:
+		case r.expect[0].Signal == demo.SigPrecision, r.expect[0].Signal == demo.SigSlow:
 			// A window and a bit more. Precision: comparisons finish
 			// after the shadow copy's answer. Backend slow: the slow
 			// backend's first few answers after the fault tell,
@@ -274,13 +313,13 @@ func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 			// the balancer, moving off the backend, sends it few
 			// (4–12 s at half scale, 4–6.5 s at scale 1).
 			r.deadline = sig + 10*time.Second
-		case r.expect[0].signal == sigEjection:
+		case r.expect[0].Signal == demo.SigEjection:
 			// Ejection after health.failures failures or a failed check
 			// (interval 2 s, timeout 2 s).
 			r.deadline = 10 * time.Second
-		case r.expect[0].signal == sigStore:
+		case r.expect[0].Signal == demo.SigStore:
 			r.deadline = 10 * time.Second
-		case r.expect[0].signal == sigSpans:
+		case r.expect[0].Signal == demo.SigSpans:
 			r.deadline = 15 * time.Second
 		default:
 			r.deadline = sig
@@ -294,98 +333,36 @@ func withDeadlines(rows []matrixRow, ms matrixScale) []matrixRow {
 }
 
 // knobs returns a row's inject: f applied to the named simulators' knobs.
-func knobs(f func(*sim.Knobs), names ...string) func(*demo) error {
-	return func(d *demo) error { turnKnobs(f, names...)(d); return nil }
+func knobs(f func(*sim.Knobs), names ...string) func(*target) error {
+	return func(d *target) error { demo.TurnKnobs(f, names...)(d.Demo); return nil }
 }
 
 // restore returns a row's restore: the named simulators' normal knobs.
-func restore(names ...string) func(*demo) error {
-	return func(d *demo) error { restoreKnobs(names...)(d); return nil }
-}
-
-// sharesNote compares the share of demo-model's answered requests that
-// each of its backends served before the row with its share in the row's
-// second half.
-func sharesNote(c phaseCounters) string {
-	var parts []string
-	for _, b := range []string{"sim-a", "sim-b", "sim-a-int8"} {
-		parts = append(parts, fmt.Sprintf("%s %s → %s", b, fmtShare(c.start.tally.sub(c.before.tally).share(b, demoModel)),
-			fmtShare(c.end.tally.sub(c.mid.tally).share(b, demoModel))))
-	}
-	return "shares of " + demoModel + "'s answered requests, before → second half: " + strings.Join(parts, ", ")
+func restore(names ...string) func(*target) error {
+	return func(d *target) error { demo.RestoreKnobs(names...)(d.Demo); return nil }
 }
 
 // errorsNote reports what backend's errors became for clients.
-func errorsNote(backend string) func(phaseCounters) string {
-	return func(c phaseCounters) string {
-		s, e := c.start, c.end
-		return fmt.Sprintf("%s answered %d requests with an error, %d left hanging at the end; retries on other backends: %.0f; %s",
-			backend, e.sims[backend].Errors-s.sims[backend].Errors, e.sims[backend].Hanging,
-			e.metric("vigil_retries_total", "")-s.metric("vigil_retries_total", ""), c.shareNote(backend))
-	}
+func errorsNote(backend string) func(demo.PhaseCounters) string {
+	return func(c demo.PhaseCounters) string { return c.ErrorsNote(backend) }
 }
 
-// infraWatch is what a matrix demo has besides the simulators: Redis and
-// the collector, each behind a relay the rows cut, and what read saw of
-// them. read is called by the story's goroutine only.
-type infraWatch struct {
-	redis, otlp bool
-	store       *relay     // nil without Redis
-	collector   *relay     // nil without a collector
-	redisProc   *exec.Cmd  // the redis-server the demo started
-	coll        *collector // the in-process collector
-
-	dropped     float64   // the last vigil_tracing_spans_dropped_total read
-	droppedAt   time.Time // when it last grew
-	haveDropped bool
-}
-
-// droppedFor is how long after spans were last dropped the spans column
-// stays in its alarm: longer than an export cycle (5 s) plus its retries.
-const droppedFor = 10 * time.Second
-
-// read sets the store's and the spans' states from the gateway's
-// /metrics: vigil_state_store_up 0 is "down"; spans dropped within
-// droppedFor "dropped".
-func (w *infraWatch) read(ctx context.Context, base string, rd *reading) {
-	m := scrape(ctx, base, "vigil_state_store_up", "vigil_tracing_spans_dropped_total")
-	if v, ok := m["vigil_state_store_up"]; ok && w.redis && v == 0 {
-		rd.state[sigStore] = alarmStates[sigStore]
-	}
-	if v, ok := m["vigil_tracing_spans_dropped_total"]; ok && w.otlp {
-		if w.haveDropped && v > w.dropped {
-			w.droppedAt = time.Now()
-		}
-		w.dropped, w.haveDropped = v, true
-	}
-	if !w.droppedAt.IsZero() && time.Since(w.droppedAt) < droppedFor {
-		rd.state[sigSpans] = alarmStates[sigSpans]
-	}
-}
-
-// scrape reads the gateway's /metrics and returns the named series
-// (summed over their labels); missing when the scrape fails.
-func scrape(ctx context.Context, base string, names ...string) map[string]float64 {
-	of := func(series, name string) bool { return series == name || strings.HasPrefix(series, name+"{") }
-	out := map[string]float64{}
-	kept := metricSeries(ctx, base, func(series string) bool {
-		return slices.ContainsFunc(names, func(n string) bool { return of(series, n) })
-	})
-	for series, v := range kept {
-		for _, n := range names {
-			if of(series, n) {
-				out[n] += v
-			}
-		}
-	}
-	return out
+// infra is what a matrix demo has besides the simulators: Redis and the
+// collector, each behind a relay the rows cut. The demo reads what the
+// gateway says of them (the store's health, the spans dropped) from its
+// /metrics.
+type infra struct {
+	store     *relay     // nil without Redis
+	collector *relay     // nil without a collector
+	redisProc *exec.Cmd  // the redis-server the matrix started
+	coll      *collector // the in-process collector
 }
 
 // startInfra starts a redis-server on a free port (when one is installed;
 // redisErr says why not otherwise) and the collector, each behind a
 // relay. stop ends whatever it started.
-func startInfra(ctx context.Context) (w *infraWatch, redisErr error, err error) {
-	w = &infraWatch{}
+func startInfra(ctx context.Context) (w *infra, redisErr error, err error) {
+	w = &infra{}
 	defer func() {
 		if err != nil {
 			w.stop()
@@ -398,7 +375,6 @@ func startInfra(ctx context.Context) (w *infraWatch, redisErr error, err error) 
 	if w.collector, err = newRelay(w.coll.Addr()); err != nil {
 		return nil, nil, err
 	}
-	w.otlp = true
 	addr, cmd, rerr := startRedis(ctx)
 	if rerr != nil {
 		return w, rerr, nil
@@ -407,12 +383,11 @@ func startInfra(ctx context.Context) (w *infraWatch, redisErr error, err error) 
 	if w.store, err = newRelay(addr); err != nil {
 		return nil, nil, err
 	}
-	w.redis = true
 	return w, nil, nil
 }
 
 // stop ends the relays, the collector and redis-server.
-func (w *infraWatch) stop() {
+func (w *infra) stop() {
 	if w == nil {
 		return
 	}
@@ -478,7 +453,7 @@ type rowResult struct {
 	row     *matrixRow
 	seed    int64
 	skipped string // why the row did not run; empty: it ran
-	phase   phaseResult
+	phase   demo.PhaseResult
 	// dirty lists what was not back to normal when the row began (the
 	// wait for a clean baseline ran out); the row ran anyway.
 	dirty  []string
@@ -507,9 +482,9 @@ func runMatrix(ctx context.Context, o Options, scale float64) error {
 	}
 	rows := withDeadlines(matrixRows(ms), ms)
 	fmt.Fprintf(o.Out, "Fault-isolation matrix: %d faults, each alone on a clean baseline, seeds %v concurrently (one demo each).\n",
-		len(rows), MatrixSeeds)
+		len(rows), Seeds)
 	fmt.Fprintf(o.Out, "Compressed timings: %s; %.1f req/s per demo.\n\n", ms.timings, ms.rps)
-	results, err := runSeeds(ctx, ms, rows, MatrixSeeds, o.Out, o.Log)
+	results, err := runSeeds(ctx, ms, rows, Seeds, o.Out, o.Log)
 	if len(results) > 0 {
 		fmt.Fprintln(o.Out)
 		printMatrix(o.Out, rows, results)
@@ -559,22 +534,22 @@ func runSeed(ctx context.Context, ms matrixScale, rows []matrixRow, seed int64, 
 	if redisErr != nil {
 		fmt.Fprintf(out, "no Redis: %v; the Redis row is skipped\n", redisErr)
 	}
-	do := demoOptions{listen: "127.0.0.1:0", rps: ms.rps, log: log, timings: &ms.timings, seed: seed,
-		otlp: infra.collector.Addr(), outOfService: true, alike: true}
+	do := demo.Setup{Listen: "127.0.0.1:0", RPS: ms.rps, Log: log, Timings: &ms.timings, Seed: seed,
+		OTLP: infra.collector.Addr(), OutOfService: true, Alike: true}
 	if infra.store != nil {
-		do.redis = "redis://" + infra.store.Addr() + "/0"
+		do.Redis = "redis://" + infra.store.Addr() + "/0"
 	}
-	d, err := newDemo(do)
+	d, err := demo.New(do)
 	if err != nil {
 		return nil, err
 	}
-	d.infra.store, d.infra.collector = infra.store, infra.collector
+	t := &target{Demo: d, infra: infra}
 	res := &matrixResult{seed: seed, start: time.Now()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err = d.run(ctx, func(ctx context.Context) error {
+	err = d.Serve(ctx, func(ctx context.Context) error {
 		defer cancel() // the rows told, the demo stops
-		return tellMatrix(ctx, d, ms, rows, out, res)
+		return tellMatrix(ctx, t, ms, rows, out, res)
 	})
 	res.end = time.Now()
 	return res, err
@@ -582,25 +557,25 @@ func runSeed(ctx context.Context, ms matrixScale, rows []matrixRow, seed int64, 
 
 // tellMatrix warms up, pins the baseline and runs each row: wait for a
 // clean baseline, inject, watch, restore.
-func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, out io.Writer, res *matrixResult) error {
-	// The story's machinery (warm-up, observe) over a scenario whose
-	// phases are the rows' expectations.
-	sc := &scenario{timings: ms.timings, minWarmup: ms.minWarmup, maxWarmup: ms.maxWarmup, poll: ms.poll}
+func tellMatrix(ctx context.Context, d *target, ms matrixScale, rows []matrixRow, out io.Writer, res *matrixResult) error {
+	// The story's machinery (warm-up, observe) watching for the rows'
+	// expectations.
+	var expect []demo.Expectation
 	for i := range rows {
-		sc.phases = append(sc.phases, phase{name: rows[i].name, expect: rows[i].expect})
+		expect = append(expect, rows[i].expect...)
 	}
-	s := &story{sc: sc, d: d, out: out, t0: time.Now(), alerts: map[string]alert.State{}, notified: map[string]bool{}, receipts: len(d.recv.all())}
-	s.last = d.read(ctx)
-	defer restoreAll(d)
-	var wres storyResult
-	if err := s.warmup(ctx, &wres); err != nil {
+	s, err := d.NewStory(ctx, out, demo.StoryOptions{MinWarmup: ms.minWarmup, MaxWarmup: ms.maxWarmup, Poll: ms.poll, Expect: expect})
+	if err != nil {
 		return err
 	}
-	res.warmup = wres.warmup
-	if res.pinErr = d.app.Pipeline().PinBaseline(ctx); res.pinErr != nil {
-		s.printf("baseline NOT pinned (%v)", res.pinErr)
+	defer demo.RestoreAll(d.Demo)
+	if res.warmup, err = s.Warmup(ctx); err != nil {
+		return err
+	}
+	if res.pinErr = d.PinBaseline(ctx); res.pinErr != nil {
+		s.Printf("baseline NOT pinned (%v)", res.pinErr)
 	} else {
-		s.printf("baseline pinned")
+		s.Printf("baseline pinned")
 	}
 	for i := range rows {
 		r := &rows[i]
@@ -612,11 +587,11 @@ func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, 
 			rr.skipped = "no collector"
 		}
 		if rr.skipped != "" {
-			s.printf("%s: skipped (%s)", r.name, rr.skipped)
+			s.Printf("%s: skipped (%s)", r.name, rr.skipped)
 			res.rows = append(res.rows, rr)
 			continue
 		}
-		dirty, before, err := s.waitClean(ctx, ms)
+		dirty, before, err := waitClean(ctx, s, d.Demo, ms)
 		if err != nil {
 			return err
 		}
@@ -625,22 +600,22 @@ func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, 
 			// The previous row's client errors run to this row's start:
 			// its recovery is part of it.
 			prev := &res.rows[len(res.rows)-1]
-			t := d.traffic.Tally()
-			prev.sent, prev.errors = t.Sent-prev.sent, t.Failed-prev.errors
+			sent, failed := d.Requests()
+			prev.sent, prev.errors = sent-prev.sent, failed-prev.errors
 		}
-		if err := s.row(ctx, ms, &rr, before); err != nil {
+		if err := row(ctx, s, d, ms, &rr, before); err != nil {
 			res.rows = append(res.rows, rr)
 			return err
 		}
 		res.rows = append(res.rows, rr)
 	}
-	if _, _, err := s.waitClean(ctx, ms); err != nil {
+	if _, _, err := waitClean(ctx, s, d.Demo, ms); err != nil {
 		return err
 	}
 	if n := len(res.rows); n > 0 && res.rows[n-1].skipped == "" {
 		last := &res.rows[n-1]
-		t := d.traffic.Tally()
-		last.sent, last.errors = t.Sent-last.sent, t.Failed-last.errors
+		sent, failed := d.Requests()
+		last.sent, last.errors = sent-last.sent, failed-last.errors
 	}
 	return nil
 }
@@ -650,27 +625,27 @@ func tellMatrix(ctx context.Context, d *demo, ms matrixScale, rows []matrixRow, 
 // most ms.clean; it returns what was still active when the wait ran out
 // and the counters taken when the quiet began (or at the wait's end), so
 // that a row can compare its traffic with normal traffic.
-func (s *story) waitClean(ctx context.Context, ms matrixScale) ([]string, counters, error) {
+func waitClean(ctx context.Context, s *demo.Story, d *demo.Demo, ms matrixScale) ([]string, demo.Counters, error) {
 	start := time.Now()
 	var quietSince time.Time
-	var quiet counters
+	var quiet demo.Counters
 	t := time.NewTicker(ms.poll)
 	defer t.Stop()
 	for {
-		active := s.activeAll(s.observe(ctx, nil))
+		active := s.Unsettled(ctx)
 		now := time.Now()
 		switch {
 		case len(active) > 0:
 			quietSince = time.Time{}
 		case quietSince.IsZero():
-			quietSince, quiet = now, s.d.counters(ctx)
+			quietSince, quiet = now, d.Counters(ctx)
 		}
 		if !quietSince.IsZero() && now.Sub(quietSince) >= ms.quiet {
 			return nil, quiet, nil
 		}
 		if now.Sub(start) >= ms.clean {
-			s.printf("  not clean after %s: %s; the next row starts anyway", fmtDuration(ms.clean), strings.Join(active, ", "))
-			return active, s.d.counters(ctx), nil
+			s.Printf("  not clean after %s: %s; the next row starts anyway", demo.FormatDuration(ms.clean), strings.Join(active, ", "))
+			return active, d.Counters(ctx), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -680,65 +655,49 @@ func (s *story) waitClean(ctx context.Context, ms matrixScale) ([]string, counte
 	}
 }
 
-// activeAll is active with pending alerts too: a row must start with no
-// alert on its way to firing.
-func (s *story) activeAll(rd reading) []string {
-	out := s.active(rd)
-	for _, key := range slices.Sorted(maps.Keys(s.alerts)) {
-		if s.alerts[key] == alert.Pending {
-			out = append(out, "alert "+key+" (pending)")
-		}
-	}
-	return out
-}
-
 // row injects r's fault, watches until its window passes or, once its
 // diagonal is met, settle longer, and restores it.
 // before are the counters at the start of the quiet before it.
-func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before counters) error {
+func row(ctx context.Context, s *demo.Story, d *target, ms matrixScale, rr *rowResult, before demo.Counters) error {
 	r := rr.row
-	p := &phase{label: "", name: r.name, expect: r.expect, duration: ms.window}
-	pc := phaseCounters{before: before, start: s.d.counters(ctx)}
-	rr.sent, rr.errors = pc.start.tally.Sent, pc.start.tally.Failed
+	pc := demo.PhaseCounters{Before: before, Start: d.Counters(ctx)}
+	rr.sent, rr.errors = pc.Start.Requests()
 	var exp string
 	switch {
 	case len(r.expect) > 0:
-		exp = p.expected() + " within " + fmtDuration(r.deadline)
+		exp = demo.Describe(r.expect) + " within " + demo.FormatDuration(r.deadline)
 	case r.calm != "":
-		exp = "nothing but " + allowedNames(r) + " for " + fmtDuration(r.deadline) + " (" + r.calm + ")"
+		exp = "nothing but " + allowedNames(r) + " for " + demo.FormatDuration(r.deadline) + " (" + r.calm + ")"
 	default:
 		exp = "nothing (" + r.gap + ")"
 	}
-	s.printf("%s: %s → expect %s", r.name, r.says, exp)
-	res := phaseResult{phase: p, start: time.Now(), segSeen: map[segKey]time.Duration{}}
-	for k := range res.seen {
-		res.seen[k] = -1
-	}
-	if err := r.inject(s.d); err != nil {
+	s.Printf("%s: %s → expect %s", r.name, r.says, exp)
+	res, start := demo.NewPhaseResult(r.expect), time.Now()
+	if err := r.inject(d); err != nil {
 		rr.err = err
 		return fmt.Errorf("%s: inject: %w", r.name, err)
 	}
 	var doneAt time.Time
+	haveMid := false
 	t := time.NewTicker(ms.poll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			res.end, res.cut = time.Now(), true
 			rr.phase = res
-			r.restore(s.d)
+			r.restore(d)
 			return ctx.Err()
 		case <-t.C:
 		}
-		s.observe(ctx, &res)
-		el := time.Since(res.start)
-		if pc.mid.tally.Answers == nil && el >= ms.window/2 {
-			pc.mid = s.d.counters(ctx)
+		s.Observe(ctx, &res)
+		el := time.Since(start)
+		if !haveMid && el >= ms.window/2 {
+			pc.Mid, haveMid = d.Counters(ctx), true
 		}
 		if el >= ms.window {
 			break
 		}
-		if len(r.expect) > 0 && res.met(true) {
+		if len(r.expect) > 0 && res.Met(true) {
 			if doneAt.IsZero() {
 				doneAt = time.Now()
 			}
@@ -747,19 +706,18 @@ func (s *story) row(ctx context.Context, ms matrixScale, rr *rowResult, before c
 			}
 		}
 	}
-	if err := r.restore(s.d); err != nil {
+	if err := r.restore(d); err != nil {
 		rr.err = err
 	}
-	res.end = time.Now()
-	pc.end = s.d.counters(ctx)
-	if pc.mid.tally.Answers == nil {
-		pc.mid = pc.start
+	pc.End = d.Counters(ctx)
+	if !haveMid {
+		pc.Mid = pc.Start
 	}
 	if r.report != nil {
 		rr.note = r.report(pc)
 	}
 	rr.phase = res
-	s.printf("  restored")
+	s.Printf("  restored")
 	if rr.err != nil {
 		return fmt.Errorf("%s: restore: %w", r.name, rr.err)
 	}
