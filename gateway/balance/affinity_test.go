@@ -479,6 +479,7 @@ func TestPickedRecords(t *testing.T) {
 }
 
 func TestPickForDoesNotAllocate(t *testing.T) {
+	skipUnderRace(t)
 	p := newPool(t, 16, nil)
 	b := prefixBalancer(t, p)
 	kinds := []string{"openai"}
