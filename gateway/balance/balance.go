@@ -451,8 +451,10 @@ func (b *Balancer) Index() *affinity.Index { return b.index }
 // prefix strategy reads it), and says how it chose: the filters, in
 // order, narrow the pool to the candidates, and the strategy's Picker
 // chooses among them (prefixPicker says how the prefix strategy does).
-// Like Pick it records nothing: the caller that sends the request to the
-// backend calls Picked. It reads key only during the call.
+// It writes nothing to the prefix index: the caller that sends the
+// request to the backend calls Picked. (The prefix picker does count the
+// anchor's requests in its homes and place a new anchor, which is part of
+// the choice.) It reads key only during the call.
 func (b *Balancer) PickFor(model string, kinds []string, key *affinity.Key, exclude ...*upstream.Backend) (*upstream.Backend, Decision, error) {
 	r := b.request(model, kinds, exclude)
 	r.setKey(key)
@@ -480,7 +482,7 @@ func (b *Balancer) PickFor(model string, kinds []string, key *affinity.Key, excl
 // are safe for concurrent use.
 type Hook interface {
 	// Picked is told of a request and the pool index of the backend it
-	// was sent to. r.Decision is not set.
+	// was sent to. Of r.Decision only Strategy is set.
 	Picked(r *Request, backend int32)
 }
 
