@@ -155,10 +155,23 @@ func TestBalanceEqualBackends(t *testing.T) {
 	})
 }
 
-// TestBalanceSlowBackendRecovers (case d): a backend 10× slower is avoided;
+// TestBalanceSlowBackendRecovers (case d): a backend 10× slower is avoided,
+// over the second half of its 3 s of slowness under 10 % of the requests;
 // once it is fast again (its TTFT set back with the simulator's knobs) it
 // gets its share back, over the last 2 s at least 80 % of an even share,
 // within 30 s, with the default latency decay (10 s).
+//
+// Why 10 %: a balancer blind to latency sends the slow backend its even
+// share, a third (round robin exactly: 35 of 104 requests when tried; at
+// random, over those ~100 requests, within 4.6 points of a third, one
+// standard deviation). The dynamic cost sends it nothing once it is
+// measured, until its estimate has decayed below the others' (in flight +
+// 1) × 20 ms, 60 to 80 ms with 2 or 3 in flight on each: at the earliest
+// 10 s × ln(200 ms / 80 ms) ≈ 9 s after it was last used, far beyond the
+// 3 s. What it gets is the few requests that measured it, in the first
+// half (0 of ~350 in the second, in runs here). 10 % is five standard
+// deviations below a third, and room for a request or two that a decayed
+// estimate lets through.
 func TestBalanceSlowBackendRecovers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: this test runs 10 to 40 s of the bubble's time")
@@ -178,18 +191,8 @@ func TestBalanceSlowBackendRecovers(t *testing.T) {
 			reqs []served
 			done = make(chan struct{})
 		)
-		go func() {
-			defer close(done)
-			reqs = drive(t, gw, 6, 0, stop)
-		}()
-		time.Sleep(3 * time.Second) // the slow backend is measured and avoided
-		k := sims[2].Knobs()
-		k.TTFT = 20 * time.Millisecond
-		sims[2].SetKnobs(k)
-		recovered := time.Now()
-
-		// The simulators' own counts of requests received: over each 2 s, the
-		// recovered backend's share of the fleet's requests.
+		// The simulators' own counts of requests received: the slow
+		// backend's, and the fleet's.
 		counts := func() (own, all int64) {
 			for i, s := range sims {
 				n := s.Stats().Requests
@@ -200,6 +203,30 @@ func TestBalanceSlowBackendRecovers(t *testing.T) {
 			}
 			return own, all
 		}
+		go func() {
+			defer close(done)
+			reqs = drive(t, gw, 6, 0, stop)
+		}()
+		// The slow backend is measured, then avoided: its share over the
+		// second half of the slow phase.
+		const slow = 3 * time.Second
+		time.Sleep(slow / 2)
+		own0, all0 := counts()
+		time.Sleep(slow / 2)
+		own1, all1 := counts()
+		slowShare := float64(own1-own0) / float64(max(all1-all0, 1))
+		t.Logf("while slow, %v to %v: share %.3f (%d of %d requests)", slow/2, slow, slowShare, own1-own0, all1-all0)
+		if slowShare >= 0.1 || all1-all0 < 50 {
+			t.Errorf("while 10× slower, %v to %v, the backend got %d of %d requests (%.1f %%), want under 10 %% of at least 50: it was not avoided",
+				slow/2, slow, own1-own0, all1-all0, 100*slowShare)
+		}
+		k := sims[2].Knobs()
+		k.TTFT = 20 * time.Millisecond
+		sims[2].SetKnobs(k)
+		recovered := time.Now()
+
+		// Over each 2 s, the recovered backend's share of the fleet's
+		// requests.
 		const window = 2 * time.Second
 		var back time.Duration
 		prevOwn, prevAll := counts()

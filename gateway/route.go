@@ -15,9 +15,10 @@ import (
 // pin comes first: the backend that holds a stored response must answer
 // its follow-ups, whatever its prefix). Under the prefix strategy the
 // prompt's key is computed here from the body already read, on the stack:
-// it is large, and the call, allocated per request, must stay small. The
-// decision goes into the call, for the server span (endSpans) and the
-// access log.
+// it is large, and the call, allocated per request, must stay small. Once
+// the backend is chosen, Picked records that it holds the prompt; a retry
+// (Pick) is routed by load and records nothing. The decision goes into the
+// call, for the server span (endSpans) and the access log.
 func (s *Server) pick(r *http.Request, x *call, op exchange.Operation, kinds []string, body []byte) (*upstream.Backend, error) {
 	h := s.balancer.Hasher()
 	if h == nil {
@@ -35,6 +36,7 @@ func (s *Server) pick(r *http.Request, x *call, op exchange.Operation, kinds []s
 	if err != nil {
 		return nil, err
 	}
+	s.balancer.Picked(b, &key)
 	x.route.set(d)
 	return b, nil
 }

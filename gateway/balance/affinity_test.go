@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway/balance/affinity"
 	"github.com/vigil-gw/vigil/gateway/upstream"
@@ -21,6 +23,16 @@ func prefixBalancer(t testing.TB, p *upstream.Pool) *Balancer {
 	// for whatever the defaults become.
 	o.Prefix.GuardAbs, o.Prefix.GuardRel = 4, 1.5
 	return mustNew(t, p, o)
+}
+
+// pickFor is PickFor then, on success, Picked, as the gateway calls them:
+// the chosen backend holds the prompt from then on.
+func pickFor(b *Balancer, model string, kinds []string, k *affinity.Key, exclude ...*upstream.Backend) (*upstream.Backend, Decision, error) {
+	be, d, err := b.PickFor(model, kinds, k, exclude...)
+	if err == nil {
+		b.Picked(be, k)
+	}
+	return be, d, err
 }
 
 // key makes a prompt key of n blocks: tenant sets the anchor and the
@@ -41,7 +53,7 @@ func TestPrefixPicks(t *testing.T) {
 	b := prefixBalancer(t, p)
 	bs := p.Backends()
 
-	first, d, err := b.PickFor("m", nil, key(1, 1, 4, 8))
+	first, d, err := pickFor(b, "m", nil, key(1, 1, 4, 8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,33 +61,33 @@ func TestPrefixPicks(t *testing.T) {
 		t.Errorf("first request: %+v, want placement on %s", d, first.Name)
 	}
 	// The next turn shares the first 4 blocks: same backend, by match.
-	next, d, _ := b.PickFor("m", nil, key(1, 2, 4, 10))
+	next, d, _ := pickFor(b, "m", nil, key(1, 2, 4, 10))
 	if next != first || d.Reason != ReasonMatch || d.Matched != 4 {
 		t.Errorf("next turn: %s %+v, want %s by a match of 4", next.Name, d, first.Name)
 	}
 	// The same request again: all 8 blocks.
-	if _, d, _ = b.PickFor("m", nil, key(1, 1, 4, 8)); d.Matched != 8 {
+	if _, d, _ = pickFor(b, "m", nil, key(1, 1, 4, 8)); d.Matched != 8 {
 		t.Errorf("repeat: matched %d, want 8", d.Matched)
 	}
 	// The longest match wins over a shorter one elsewhere.
 	b.Index().Record(key(1, 1, 4, 8).Chain()[:2], indexOf(bs, other(bs, first)))
-	if got, d, _ := b.PickFor("m", nil, key(1, 1, 4, 8)); got != first || d.Matched != 8 {
+	if got, d, _ := pickFor(b, "m", nil, key(1, 1, 4, 8)); got != first || d.Matched != 8 {
 		t.Errorf("longest match: %s %+v", got.Name, d)
 	}
 	// Excluded (a retry): never the tried backend.
-	if got, _, _ := b.PickFor("m", nil, key(1, 1, 4, 8), first); got == first {
+	if got, _, _ := pickFor(b, "m", nil, key(1, 1, 4, 8), first); got == first {
 		t.Error("picked an excluded backend")
 	}
 	// Short prompts and no key go by load.
 	short := key(2, 1, 1, 1)
 	short.Chars = 100
-	if _, d, _ := b.PickFor("m", nil, short); d.Reason != ReasonShort || d.Preferred != nil {
+	if _, d, _ := pickFor(b, "m", nil, short); d.Reason != ReasonShort || d.Preferred != nil {
 		t.Errorf("short prompt: %+v", d)
 	}
-	if _, d, _ := b.PickFor("m", nil, nil); d.Reason != ReasonShort {
+	if _, d, _ := pickFor(b, "m", nil, nil); d.Reason != ReasonShort {
 		t.Errorf("no key: %+v", d)
 	}
-	if _, d, _ := b.PickFor("m", nil, &affinity.Key{}); d.Reason != ReasonShort {
+	if _, d, _ := pickFor(b, "m", nil, &affinity.Key{}); d.Reason != ReasonShort {
 		t.Errorf("no blocks: %+v", d)
 	}
 	// Other strategies say so and ignore the key.
@@ -111,11 +123,11 @@ func TestPrefixTies(t *testing.T) {
 	b.Index().Record(k.Chain(), 2)
 	// Equal cost: the rendezvous order of the two, every time.
 	want := bs[0]
-	if affinity.Score(k.Anchor, b.names[2], 100) > affinity.Score(k.Anchor, b.names[0], 100) {
+	if affinity.Score(k.Anchor, b.picker.(*prefixPicker).names[2], 100) > affinity.Score(k.Anchor, b.picker.(*prefixPicker).names[0], 100) {
 		want = bs[2]
 	}
 	for range 20 {
-		if got, d, _ := b.PickFor("m", nil, k); got != want || d.Reason != ReasonMatch {
+		if got, d, _ := pickFor(b, "m", nil, k); got != want || d.Reason != ReasonMatch {
 			t.Fatalf("equal cost: %s %+v, want %s", got.Name, d, want.Name)
 		}
 	}
@@ -131,7 +143,7 @@ func TestPrefixTies(t *testing.T) {
 	for range 4 {
 		releases = append(releases, want.Acquire())
 	}
-	if got, d, _ := b.PickFor("m", nil, k); got != want || d.GuardOverride {
+	if got, d, _ := pickFor(b, "m", nil, k); got != want || d.GuardOverride {
 		t.Errorf("busier tie within the guard: %s %+v, want %s", got.Name, d, want.Name)
 	}
 	// Beyond it (5 over 0): the other holder, not the backend that holds
@@ -141,7 +153,7 @@ func TestPrefixTies(t *testing.T) {
 	if want == bs[0] {
 		holder = bs[2]
 	}
-	if got, d, _ := b.PickFor("m", nil, k); got != holder || !d.GuardOverride || d.Reason != ReasonLoad {
+	if got, d, _ := pickFor(b, "m", nil, k); got != holder || !d.GuardOverride || d.Reason != ReasonLoad {
 		t.Errorf("spill: %s %+v, want the other holder %s", got.Name, d, holder.Name)
 	}
 }
@@ -185,7 +197,7 @@ func TestPrefixGuard(t *testing.T) {
 			}
 			k := key(9, 1, 8, 8)
 			b.Index().Record(k.Chain(), 0)
-			got, d, err := b.PickFor("m", nil, k)
+			got, d, err := pickFor(b, "m", nil, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,17 +249,17 @@ func TestPrefixHot(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := key(1, 1, 8, 8)
-			home, d, err := b.PickFor("m", nil, k)
+			home, d, err := pickFor(b, "m", nil, k)
 			if err != nil || d.Reason != ReasonPlacement || d.Hot {
 				t.Fatalf("first pick: %v, reason %v, hot %v; want a placement, not hot", err, d.Reason, d.Hot)
 			}
 			for range 8 { // enough requests for a share
-				if _, _, err := b.PickFor("m", nil, k); err != nil {
+				if _, _, err := pickFor(b, "m", nil, k); err != nil {
 					t.Fatal(err)
 				}
 			}
 			for i := range tt.others {
-				if _, _, err := b.PickFor("m", nil, key(uint64(100+i), 1, 8, 8)); err != nil {
+				if _, _, err := pickFor(b, "m", nil, key(uint64(100+i), 1, 8, 8)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -258,7 +270,7 @@ func TestPrefixHot(t *testing.T) {
 			for range 2 {
 				defer home.Acquire()()
 			}
-			got, d, err := b.PickFor("m", nil, k)
+			got, d, err := pickFor(b, "m", nil, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -302,14 +314,14 @@ func TestReplicaAgreement(t *testing.T) {
 	const n = 1000
 	for i := range n {
 		k := tenantKey(t, h, i, 1)
-		ga, da, _ := a.PickFor("m", nil, k)
-		gb, db, _ := b.PickFor("m", nil, k)
+		ga, da, _ := pickFor(a, "m", nil, k)
+		gb, db, _ := pickFor(b, "m", nil, k)
 		if ga.Name != gb.Name || da.Reason != ReasonPlacement || db.Reason != ReasonPlacement {
 			t.Fatalf("anchor %d: %s (%v) and %s (%v)", i, ga.Name, da.Reason, gb.Name, db.Reason)
 		}
 		counts[ga.Name]++
 		// A later turn, on either replica, by match.
-		if gb2, d, _ := b.PickFor("m", nil, tenantKey(t, h, i, 2)); gb2 != gb || d.Reason != ReasonMatch {
+		if gb2, d, _ := pickFor(b, "m", nil, tenantKey(t, h, i, 2)); gb2 != gb || d.Reason != ReasonMatch {
 			t.Fatalf("tenant %d's next turn went to %s (%v), not %s", i, gb2.Name, d.Reason, gb.Name)
 		}
 	}
@@ -332,7 +344,7 @@ func TestBoundedPlacement(t *testing.T) {
 		counts := map[string]int{}
 		for i := range 12 {
 			tenant := seed*100 + i
-			got, d, _ := b.PickFor("m", nil, tenantKey(t, h, tenant, 1))
+			got, d, _ := pickFor(b, "m", nil, tenantKey(t, h, tenant, 1))
 			if d.Reason != ReasonPlacement {
 				t.Fatalf("tenant %d: %v, want placement", tenant, d.Reason)
 			}
@@ -344,7 +356,7 @@ func TestBoundedPlacement(t *testing.T) {
 			}
 		}
 		for tenant, home := range homes {
-			if got, _, _ := b.PickFor("m", nil, tenantKey(t, h, tenant, 3)); got != home {
+			if got, _, _ := pickFor(b, "m", nil, tenantKey(t, h, tenant, 3)); got != home {
 				t.Fatalf("tenant %d's later turn went to %s, its home is %s", tenant, got.Name, home.Name)
 			}
 		}
@@ -371,8 +383,8 @@ func TestReplicasShareHomes(t *testing.T) {
 	const n = 30
 	placedA, placedB := map[int]string{}, map[int]string{}
 	for i := range n {
-		ga, _, _ := a.PickFor("m", nil, tenantKey(t, h, i, 1))
-		gb, _, _ := b.PickFor("m", nil, tenantKey(t, h, n-1-i, 1))
+		ga, _, _ := pickFor(a, "m", nil, tenantKey(t, h, i, 1))
+		gb, _, _ := pickFor(b, "m", nil, tenantKey(t, h, n-1-i, 1))
 		placedA[i], placedB[n-1-i] = ga.Name, gb.Name
 	}
 	disagree := 0
@@ -398,8 +410,8 @@ func TestReplicasShareHomes(t *testing.T) {
 	for i := range n {
 		for turns := 1; turns <= 3; turns++ {
 			k := tenantKey(t, h, i, turns)
-			ga, _, _ := a.PickFor("m", nil, k)
-			gb, _, _ := b.PickFor("m", nil, k)
+			ga, _, _ := pickFor(a, "m", nil, k)
+			gb, _, _ := pickFor(b, "m", nil, k)
 			if ga.Name != placedA[i] || gb.Name != placedA[i] {
 				t.Fatalf("tenant %d, %d turns: a → %s, b → %s; a claimed it first for %s", i, turns, ga.Name, gb.Name, placedA[i])
 			}
@@ -408,13 +420,13 @@ func TestReplicasShareHomes(t *testing.T) {
 	// c has seen none of them: its first request places locally and
 	// claims; the store answers with a's home at c's next Update.
 	for i := range n {
-		c.PickFor("m", nil, tenantKey(t, h, i, 1))
+		pickFor(c, "m", nil, tenantKey(t, h, i, 1))
 	}
 	if err := c.Update(ctx, now.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if gc, _, _ := c.PickFor("m", nil, tenantKey(t, h, i, 2)); gc.Name != placedA[i] {
+		if gc, _, _ := pickFor(c, "m", nil, tenantKey(t, h, i, 2)); gc.Name != placedA[i] {
 			t.Fatalf("cold replica: tenant %d → %s, want %s", i, gc.Name, placedA[i])
 		}
 	}
@@ -422,19 +434,65 @@ func TestReplicasShareHomes(t *testing.T) {
 
 var longText = fmt.Sprintf("%0600d", 0)
 
+// TestPickedRecords: PickFor records nothing in the index, so that a pick
+// that only asks leaves no trace; Picked records the chain for the backend
+// the request went to, whichever it is, and only for a prompt the strategy
+// reads (min_chars).
+func TestPickedRecords(t *testing.T) {
+	p := newPool(t, 3, nil)
+	b := prefixBalancer(t, p)
+	bs := p.Backends()
+	held := func(k *affinity.Key) []int {
+		h := make([]int, len(bs))
+		b.Index().Match(k.Chain(), []int32{0, 1, 2}, h)
+		return h
+	}
+	k := key(3, 1, 8, 8)
+	got, d, err := b.PickFor("m", nil, k)
+	if err != nil || d.Reason != ReasonPlacement {
+		t.Fatalf("PickFor: %v %+v, want a placement", err, d)
+	}
+	if diff := cmp.Diff([]int{0, 0, 0}, held(k)); diff != "" {
+		t.Errorf("after PickFor alone, held (-want +got):\n%s", diff)
+	}
+	// The gateway sent it elsewhere (a test's choice): that one holds it.
+	to := other(bs, got)
+	b.Picked(to, k)
+	want := []int{0, 0, 0}
+	want[indexOf(bs, to)] = 8
+	if diff := cmp.Diff(want, held(k)); diff != "" {
+		t.Errorf("after Picked, held (-want +got):\n%s", diff)
+	}
+	short := key(4, 1, 2, 2)
+	short.Chars = 100
+	b.Picked(bs[0], short)
+	b.Picked(bs[0], nil)
+	if diff := cmp.Diff([]int{0, 0, 0}, held(short)); diff != "" {
+		t.Errorf("a prompt under min_chars was recorded (-want +got):\n%s", diff)
+	}
+	// A backend not in the pool is ignored, and other strategies have no
+	// hooks.
+	b.Picked(newPool(t, 1, nil).Backends()[0], k)
+	o := defaults()
+	o.Strategy = Dynamic
+	mustNew(t, p, o).Picked(bs[0], k)
+}
+
 func TestPickForDoesNotAllocate(t *testing.T) {
+	skipUnderRace(t)
 	p := newPool(t, 16, nil)
 	b := prefixBalancer(t, p)
 	kinds := []string{"openai"}
 	k := key(1, 1, 32, 64)
-	if n := testing.AllocsPerRun(1000, func() { b.PickFor("m", kinds, k) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { pickFor(b, "m", kinds, k) }); n != 0 {
 		t.Errorf("%v allocations per pick", n)
 	}
 }
 
 // BenchmarkPickFor: a pick among 16 backends, the prefix strategy given a
 // 64-block key (a 16 KiB prompt, half of it shared by its tenant) against
-// dynamic: go test ./gateway/balance -bench PickFor -benchmem.
+// dynamic, with Picked after it as the gateway calls them: go test
+// ./gateway/balance -bench PickFor -benchmem.
 func BenchmarkPickFor(b *testing.B) {
 	p := newPool(b, 16, nil)
 	for _, strategy := range []string{Dynamic, Prefix} {
@@ -450,7 +508,7 @@ func BenchmarkPickFor(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, _, err := bal.PickFor("m", kinds, keys[i%len(keys)]); err != nil {
+				if _, _, err := pickFor(bal, "m", kinds, keys[i%len(keys)]); err != nil {
 					b.Fatal(err)
 				}
 				i++

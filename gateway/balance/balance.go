@@ -1,14 +1,32 @@
-// Package balance chooses the backend of each request: filter (healthy,
-// serves the model and route kind, not already tried) → cost → picker
-// (prefix, power of two choices, round robin or least request).
+// Package balance chooses the backend of each request, in parts, after the
+// Gateway API Inference Extension's endpoint picker:
+//
+//   - Filters narrow the pool to the candidates: the backend kind serves
+//     the route, the backend serves the model or LoRA adapter, it is
+//     healthy and not ejected, a retried request has not tried it
+//     (filters.go).
+//   - Scorers rate each backend's load signals in [0, 1] at every Update;
+//     their blend is the node weight in the Snapshot that pickers read
+//     (scorers.go).
+//   - A Picker, the strategy, chooses among the candidates: prefix,
+//     dynamic (power of two choices over a cost), round robin or least
+//     request (pickers.go, prefix.go).
+//   - Hooks learn where the request went once the gateway has chosen
+//     ([Balancer.Picked]): the prefix strategy's index is written there,
+//     not in the pick, so that a pick that only asks changes nothing.
+//
+// A new rule is a new type in one of those roles. The parts are called
+// through interfaces with a pooled [Request], so that a pick does not
+// allocate; none takes a lock but the prefix strategy's homes (one short
+// one).
 //
 // # The prefix strategy
 //
 // The default, for model servers that reuse the KV cache of a prompt
 // prefix they have computed (vLLM's automatic prefix caching): a request
 // goes where its prompt's prefix already is, unless that backend is much
-// busier than the others. See [Balancer.PickFor]; package affinity hashes
-// the prompt and keeps the index.
+// busier than the others. See the prefixPicker type (prefix.go); package
+// affinity hashes the prompt and keeps the index.
 //
 // # The dynamic strategy
 //
@@ -54,10 +72,10 @@
 //
 // Weights and error factors are recomputed by [Balancer.Update] (the
 // gateway calls it after every scrape) into an immutable [Snapshot] behind
-// an atomic pointer; Pick reads it, the in-flight counts and the latency
-// estimates without a lock of its own. Passive ejection and health changes
-// take effect at once: the filter reads the backends' live health on every
-// pick.
+// an atomic pointer; the pickers read it, the in-flight counts and the
+// latency estimates without a lock of their own. Passive ejection and
+// health changes take effect at once: a filter reads the backends' live
+// health on every pick.
 package balance
 
 import (
@@ -65,8 +83,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,12 +142,19 @@ type HomeStore interface {
 	ClaimHomes(ctx context.Context, claims map[uint64]string, ttl time.Duration) (map[uint64]string, error)
 }
 
-// A Balancer picks backends from a pool. It is safe for concurrent use:
-// Pick takes no lock and does not allocate; Update is meant to be called
-// from one goroutine.
+// A Balancer picks backends from a pool: its filters narrow the pool to
+// the candidates, its picker (the strategy) chooses one, and its hooks
+// learn where the request went. It is safe for concurrent use: Pick,
+// PickFor and Picked take no lock of their own and do not allocate (the
+// prefix strategy's homes take one short lock); Update is meant to be
+// called from one goroutine.
 type Balancer struct {
 	pool       *upstream.Pool
-	strategy   int
+	strategy   string
+	filters    []Filter
+	picker     Picker
+	hooks      []Hook
+	reqs       sync.Pool // *Request
 	scorers    []weighted
 	staleAfter time.Duration
 	floor      float64
@@ -140,21 +165,14 @@ type Balancer struct {
 	wQueue, wLatency, wErrors float64
 
 	snap atomic.Pointer[Snapshot]
-	next atomic.Uint64 // round robin position and tie breaker
 
-	// The prefix strategy's: nil hasher and index for the others. names
-	// holds the hash of each backend's name, in pool order, for
-	// rendezvous placement.
-	hasher             *affinity.Hasher
-	index              *affinity.Index
-	names              []uint64
-	minChars           int
-	guardAbs, guardRel float64
-	hotGuardAbs        float64
-	homes              *affinity.Homes
-	homeSlack          float64
-	homeTTL            time.Duration
-	homeStore          HomeStore // nil: homes are this replica's own
+	// The prefix strategy's, which its picker and hook share and Update
+	// publishes; nil for the others.
+	hasher    *affinity.Hasher
+	index     *affinity.Index
+	homes     *affinity.Homes
+	homeTTL   time.Duration
+	homeStore HomeStore // nil: homes are this replica's own
 }
 
 // maxHomes is the most anchors the prefix strategy remembers homes for
@@ -171,44 +189,39 @@ type weighted struct {
 	w float64
 }
 
-const (
-	stDynamic = iota
-	stRoundRobin
-	stLeastRequest
-	stPrefix
-)
-
-var strategyNames = [...]string{stDynamic: Dynamic, stRoundRobin: RoundRobin, stLeastRequest: LeastRequest, stPrefix: Prefix}
-
 // New returns a Balancer over pool. Every backend starts at its base weight.
 // An unknown strategy or a floor outside (0, 1] is an error: the settings
 // come from config, which holds their defaults.
 func New(pool *upstream.Pool, o Options) (*Balancer, error) {
-	b := &Balancer{pool: pool, staleAfter: o.StaleAfter, floor: o.Floor, queueSat: o.QueueSaturation, store: o.Store,
+	b := &Balancer{pool: pool, strategy: o.Strategy, filters: filters, staleAfter: o.StaleAfter, floor: o.Floor, queueSat: o.QueueSaturation, store: o.Store,
 		wQueue: o.Weights.Queue, wLatency: o.Weights.Latency, wErrors: o.Weights.Errors}
+	n := len(pool.Backends())
+	b.reqs.New = func() any { return &Request{cands: make([]int32, 0, n)} }
 	switch o.Strategy {
 	case Dynamic:
-		b.strategy = stDynamic
+		b.picker = &twoChoices{b: b}
 	case RoundRobin:
-		b.strategy = stRoundRobin
+		b.picker = new(roundRobin)
 	case LeastRequest:
-		b.strategy = stLeastRequest
+		b.picker = new(leastRequest)
 	case Prefix:
-		b.strategy = stPrefix
 		p := o.Prefix
 		h, err := affinity.NewHasher(affinity.Options{BlockChars: p.BlockChars, MaxChars: p.MaxChars, Hash: p.Hash})
 		if err != nil {
 			return nil, fmt.Errorf("balancer.prefix.%w", err)
 		}
 		b.hasher, b.index = h, affinity.NewIndex(p.IndexSize)
-		b.minChars, b.guardAbs, b.guardRel, b.hotGuardAbs = p.MinChars, p.GuardAbs, p.GuardRel, p.HotGuardAbs
-		b.homes, b.homeSlack, b.homeTTL = affinity.NewHomes(maxHomes, len(pool.Backends()), p.HomeTTL), p.HomeSlack, p.HomeTTL
+		b.homes, b.homeTTL = affinity.NewHomes(maxHomes, n, p.HomeTTL), p.HomeTTL
 		if hs, ok := o.Store.(HomeStore); ok {
 			b.homeStore = hs
 		}
+		pp := &prefixPicker{b: b, dyn: twoChoices{b: b}, index: b.index, homes: b.homes, minChars: p.MinChars,
+			guardAbs: p.GuardAbs, guardRel: p.GuardRel, hotGuardAbs: p.HotGuardAbs, homeSlack: p.HomeSlack}
 		for _, be := range pool.Backends() {
-			b.names = append(b.names, h.HashString(be.Name))
+			pp.names = append(pp.names, h.HashString(be.Name))
 		}
+		b.picker = pp
+		b.hooks = append(b.hooks, &prefixRecorder{index: b.index, minChars: p.MinChars})
 	default:
 		return nil, fmt.Errorf("balancer.strategy: unknown strategy %q", o.Strategy)
 	}
@@ -405,84 +418,22 @@ func (b *Balancer) share(ctx context.Context, backends []*upstream.Backend, stat
 	return nil
 }
 
-// maxErrorShare caps the error term: a backend that failed every recent
-// attempt costs 100^e times as much, not infinitely more (passive ejection,
-// not the balancer, takes a dead backend out).
-const maxErrorShare = 0.01
-
-// maxStack is the number of candidates Pick keeps on the stack; larger
-// pools still work, with one allocation per pick.
-const maxStack = 64
-
 // Pick chooses a backend for a request for model (empty: any) on a route
 // served by the given kinds (empty: any), never one in exclude (the
 // backends a retried request already tried). It returns
 // upstream.ErrUnknownModel when no backend is configured for the model and
 // kinds, and upstream.ErrNoHealthy when some are but none is healthy and
 // not excluded. The prefix strategy, given no prompt here, picks as
-// dynamic does (PickFor takes the prompt).
-//
-// The filter and the pickers are plain functions rather than interfaces:
-// a dynamic call would make the candidate buffer escape to the heap, and
-// Pick must not allocate.
+// dynamic does (PickFor takes the prompt). Pick only asks: it runs no
+// Hook, so a caller that probes whether some backend could take a request
+// changes nothing.
 func (b *Balancer) Pick(model string, kinds []string, exclude ...*upstream.Backend) (*upstream.Backend, error) {
 	be, _, err := b.PickFor(model, kinds, nil, exclude...)
 	return be, err
 }
 
-// Reason says why the prefix strategy chose a backend.
-type Reason uint8
-
-// The reasons of a Decision.
-const (
-	// ReasonNone: not the prefix strategy, or a single candidate.
-	ReasonNone Reason = iota
-	// ReasonMatch: the backend holds the longest prefix of the prompt.
-	ReasonMatch
-	// ReasonPlacement: no candidate holds any of it; the backend is the
-	// anchor's rendezvous choice.
-	ReasonPlacement
-	// ReasonLoad: the preferred backend was much busier than the least
-	// busy (the load guard); chosen as dynamic does.
-	ReasonLoad
-	// ReasonShort: the prompt is shorter than min_chars, has no full
-	// block or could not be read; chosen as dynamic does.
-	ReasonShort
-)
-
-var reasonNames = [...]string{"", "match", "placement", "load", "short"}
-
-// String returns the reason's name as spans and the access log record it
-// ("" for ReasonNone).
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
-
-// A Decision says how PickFor chose. It is small and holds no prompt data.
-type Decision struct {
-	// Strategy is the balancer's strategy (balancer.strategy).
-	Strategy string
-	// Blocks is the number of full blocks of the prompt hashed; Matched
-	// the number of leading ones the preferred backend held.
-	Blocks, Matched int
-	// Preferred is the backend the prefix chose (by match or placement)
-	// before the load guard; nil when none was preferred.
-	Preferred *upstream.Backend
-	// GuardOverride: the load guard passed over Preferred.
-	GuardOverride bool
-	// Hot: the prompt's anchor sent more than one backend's even share
-	// of the requests; its holders shared them by load, and the guard
-	// spilled at balancer.prefix.hot_guard_abs.
-	Hot bool
-	// Reason says why the chosen backend was chosen.
-	Reason Reason
-}
-
 // Strategy returns the balancer's strategy, as config names it.
-func (b *Balancer) Strategy() string { return strategyNames[b.strategy] }
+func (b *Balancer) Strategy() string { return b.strategy }
 
 // Hasher returns the prefix strategy's hasher; nil for other strategies,
 // which need no prompt key.
@@ -497,305 +448,61 @@ func (b *Balancer) Homes() *affinity.Homes { return b.homes }
 func (b *Balancer) Index() *affinity.Index { return b.index }
 
 // PickFor is Pick given the request's prompt key (nil: none; only the
-// prefix strategy reads it), and says how it chose.
-//
-// The prefix strategy: a prompt below balancer.prefix.min_chars or
-// without a full block goes as dynamic sends it (ReasonShort). Otherwise
-// the preferred backend is the candidate that served the longest leading
-// run of the prompt's blocks (ReasonMatch; ties go to the lower cost, then
-// to the higher rendezvous score), or, when none served any, the
-// rendezvous choice for the prompt's anchor (ReasonPlacement), which every
-// replica computes alike. The load guard, after SGLang's cache-aware
-// router: with load = requests in flight through this gateway + the
-// server's queue (when fresh), the preferred backend is passed over when
-//
-//	load(preferred) − min load > guard_abs  and  load(preferred) > guard_rel × min load
-//
-// for the dynamic choice among the other candidates (ReasonLoad,
-// GuardOverride). The chain is then recorded for the chosen backend,
-// which from now on holds it, whichever way it was chosen.
+// prefix strategy reads it), and says how it chose: the filters, in
+// order, narrow the pool to the candidates, and the strategy's Picker
+// chooses among them (prefixPicker says how the prefix strategy does).
+// It writes nothing to the prefix index: the caller that sends the
+// request to the backend calls Picked. (The prefix picker does count the
+// anchor's requests in its homes and place a new anchor, which is part of
+// the choice.) It reads key only during the call.
 func (b *Balancer) PickFor(model string, kinds []string, key *affinity.Key, exclude ...*upstream.Backend) (*upstream.Backend, Decision, error) {
-	backends := b.pool.Backends()
-	var buf [maxStack]int32
-	cands := buf[:0]
-	known := false
-	for i, be := range backends {
-		if len(kinds) > 0 && !slices.Contains(kinds, be.Kind) {
-			continue
-		}
-		if !be.Serves(model) {
-			continue
-		}
-		known = true
-		if !be.Healthy() || slices.Contains(exclude, be) {
-			continue
-		}
+	r := b.request(model, kinds, exclude)
+	r.setKey(key)
+	cands := r.cands[:0]
+	for i := range r.Backends {
 		cands = append(cands, int32(i))
 	}
-	d := Decision{Strategy: strategyNames[b.strategy]}
-	if len(cands) == 0 {
-		if !known {
-			return nil, d, upstream.ErrUnknownModel
+	for _, f := range b.filters {
+		if cands = f.Filter(r, cands); len(cands) == 0 {
+			d := r.Decision
+			b.release(r)
+			return nil, d, f.Err()
 		}
-		return nil, d, upstream.ErrNoHealthy
 	}
-	if len(cands) == 1 {
-		if b.strategy == stPrefix && key != nil && key.Chars >= b.minChars {
-			// No choice to make, but the backend now holds the prompt.
-			d.Blocks = key.N
-			b.index.Record(key.Chain(), int(cands[0]))
-		}
-		return backends[cands[0]], d, nil
-	}
-	var i int32
-	switch b.strategy {
-	case stRoundRobin:
-		i = cands[b.next.Add(1)%uint64(len(cands))]
-	case stLeastRequest:
-		i = b.leastRequest(backends, cands)
-	case stPrefix:
-		i = b.pickPrefix(backends, cands, key, &d, time.Now())
-	default:
-		i = b.twoChoices(backends, cands, time.Now())
-	}
-	return backends[i], d, nil
+	i := b.picker.Pick(r, cands)
+	be, d := r.Backends[i], r.Decision
+	b.release(r)
+	return be, d, nil
 }
 
-// pickPrefix is the prefix strategy's picker (PickFor).
-func (b *Balancer) pickPrefix(backends []*upstream.Backend, cands []int32, key *affinity.Key, d *Decision, now time.Time) int32 {
-	if key == nil || key.N == 0 || key.Chars < b.minChars {
-		d.Reason = ReasonShort
-		if key != nil {
-			d.Blocks = key.N
-		}
-		return b.twoChoices(backends, cands, now)
-	}
-	d.Blocks = key.N
-	var heldBuf [maxStack]int
-	var okBuf [maxStack]bool
-	held, ok := heldBuf[:], okBuf[:]
-	if len(cands) > maxStack {
-		held, ok = make([]int, len(cands)), make([]bool, len(cands))
-	}
-	held, ok = held[:len(cands)], ok[:len(cands)]
-	b.index.Match(key.Chain(), cands, held)
-	home, share, hasHome := b.homes.Lookup(key.Anchor, now)
-	pref, most := b.best(backends, cands, held, nil, key.Anchor, home)
-	d.Reason, d.Matched = ReasonPlacement, most
-	if most > 0 {
-		d.Reason = ReasonMatch
-	} else if !hasHome {
-		pref = b.homes.Place(key.Anchor, key.Blocks[0], cands, b.homeSlack,
-			func(c int32) float64 { return backends[c].Weight },
-			func(c int32) float64 { return affinity.Score(key.Anchor, b.names[c], backends[c].Weight) }, now)
-	}
-	states := b.snap.Load().Backends
-	var loadBuf [maxStack]float64
-	loads := loadBuf[:]
-	if len(cands) > maxStack {
-		loads = make([]float64, len(cands))
-	}
-	loads = loads[:len(cands)]
-	minLoad, prefLoad := math.Inf(1), 0.0
-	for k, c := range cands {
-		loads[k] = b.load(backends[c], &states[c])
-		minLoad = min(minLoad, loads[k])
-		if c == pref {
-			prefLoad = loads[k]
-		}
-	}
-	// A hot anchor sends more requests than one backend's even share of
-	// the fleet's: more than one server may have to take them. Its
-	// holders share them by load (they hold the prefix alike, so no cache
-	// is spent), and the guard spills to a new holder at hotGuardAbs
-	// rather than guard_abs: a copy of a prefix this busy pays for
-	// itself, and the holder's queue is what its requests would wait in.
-	guardAbs := b.guardAbs
-	if share*float64(len(cands)) > 1 {
-		guardAbs = min(guardAbs, b.hotGuardAbs)
-		if most > 0 {
-			for k, c := range cands {
-				if held[k] == most && loads[k] < prefLoad {
-					pref, prefLoad = c, loads[k]
-				}
-			}
-		}
-		d.Hot = true
-	}
-	d.Preferred = backends[pref]
-	chosen := pref
-	over := func(l float64) bool {
-		return l-minLoad > guardAbs && l > b.guardRel*minLoad
-	}
-	if over(prefLoad) {
-		// Spill: to the best of the backends within the guard's bounds
-		// (the least loaded always is), a copy of the prefix first: a hot
-		// tenant then spreads over as many backends as its load needs
-		// and no more, each holding its prefix. None holds any: the
-		// dynamic choice among them.
-		var obuf [maxStack]int32
-		others := obuf[:0]
-		for k, c := range cands {
-			ok[k] = !over(loads[k])
-			if ok[k] {
-				others = append(others, c)
-			}
-		}
-		if alt, n := b.best(backends, cands, held, ok, key.Anchor, home); n > 0 {
-			chosen = alt
-		} else if chosen = others[0]; len(others) > 1 {
-			chosen = b.twoChoices(backends, others, now)
-		}
-		d.Reason, d.GuardOverride = ReasonLoad, true
-	}
-	b.index.Record(key.Chain(), int(chosen))
-	return chosen
+// A Hook learns where a request went, once the gateway has chosen its
+// backend (Picked). State that later picks read is recorded here rather
+// than by the Picker, so that a pick that only asks leaves no trace, and
+// so that a part that learns from placements is a Hook of its own. Hooks
+// are safe for concurrent use.
+type Hook interface {
+	// Picked is told of a request and the pool index of the backend it
+	// was sent to. Of r.Decision only Strategy is set.
+	Picked(r *Request, backend int32)
 }
 
-// best returns the candidate (among those ok allows; nil: all) that holds
-// the most leading blocks of the prompt, and how many. Ties go to the
-// anchor's home (pool index; -1: none), then to the higher rendezvous
-// score for the anchor, not to the lower load: every replica breaks them
-// alike, and once the guard has spilled a tenant to a second backend
-// (which the index then records as a holder too) its requests go back to
-// the first as soon as the guard allows, rather than alternating between
-// the two and filling both caches with it. With no holder at all the
-// result is the anchor's home, else its rendezvous choice.
-func (b *Balancer) best(backends []*upstream.Backend, cands []int32, held []int, ok []bool, anchor uint64, home int) (int32, int) {
-	pick, most, score := int32(-1), -1, math.Inf(-1)
-	isHome := false
-	for k, c := range cands {
-		if ok != nil && !ok[k] {
-			continue
-		}
-		h := int(c) == home
-		sc := affinity.Score(anchor, b.names[c], backends[c].Weight)
-		if held[k] > most || held[k] == most && (h && !isHome || h == isHome && sc > score) {
-			pick, most, score, isHome = c, held[k], sc, h
-		}
+// Picked runs the strategy's hooks for a request with the prompt key (nil:
+// none) that is sent to be, PickFor's choice: under the prefix strategy,
+// be holds the prompt's chain from now on. The gateway calls it once per
+// request it routes with PickFor, before sending it. It reads key only
+// during the call, takes no lock of its own and does not allocate.
+func (b *Balancer) Picked(be *upstream.Backend, key *affinity.Key) {
+	if len(b.hooks) == 0 {
+		return
 	}
-	return pick, most
-}
-
-// load is the load the prefix strategy's guard compares: requests in
-// flight through this gateway plus the server's queue when known and
-// fresh.
-func (b *Balancer) load(be *upstream.Backend, st *State) float64 {
-	l := float64(be.Inflight())
-	if w := st.Waiting; w > 0 { // false for NaN
-		l += w
+	i := slices.Index(b.pool.Backends(), be)
+	if i < 0 {
+		return
 	}
-	return l
-}
-
-// twoChoices draws two distinct candidates at random and returns the
-// cheaper; costs within tieBand of each other are a tie, which goes to the
-// first drawn (at random). math/rand/v2's global source is per-thread in
-// the runtime: no lock, no allocation.
-func (b *Balancer) twoChoices(backends []*upstream.Backend, cands []int32, now time.Time) int32 {
-	n := len(cands)
-	x := rand.IntN(n)
-	y := rand.IntN(n - 1)
-	if y >= x {
-		y++
+	r := b.request("", nil, nil)
+	r.setKey(key)
+	for _, h := range b.hooks {
+		h.Picked(r, int32(i))
 	}
-	i, j := cands[x], cands[y]
-	states := b.snap.Load().Backends
-	li, lj := b.latencies(backends[i], backends[j], now)
-	if b.cost(backends[j], &states[j], lj) < (1-tieBand)*b.cost(backends[i], &states[i], li) {
-		return j
-	}
-	return i
-}
-
-// tieBand is the relative difference of cost below which two candidates
-// are equal. Equal backends' latency estimates differ by noise (the
-// scheduling of a shared host, a batch that ran long): without the band,
-// light sequential traffic would stick to whichever looked a little faster
-// until the others' estimates decayed, and equal backends would split by
-// noise. One request more in flight, a queue, a 10× slower backend are far
-// outside it.
-const tieBand = 0.1
-
-// latencies returns the latency terms of two candidates: their peak-EWMA
-// times to the first byte, a backend never measured taking the other's
-// (neither favoured nor shunned until it is), 1 for both when neither was.
-func (b *Balancer) latencies(x, y *upstream.Backend, now time.Time) (lx, ly float64) {
-	if b.wLatency <= 0 {
-		return 1, 1
-	}
-	lx, _ = x.Latency(now)
-	ly, _ = y.Latency(now)
-	switch {
-	case math.IsNaN(lx) && math.IsNaN(ly):
-		return 1, 1
-	case math.IsNaN(lx):
-		lx = ly
-	case math.IsNaN(ly):
-		ly = lx
-	}
-	// Below a millisecond (or decayed toward zero after long idleness) the
-	// latency is network and scheduling noise, not the model server; the
-	// in-flight counts decide.
-	return max(lx, minLatency), max(ly, minLatency)
-}
-
-// minLatency is the smallest latency term, in seconds.
-const minLatency = 1e-3
-
-// Cost returns the dynamic strategy's cost of sending one more request to
-// the backend at index i of the pool, as of now (see the package comment).
-// A backend never measured is given the mean latency of those that were
-// (Pick gives it its rival's: neither favoured nor shunned), 1 s when none
-// was. For the admin API and tests.
-func (b *Balancer) Cost(i int, now time.Time) float64 {
-	backends := b.pool.Backends()
-	l := 1.0
-	if b.wLatency > 0 {
-		if v, _ := backends[i].Latency(now); !math.IsNaN(v) {
-			l = max(v, minLatency)
-		} else {
-			var sum float64
-			var n int
-			for _, be := range backends {
-				if v, _ := be.Latency(now); !math.IsNaN(v) {
-					sum += max(v, minLatency)
-					n++
-				}
-			}
-			if n > 0 {
-				l = sum / float64(n)
-			}
-		}
-	}
-	return b.cost(backends[i], &b.snap.Load().Backends[i], l)
-}
-
-func (b *Balancer) cost(be *upstream.Backend, st *State, latency float64) float64 {
-	q := float64(be.Inflight()) + 1
-	if w := st.Waiting; b.wQueue > 0 && w > 0 { // false for NaN
-		q += b.wQueue * w
-	}
-	switch {
-	case b.wLatency == 1:
-		q *= latency
-	case b.wLatency > 0:
-		q *= math.Pow(latency, b.wLatency)
-	}
-	return q * st.ErrorFactor / st.Weight
-}
-
-// leastRequest picks the candidate with the fewest requests in flight
-// through this gateway; ties go round robin, so that an idle pool is
-// spread evenly.
-func (b *Balancer) leastRequest(backends []*upstream.Backend, cands []int32) int32 {
-	start := int(b.next.Add(1) % uint64(len(cands)))
-	best, bestN := int32(-1), int64(math.MaxInt64)
-	for k := range cands {
-		i := cands[(start+k)%len(cands)]
-		if n := backends[i].Inflight(); n < bestN {
-			best, bestN = i, n
-		}
-	}
-	return best
+	b.release(r)
 }
