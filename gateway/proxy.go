@@ -105,10 +105,11 @@ func (s *Server) proxy(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		BufferPool:   s.buffers,
 		ErrorLog:     s.proxyLog,
 	}
+	// The last attempt ends once its answer was copied (until then the
+	// idle watch reads its control and the backend counts it in flight),
+	// or when the copy broke and the proxy panicked.
+	defer x.endAttempt()
 	x.rp.ServeHTTP(w, r)
-	// The last attempt ends once its answer was copied: until then the
-	// idle watch reads its control and the backend counts it in flight.
-	x.endAttempt()
 }
 
 // keepOutbound is the proxy's Rewrite hook: the outbound request is made

@@ -258,7 +258,9 @@ func TestBackendKilledMidStream(t *testing.T) {
 }
 
 // TestBackendKilledMidBody: a plain (non-SSE) body that breaks still aborts
-// the client's connection: there is no in-band way to signal it.
+// the client's connection: there is no in-band way to signal it. The
+// attempt still ends (the proxy's abort is a panic): its backend counts
+// nothing in flight afterwards.
 func TestBackendKilledMidBody(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Read all the request: a close with unread input would be a reset,
@@ -282,6 +284,7 @@ func TestBackendKilledMidBody(t *testing.T) {
 	if b, err := io.ReadAll(resp.Body); err == nil {
 		t.Fatalf("body ended cleanly after %q; want an error for the client", b)
 	}
+	waitFor(t, "the attempt's end", func() bool { return gw.Pool().Backends()[0].Inflight() == 0 })
 }
 
 // TestClientDisconnectCancelsUpstream: a client that goes away mid-stream
