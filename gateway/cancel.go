@@ -103,7 +103,6 @@ func newAttemptLists(pool *upstream.Pool) map[*upstream.Backend]*attemptList {
 func (s *Server) startAttempt(ctx context.Context, x *call, c *attemptCtl) context.Context {
 	*c = attemptCtl{}
 	ctx, c.cancel = context.WithCancelCause(ctx)
-	x.retry.ctl = c
 	c.retry = x.retry.attempts < min(s.cfg.Retries.Attempts, maxAttempts)
 	if !c.retry && s.cfg.Limits.StreamIdleTimeout <= 0 {
 		return ctx
@@ -113,7 +112,7 @@ func (s *Server) startAttempt(ctx context.Context, x *call, c *attemptCtl) conte
 	if l == nil {
 		return ctx // a backend not in the pool (tests)
 	}
-	c.backend, c.model, c.kinds, c.tried = b, x.req.Model, x.retry.kinds, slices.Clip(x.retry.tried)
+	c.backend, c.model, c.kinds, c.tried = b, x.req.Model, x.kinds, slices.Clip(x.retry.tried)
 	c.idleFor = s.cfg.Limits.StreamIdleTimeout
 	l.mu.Lock()
 	c.list, c.prev, c.next = l, l.head.prev, &l.head

@@ -51,10 +51,8 @@ import (
 // the error RoundTrip returns: no lookup through the request's context.
 
 // attemptState is a call's attempts: how many were made, the backends
-// that failed, and the current one's control. Only this file and
-// startAttempt (cancel.go) write it.
+// that failed, and the current one's control. Only this file writes it.
 type attemptState struct {
-	kinds    []string            // the route's backend kinds
 	attempts int                 // attempts started
 	start    time.Time           // when the current attempt started
 	tried    []*upstream.Backend // backends that failed this request, over triedBuf
@@ -62,10 +60,7 @@ type attemptState struct {
 	ctl      *attemptCtl // cancels the current attempt (cancel.go)
 	// acquired: the current attempt holds its backend's in-flight count.
 	acquired bool
-	// pinned: only this backend can answer (it holds the response a
-	// follow-up names), so a failed attempt is not retried elsewhere.
-	pinned  bool
-	settled bool // the observer has the request (settle)
+	settled  bool // the observer has the request (settle)
 
 	// The first attempt's body reader and control, kept here rather than
 	// allocated; a retry, rare, allocates its own.
@@ -156,6 +151,7 @@ func (s *Server) attempt(x *call, out *http.Request) (*http.Response, error) {
 	// The attempt's context is out's, which carries the proxy's trace that
 	// passes 1xx answers on; the span reaches the backend in its headers.
 	actx := s.startAttempt(out.Context(), x, ctl)
+	x.retry.ctl = ctl
 	var req *http.Request
 	if x.retry.attempts == 1 {
 		req = out.WithContext(actx) // out's URL and headers are this attempt's alone
@@ -259,6 +255,28 @@ func (s *Server) judgeError(x *call, err error) verdict {
 	return x.fail(e)
 }
 
+// fail answers with a gateway-made error.
+func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
+	x.resp.apiErr = e
+	x.writeError(w, e)
+}
+
+// writeError writes e in the shape of the call's route.
+func (x *call) writeError(w http.ResponseWriter, e *apierror.Error) {
+	if x.spec != nil {
+		apierror.WriteShape(w, e, x.spec.shape)
+		return
+	}
+	apierror.Write(w, e)
+}
+
+// servedFromCache records that the response cache answered with status:
+// not a backend, so to the analyzers the request is one the gateway
+// answered (the Observer's contract).
+func (x *call) servedFromCache(status int) {
+	x.resp.status, x.backend, x.cached = status, nil, true
+}
+
 // fail settles the request with the gateway's answer e.
 func (x *call) fail(e *apierror.Error) verdict {
 	x.settle()
@@ -271,14 +289,14 @@ func (x *call) fail(e *apierror.Error) verdict {
 // makes the chosen backend x.backend and counts the retry.
 func (s *Server) failover(x *call, reason string, status int) bool {
 	x.retry.tried = append(x.retry.tried, x.backend)
-	if x.retry.pinned || x.retry.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
+	if x.pinned || x.retry.attempts >= min(s.cfg.Retries.Attempts, maxAttempts) {
 		return false
 	}
 	// A retry is routed by load, whatever the strategy: under prefix,
 	// Pick (no prompt key) is the dynamic choice. The backend that held
 	// the prompt's prefix was the one tried first; the others are alike
 	// cold for it, so load alone tells them apart.
-	next, err := s.balancer.Pick(x.req.Model, x.retry.kinds, x.retry.tried...)
+	next, err := s.balancer.Pick(x.req.Model, x.kinds, x.retry.tried...)
 	if err != nil {
 		return false
 	}

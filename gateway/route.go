@@ -61,7 +61,7 @@ func (n *routeNote) set(d balance.Decision) {
 // its stored response or conversation.
 func (s *Server) routeStrategy(x *call) string {
 	switch {
-	case x.retry.pinned:
+	case x.pinned:
 		return "owner"
 	case s.balancer == nil: // a Server made by a test, without one
 		return ""

@@ -376,6 +376,7 @@ type call struct {
 	in      *http.Request   // the client's request
 	req     *exchange.Request
 	spec    *routeSpec        // the Responses and Messages routes; nil for others
+	kinds   []string          // the route's backend kinds (none: any)
 	backend *upstream.Backend // of the current attempt
 	disp    *dispatcher
 	pending batch // what the observer gets next (observer.go)
@@ -408,6 +409,9 @@ type call struct {
 	// parsed: fields holds the request's fields (its route is one the
 	// gateway reads; a passed-through request's are not read).
 	parsed bool
+	// pinned: only x.backend can answer (it holds the response a
+	// follow-up names), so a failed attempt is not retried elsewhere.
+	pinned bool
 	// closeConn: the gateway's answer closes the client's connection (a
 	// failed upload left its body unread).
 	closeConn bool
@@ -535,7 +539,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 		s.fail(w, x, aerr)
 		return
 	}
-	x.retry.kinds = kinds
+	x.kinds = kinds
 	if !s.admitQuota(ctx, w, x, f, body) {
 		return
 	}
@@ -600,9 +604,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // the request as usual.
 func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Request, x *call, f *request.Fields, body []byte, key string) bool {
 	serve := func(cr *cache.Response) bool {
-		// The cache answers, not a backend: to the analyzers the request
-		// is one the gateway answered (the Observer's contract).
-		x.resp.status, x.backend, x.cached = cr.Status, nil, true
+		x.servedFromCache(cr.Status)
 		s.metrics.cacheHits.Inc()
 		w.Header().Set("X-Vigil-Backend", "cache")
 		cache.Serve(w, cr)
@@ -703,7 +705,7 @@ func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.
 			return nil, nil, aerr
 		}
 		if b != nil {
-			x.backend, x.retry.pinned = b, true
+			x.backend, x.pinned = b, true
 			return f, body, nil
 		}
 	}
@@ -713,21 +715,6 @@ func (s *Server) preprocess(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	x.backend = b // req.Backend is set once an attempt settles (proxy.go)
 	return f, body, nil
-}
-
-// fail answers with a gateway-made error.
-func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
-	x.resp.apiErr = e
-	x.writeError(w, e)
-}
-
-// writeError writes e in the shape of the call's route.
-func (x *call) writeError(w http.ResponseWriter, e *apierror.Error) {
-	if x.spec != nil {
-		apierror.WriteShape(w, e, x.spec.shape)
-		return
-	}
-	apierror.Write(w, e)
 }
 
 func pickError(err error, model string, kinds []string) *apierror.Error {
@@ -760,10 +747,8 @@ func (s *Server) captureBytes() int {
 func (s *Server) finish(ctx context.Context, x *call) {
 	p := recover()
 	now := time.Now()
-	x.resp.latency = now.Sub(x.req.Start)
-	x.bodyUsage()
+	x.ended(now)
 	status, class := x.outcome(ctx, p != nil)
-	x.settleUsage()
 	s.settleQuota(x, status, class)
 	s.observeBackend(ctx, x, now)
 	s.metrics.observe(x, status, class)
@@ -819,24 +804,6 @@ func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorCl
 		return x.resp.status, exchange.ClassUpstream4xx
 	}
 	return x.resp.status, exchange.ClassNone
-}
-
-// settleUsage decides where the token counts come from: the backend's
-// usage when it reported any, else the content chunks counted in a
-// stream (prompt tokens unknown), else none. It also summarizes the
-// stream's gaps and releases their buffer.
-func (x *call) settleUsage() {
-	switch {
-	case x.resp.usageReported:
-		x.resp.usageSource = exchange.UsageReported
-	case x.resp.chunks.tokens > 0:
-		x.resp.completionTokens = x.resp.chunks.tokens
-		x.resp.usageSource = exchange.UsageCounted
-	default:
-		x.resp.usageSource = exchange.UsageNone
-	}
-	g := &x.resp.gaps
-	g.Count, g.P50, g.P95, g.Max = x.resp.chunks.summary()
 }
 
 // isPromptTooLong recognises vLLM's and TGI's context-length errors.

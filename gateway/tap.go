@@ -627,8 +627,35 @@ func clampTokens(n int) int32 {
 	return int32(min(max(n, 0), math.MaxInt32))
 }
 
+// ended settles what the response came to once the request is over (now):
+// its latency, the usage of a body read whole, where the token counts come
+// from and the stream's gaps. finish calls it before it takes the outcome.
+func (x *call) ended(now time.Time) {
+	x.resp.latency = now.Sub(x.req.Start)
+	x.bodyUsage()
+	x.settleUsage()
+}
+
+// settleUsage decides where the token counts come from: the backend's
+// usage when it reported any, else the content chunks counted in a
+// stream (prompt tokens unknown), else none. It also summarizes the
+// stream's gaps and releases their buffer.
+func (x *call) settleUsage() {
+	switch {
+	case x.resp.usageReported:
+		x.resp.usageSource = exchange.UsageReported
+	case x.resp.chunks.tokens > 0:
+		x.resp.completionTokens = x.resp.chunks.tokens
+		x.resp.usageSource = exchange.UsageCounted
+	default:
+		x.resp.usageSource = exchange.UsageNone
+	}
+	g := &x.resp.gaps
+	g.Count, g.P50, g.P95, g.Max = x.resp.chunks.summary()
+}
+
 // bodyUsage reads the usage of an answer the tap kept whole (not a stream
-// whose events carried it): finish calls it before it takes the outcome.
+// whose events carried it).
 func (x *call) bodyUsage() {
 	if x.resp.apiErr != nil || (x.req.Stream && x.resp.events > 0) {
 		return
