@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -18,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/state"
 )
@@ -381,27 +383,25 @@ func TestResponseOwners(t *testing.T) {
 	})
 }
 
-// fakeStream serves one SSE body of events ("type" → data) for every
+// fakeStream serves on n one SSE body of events ("type" → data) for every
 // request; broken: the stream is cut after them.
-func fakeStream(t *testing.T, events [][2]string, broken bool) string {
+func fakeStream(t *testing.T, n *testutil.Network, events [][2]string, broken bool) string {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return n.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, e := range events {
+			// A backend's pace on the bubble's clock: each event a
+			// millisecond after the one before (the first after the
+			// request), so that the TTFT and every gap have a length.
+			time.Sleep(time.Millisecond)
 			io.WriteString(w, "event: "+e[0]+"\ndata: "+e[1]+"\n\n")
 			w.(http.Flusher).Flush()
-			// A backend's pace, so that each event has a gap of its own
-			// to measure; a busy machine only widens the gaps, which the
-			// tests read as present, never as a length.
-			time.Sleep(time.Millisecond)
 		}
 		if broken {
 			panic(http.ErrAbortHandler)
 		}
 	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
 }
 
 // TestAPICountedUsage: streams without usage (cut short, or a backend that
@@ -436,23 +436,26 @@ func TestAPICountedUsage(t *testing.T) {
 			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			gw := startGateway(t, []config.Backend{backend("a", fakeStream(t, c.events, c.broken), "m1")}, nil)
-			_, h, b := doJSON(t, http.MethodPost, gw.URL+c.path, c.body)
-			var want strings.Builder
-			for _, e := range c.events {
-				want.WriteString("event: " + e[0] + "\ndata: " + e[1] + "\n\n")
-			}
-			if !strings.HasPrefix(string(b), want.String()) {
-				t.Errorf("body %q, want the backend's events first", b)
-			}
-			if rest := string(b[min(len(b), want.Len()):]); c.errEvent == "" && rest != "" || c.errEvent != "" && !strings.HasPrefix(rest, c.errEvent) {
-				t.Errorf("after the events: %q, want %q…", rest, c.errEvent)
-			}
-			line := accessLine(t, gw, h.Get("X-Request-Id"))
-			wantUsage(t, line, c.prompt, c.tokens, "counted")
-			if line["ttft_ms"] == float64(0) || line["itl_p50_ms"] == nil {
-				t.Errorf("access log %v", line)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				n := &testutil.Network{}
+				gw := startGatewayIn(t, n, []config.Backend{backend("a", fakeStream(t, n, c.events, c.broken), "m1")}, nil)
+				_, h, b := gw.post(t, c.path, c.body)
+				var want strings.Builder
+				for _, e := range c.events {
+					want.WriteString("event: " + e[0] + "\ndata: " + e[1] + "\n\n")
+				}
+				if !strings.HasPrefix(string(b), want.String()) {
+					t.Errorf("body %q, want the backend's events first", b)
+				}
+				if rest := string(b[min(len(b), want.Len()):]); c.errEvent == "" && rest != "" || c.errEvent != "" && !strings.HasPrefix(rest, c.errEvent) {
+					t.Errorf("after the events: %q, want %q…", rest, c.errEvent)
+				}
+				line := accessLine(t, gw, h.Get("X-Request-Id"))
+				wantUsage(t, line, c.prompt, c.tokens, "counted")
+				if line["ttft_ms"] == float64(0) || line["itl_p50_ms"] == nil {
+					t.Errorf("access log %v", line)
+				}
+			})
 		})
 	}
 }
@@ -569,38 +572,46 @@ func TestOwnersLRU(t *testing.T) {
 func TestAPIBrokenStreamSDKs(t *testing.T) {
 	ctx := context.Background()
 	t.Run("responses", func(t *testing.T) {
-		url := fakeStream(t, [][2]string{
-			{"response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"resp_b","model":"m1","status":"in_progress"}}`},
-			{"response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":1,"delta":"Hel"}`},
-		}, true)
-		gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
-		client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-		stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m1",
-			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
-		defer stream.Close()
-		var got *responses.ResponseErrorEvent
-		for stream.Next() {
-			if ev, ok := stream.Current().AsAny().(responses.ResponseErrorEvent); ok {
-				got = &ev
+		synctest.Test(t, func(t *testing.T) {
+			n := &testutil.Network{}
+			url := fakeStream(t, n, [][2]string{
+				{"response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"resp_b","model":"m1","status":"in_progress"}}`},
+				{"response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":1,"delta":"Hel"}`},
+			}, true)
+			gw := startGatewayIn(t, n, []config.Backend{backend("a", url, "m1")}, nil)
+			client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0),
+				option.WithHTTPClient(gw.hc))
+			stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m1",
+				Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
+			defer stream.Close()
+			var got *responses.ResponseErrorEvent
+			for stream.Next() {
+				if ev, ok := stream.Current().AsAny().(responses.ResponseErrorEvent); ok {
+					got = &ev
+				}
 			}
-		}
-		if got == nil || got.Code != "upstream_stream_broken" || !strings.Contains(got.Message, `backend a`) {
-			t.Errorf("error event %+v, err %v", got, stream.Err())
-		}
+			if got == nil || got.Code != "upstream_stream_broken" || !strings.Contains(got.Message, `backend a`) {
+				t.Errorf("error event %+v, err %v", got, stream.Err())
+			}
+		})
 	})
 	t.Run("messages", func(t *testing.T) {
-		url := fakeStream(t, [][2]string{
-			{"message_start", `{"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"m1","content":[],"usage":{"input_tokens":3,"output_tokens":0}}}`},
-		}, true)
-		gw := startGateway(t, []config.Backend{backend("a", url, "m1")}, nil)
-		client := anthropic.NewClient(anthropicoption.WithBaseURL(gw.URL), anthropicoption.WithAPIKey("unused"), anthropicoption.WithMaxRetries(0))
-		stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "m1", MaxTokens: 4,
-			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}})
-		defer stream.Close()
-		for stream.Next() {
-		}
-		if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "api_error") {
-			t.Errorf("stream error %v, want the api_error event raised", err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			n := &testutil.Network{}
+			url := fakeStream(t, n, [][2]string{
+				{"message_start", `{"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"m1","content":[],"usage":{"input_tokens":3,"output_tokens":0}}}`},
+			}, true)
+			gw := startGatewayIn(t, n, []config.Backend{backend("a", url, "m1")}, nil)
+			client := anthropic.NewClient(anthropicoption.WithBaseURL(gw.URL), anthropicoption.WithAPIKey("unused"), anthropicoption.WithMaxRetries(0),
+				anthropicoption.WithHTTPClient(gw.hc))
+			stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "m1", MaxTokens: 4,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}})
+			defer stream.Close()
+			for stream.Next() {
+			}
+			if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "api_error") {
+				t.Errorf("stream error %v, want the api_error event raised", err)
+			}
+		})
 	})
 }

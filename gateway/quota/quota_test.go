@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/state"
 	"github.com/vigil-gw/vigil/state/redistest"
 )
@@ -177,10 +178,8 @@ func TestOpenOutageSyncs(t *testing.T) {
 		l.Settle(tk, 80, true)
 	}
 	srv.Restart(t)
-	for end := time.Now().Add(20 * time.Second); l.Pending() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("%d settlements still pending 20 s after Redis came back", l.Pending())
-		}
+	if !testutil.Poll(testutil.WaitDeadline, 10*time.Millisecond, func() bool { return l.Pending() == 0 }) {
+		t.Fatalf("%d settlements still pending %v after Redis came back", l.Pending(), testutil.WaitDeadline)
 	}
 	v, err := state.NewRedis(c, "test").Admit(context.Background(), state.Admission{Tenant: "a",
 		Scopes: []state.QuotaScope{{Key: "t", TokensPerDay: 10_000}}, Peek: true})

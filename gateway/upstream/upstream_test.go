@@ -4,15 +4,16 @@ import (
 	"context"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 )
 
 func TestParseServerMetrics(t *testing.T) {
@@ -104,32 +105,37 @@ func TestParseAgentLoad(t *testing.T) {
 }
 
 // TestScraperAgesRepeatedSamples: an agent that answers the same sample
-// again keeps the sample's first-seen time, so it goes stale.
+// again keeps the sample's first-seen time, so it goes stale. It runs on
+// the bubble's clock, so that the second scrape is surely later.
 func TestScraperAgesRepeatedSamples(t *testing.T) {
-	body := `{"cpu":0.5,"mem":0.5,"has_gpu":false,"time":"2026-11-29T10:00:00Z"}`
-	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/load" {
-			http.NotFound(w, r)
-			return
+	synctest.Test(t, func(t *testing.T) {
+		body := `{"cpu":0.5,"mem":0.5,"has_gpu":false,"time":"2026-11-29T10:00:00Z"}`
+		var n testutil.Network
+		agent := n.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/load" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Write([]byte(body))
+		}))
+		p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent, Weight: 1}}, config.Default().Health, config.Default().Balancer.LatencyDecay)
+		if err != nil {
+			t.Fatal(err)
 		}
-		w.Write([]byte(body))
-	}))
-	defer agent.Close()
-	p, err := NewPool([]config.Backend{{Name: "a", URL: "http://127.0.0.1:1", Agent: agent.URL, Weight: 1}}, config.Default().Health, config.Default().Balancer.LatencyDecay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Scraper{Pool: p, Client: agent.Client()}
-	s.ScrapeAll(context.Background())
-	first := p.Backends()[0].AgentLoad()
-	if first == nil || first.CPU != 0.5 {
-		t.Fatalf("first scrape: %+v", first)
-	}
-	time.Sleep(10 * time.Millisecond)
-	s.ScrapeAll(context.Background())
-	if again := p.Backends()[0].AgentLoad(); !again.AsOf.Equal(first.AsOf) {
-		t.Errorf("the same sample got a new age: %v then %v", first.AsOf, again.AsOf)
-	}
+		client := n.Client()
+		defer client.CloseIdleConnections()
+		s := &Scraper{Pool: p, Client: client}
+		s.ScrapeAll(context.Background())
+		first := p.Backends()[0].AgentLoad()
+		if first == nil || first.CPU != 0.5 {
+			t.Fatalf("first scrape: %+v", first)
+		}
+		time.Sleep(10 * time.Millisecond)
+		s.ScrapeAll(context.Background())
+		if again := p.Backends()[0].AgentLoad(); !again.AsOf.Equal(first.AsOf) {
+			t.Errorf("the same sample got a new age: %v then %v", first.AsOf, again.AsOf)
+		}
+	})
 }
 
 // TestPassiveBackoff: ejection after Failures consecutive failures, back-off

@@ -52,25 +52,62 @@ func newAlertScenario(t *testing.T, period time.Duration, k sim.Knobs) *alertSce
 	return &alertScenario{t: t, am: am, sim: s, be: be, url: url, period: period, periods: a.pipeline.AlertPeriods}
 }
 
-// load sends streamed chat requests from n clients until stop is closed.
-func (s *alertScenario) load(n int, stop <-chan struct{}) *sync.WaitGroup {
+// load sends streamed chat requests from n clients, at most perPeriod in
+// an alert period, until stop is closed.
+func (s *alertScenario) load(n, perPeriod int, stop <-chan struct{}) *sync.WaitGroup {
+	return s.pace(n, perPeriod, stop, func(w, i int) string {
+		return fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"w%d q%d"}]}`, w, i)
+	})
+}
+
+// pace sends the chat requests that body makes (for client w's i-th
+// request) from n clients until stop is closed. The pipeline's count of
+// alert periods paces them: each period evaluated releases perPeriod
+// requests, so that a period holds as much traffic however fast or slow
+// the machine, and a backend that fails at once is not flooded.
+func (s *alertScenario) pace(n, perPeriod int, stop <-chan struct{}, body func(w, i int) string) *sync.WaitGroup {
 	var wg sync.WaitGroup
+	budget := make(chan struct{}, perPeriod)
+	wg.Go(func() {
+		for period := int64(-1); ; {
+			if p := s.periods(); p != period {
+				period = p
+				for full := false; !full; { // top the budget up to perPeriod
+					select {
+					case budget <- struct{}{}:
+					default:
+						full = true
+					}
+				}
+			}
+			stopped := false
+			testutil.Poll(s.period, s.period/20, func() bool {
+				select {
+				case <-stop:
+					stopped = true
+				default:
+				}
+				return stopped || s.periods() != period
+			})
+			if stopped {
+				return
+			}
+		}
+	})
 	for w := range n {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-budget:
 				}
-				body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"w%d q%d"}]}`, w, i)
-				resp, err := http.Post(s.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				resp, err := http.Post(s.url+"/v1/chat/completions", "application/json", strings.NewReader(body(w, i)))
 				if err != nil {
 					continue
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				time.Sleep(5 * time.Millisecond)
 			}
 		})
 	}
@@ -83,12 +120,9 @@ func (s *alertScenario) waitPeriods(n int64) {
 	want := s.periods() + n
 	// Only a hang guard: the evaluations come every period, late ones
 	// later, and the test waits for them however late.
-	guard := time.Now().Add(time.Duration(10*n)*s.period + time.Minute)
-	for s.periods() < want {
-		if time.Now().After(guard) {
-			s.t.Fatalf("%d of %d alert periods evaluated after %v", s.periods()-want+n, n, time.Duration(10*n)*s.period+time.Minute)
-		}
-		time.Sleep(s.period / 10)
+	guard := time.Duration(10*n)*s.period + time.Minute
+	if !testutil.Poll(guard, s.period/10, func() bool { return s.periods() >= want }) {
+		s.t.Fatalf("%d of %d alert periods evaluated after %v", s.periods()-want+n, n, guard)
 	}
 }
 
@@ -98,19 +132,29 @@ func (s *alertScenario) waitPeriods(n int64) {
 // still not firing. It returns the alert, and the alert periods it took.
 func (s *alertScenario) fires(name string, want map[string]string, since, periods int64) (vigilAlert, int64) {
 	s.t.Helper()
-	guard := time.Now().Add(time.Duration(10*periods)*s.period + time.Minute)
-	for {
+	var got vigilAlert
+	var took int64
+	notFiring := func(done int64) {
+		s.t.Helper()
+		s.t.Fatalf("%s%v not firing after %d alert periods; the gateway's alerts: %s", name, want, done-since, s.adminAlerts())
+	}
+	guard := time.Duration(10*periods)*s.period + time.Minute
+	if !testutil.Poll(guard, s.period/10, func() bool {
 		done := s.periods() // before the alerts are read: they show these evaluations at least
 		for _, a := range s.vigilAlerts(name, want) {
 			if a.State == "firing" {
-				return a, done - since
+				got, took = a, done-since
+				return true
 			}
 		}
-		if done-since >= periods || time.Now().After(guard) {
-			s.t.Fatalf("%s%v not firing after %d alert periods; the gateway's alerts: %s", name, want, done-since, s.adminAlerts())
+		if done-since >= periods {
+			notFiring(done)
 		}
-		time.Sleep(s.period / 10)
+		return false
+	}) {
+		notFiring(s.periods())
 	}
+	return got, took
 }
 
 // delivered waits for an alert named name whose labels include want to
@@ -151,7 +195,7 @@ func TestAlertsIncident(t *testing.T) {
 	const period = 2 * time.Second
 	s := newAlertScenario(t, period, k)
 	stop := make(chan struct{})
-	wg := s.load(4, stop)
+	wg := s.load(4, 200, stop)
 	defer func() { close(stop); wg.Wait() }()
 	s.waitPeriods(16)
 	k.TTFT, k.ErrorRate = 600*time.Millisecond, 0.3
@@ -230,7 +274,7 @@ func TestAlertsBackendDies(t *testing.T) {
 	const period = time.Second
 	s := newAlertScenario(t, period, k)
 	stop := make(chan struct{})
-	wg := s.load(2, stop)
+	wg := s.load(2, 200, stop)
 	defer func() { close(stop); wg.Wait() }()
 	s.waitPeriods(5)
 	s.be.CloseClientConnections()
@@ -251,7 +295,7 @@ func TestAlertsNewDeployment(t *testing.T) {
 	const period = time.Second
 	s := newAlertScenario(t, period, k)
 	stop := make(chan struct{})
-	wg := s.load(2, stop)
+	wg := s.load(2, 200, stop)
 	defer func() { close(stop); wg.Wait() }()
 	start := s.periods()
 	// Passive ejection (3 failures in a row) turns part of the traffic into

@@ -72,7 +72,7 @@ func TestDriftEndToEnd(t *testing.T) {
 	if st, body := signals(); st != "ok" {
 		t.Fatalf("state after pinning = %q, want ok: %s", st, body)
 	}
-	time.Sleep(1100 * time.Millisecond) // new prompts in a later bucket
+	nextBucket(t, a, 250, an.Bucket) // new prompts in a later bucket
 	send(chinese, 250)
 	testutil.WaitFor(t, "drift", func() bool { return a.pipeline.Evaluate().Drift.State == "drift" })
 	st, body := signals()

@@ -69,10 +69,11 @@ func TestContentShiftThroughGateway(t *testing.T) {
 // 100, samples of 400) with, when emb is set, the embedding test on every
 // prompt through emb (backend "emb", model "e"). Clients ask about
 // politics and work (fortunes, topicTraffic) until ready holds; the
-// baseline is pinned; 20 evaluations of the same subjects must not drift.
-// Then the clients turn to people and kids at the same lengths, and
-// topicShift returns the gateway's URL. Its callers skip under the race
-// detector (test/run finds them by that call, and runs them without it).
+// baseline is pinned; the 20 evaluations after it, of the same subjects,
+// must not drift. Then the clients turn to people and kids at the same
+// lengths, and topicShift returns the gateway's URL. Its callers skip
+// under the race detector (test/run finds them by that call, and runs
+// them without it).
 func topicShift(t *testing.T, emb *httptest.Server, ready func(signalsDrift) bool) string {
 	if testing.Short() {
 		t.Skip("-short: about half a minute of traffic")
@@ -106,14 +107,33 @@ func topicShift(t *testing.T, emb *httptest.Server, ready func(signalsDrift) boo
 	if code, _, body := testutil.Post(t, url+"/admin/baseline", ""); code != http.StatusOK {
 		t.Fatalf("POST /admin/baseline: %d %s", code, body)
 	}
-	for range 20 {
-		if s := readDrift(t, url); s.Drift.State == "drift" {
-			t.Fatalf("the same subjects: input drift %v", driftedFeatures(s))
+	// Every evaluation after the pin, as the history records them, until
+	// there are 20: however late a busy machine makes them, none is skipped.
+	pinned := time.Now().UTC().Format(time.RFC3339Nano)
+	var evals []historyDrift
+	waitFor(t, 2*time.Minute, func() bool {
+		var h struct{ Points []historyDrift }
+		getJSON(t, url+"/admin/history?since="+pinned, &h)
+		evals = slices.DeleteFunc(h.Points, func(p historyDrift) bool { return p.Drift == nil })
+		return len(evals) >= 20
+	})
+	for _, p := range evals {
+		if p.Drift.State == "drift" {
+			t.Fatalf("the same subjects: input drift at %v (score %v; PSI by feature %v)", p.T, p.Drift.Score, p.Drift.Features)
 		}
-		time.Sleep(cfg.Analyzers.Interval)
 	}
 	shifted.Store(true)
 	return url
+}
+
+// historyDrift is what topicShift reads of a point of /admin/history.
+type historyDrift struct {
+	T     time.Time
+	Drift *struct {
+		State    string
+		Score    float64
+		Features map[string]float64
+	}
 }
 
 // topicTraffic sends chat requests through the gateway at url from four
@@ -275,13 +295,12 @@ func TestEmbeddingShiftThroughGateway(t *testing.T) {
 	})
 }
 
-// waitFor polls cond every 100 ms until it holds; guard only stops a
-// hang, however slow the machine.
+// waitFor polls cond every 100 ms (each poll costs a request and, for
+// /admin/signals, an evaluation) until it holds; guard only stops a hang,
+// however slow the machine.
 func waitFor(t *testing.T, guard time.Duration, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(guard); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("not within %v", guard)
-		}
+	if !testutil.Poll(guard, 100*time.Millisecond, cond) {
+		t.Fatalf("not within %v", guard)
 	}
 }

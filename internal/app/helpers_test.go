@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 )
 
@@ -88,4 +90,19 @@ func serveApp(t *testing.T, cfg config.Config) (a *App, url string, stop func() 
 	}
 	t.Cleanup(func() { stop() })
 	return a, "http://" + ln.Addr().String(), stop
+}
+
+// nextBucket waits until the analyzers have taken in the responses to the
+// first served requests the gateway answered (the usage counts them once
+// their ends are recorded), and then until the wall clock has left the
+// bucket of width they ended in: buckets are numbered by the wall clock
+// (window.Series), so that requests sent from then on land in a later one.
+func nextBucket(t *testing.T, a *App, served int64, width time.Duration) {
+	t.Helper()
+	testutil.WaitFor(t, fmt.Sprintf("%d responses taken in by the analyzers", served), func() bool {
+		u, err := a.pipeline.Usage(t.Context())
+		return err == nil && u.Hour.Totals.Requests >= served
+	})
+	last := time.Now().UnixNano() / int64(width)
+	testutil.WaitFor(t, "the next bucket", func() bool { return time.Now().UnixNano()/int64(width) > last })
 }

@@ -59,12 +59,13 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 	}
 	// Bucket boundaries follow the wall clock (1 s here): a phase sends in
 	// two halves a bucket apart, so that each half has a bucket of its own.
-	phase := func() {
+	var sent int64
+	half := func() {
 		send(130)
-		time.Sleep(1100 * time.Millisecond)
-		send(130)
-		time.Sleep(1100 * time.Millisecond)
+		sent += 130
+		nextBucket(t, a, sent, an.Bucket)
 	}
+	phase := func() { half(); half() }
 	// Anomalies are counted against the limits of the latest evaluation:
 	// a first phase sets them, a second is checked against them.
 	phase()
@@ -89,14 +90,13 @@ func TestLatencyAndConfidenceEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	send(130)
 	var last latency.Result
-	for deadline := time.Now().Add(testutil.WaitDeadline); last.State != latency.StateAnomalous; {
-		if time.Now().After(deadline) {
-			st := last.Metrics["ttft"]
-			t.Fatalf("latency not anomalous after TTFT x10: ttft limit %.1f ms, p50 %.1f ms, anomalous share %.2f (reference %.2f)",
-				float64(st.Limit), float64(st.P50), float64(st.AnomalousShare), float64(st.RefAnomalousShare))
-		}
+	if !testutil.Poll(testutil.WaitDeadline, 20*time.Millisecond, func() bool {
 		last = *a.pipeline.Evaluate().Latency
-		time.Sleep(20 * time.Millisecond)
+		return last.State == latency.StateAnomalous
+	}) {
+		st := last.Metrics["ttft"]
+		t.Fatalf("latency not anomalous after TTFT x10: ttft limit %.1f ms, p50 %.1f ms, anomalous share %.2f (reference %.2f)",
+			float64(st.Limit), float64(st.P50), float64(st.AnomalousShare), float64(st.RefAnomalousShare))
 	}
 	sig, err := http.Get(gwURL + "/admin/signals")
 	if err != nil {

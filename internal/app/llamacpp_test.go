@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-gw/vigil/analyzers/precision"
 	"github.com/vigil-gw/vigil/config"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/test/llamacpptest"
 )
 
@@ -74,12 +75,13 @@ func TestPrecisionLlamaCpp(t *testing.T) {
 		}
 	}
 	var p map[string]precision.PairResult
-	deadline := time.Now().Add(2 * time.Minute)
-	for p = precisionPairs(a); p["q8_0"].Responses < int64(rounds*len(llamaPrompts)/2) || p["q4_0"].Responses < int64(rounds*len(llamaPrompts)/2); p = precisionPairs(a) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for the comparisons: %+v", p)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// The comparisons run off the request path, each a scoring request to
+	// the reference engine; two minutes only stop a hang.
+	if !testutil.Poll(2*time.Minute, 100*time.Millisecond, func() bool {
+		p = precisionPairs(a)
+		return p["q8_0"].Responses >= int64(rounds*len(llamaPrompts)/2) && p["q4_0"].Responses >= int64(rounds*len(llamaPrompts)/2)
+	}) {
+		t.Fatalf("timed out waiting for the comparisons: %+v", p)
 	}
 	q8r, q4r := p["q8_0"], p["q4_0"]
 	for _, r := range []precision.PairResult{q8r, q4r} {

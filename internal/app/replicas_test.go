@@ -18,7 +18,8 @@ import (
 
 // TestReplicasShareWindows: two gateway replicas share their windows
 // through a real redis-server. Redis is killed and restarted while both take
-// traffic: no client request fails, and afterwards each replica's merged
+// traffic (four clients, each sending its next request on the answer to the
+// last): no client request fails, and afterwards each replica's merged
 // window counts exactly the responses both served.
 func TestReplicasShareWindows(t *testing.T) {
 	redis := redistest.Start(t)
@@ -64,7 +65,6 @@ func TestReplicasShareWindows(t *testing.T) {
 					latMu.Lock()
 					lat[ph] = append(lat[ph], time.Since(start))
 					latMu.Unlock()
-					time.Sleep(2 * time.Millisecond) // steady load, not a flood
 				}
 			})
 		}
@@ -75,18 +75,26 @@ func TestReplicasShareWindows(t *testing.T) {
 			a.pipeline.Flush(t.Context())
 		}
 	}
+	// Each phase lasts until the clients have had perPhase more answers,
+	// however fast or slow the machine serves them.
+	const perPhase = 300
+	answered := func(what string) {
+		t.Helper()
+		want := sent.Load() + perPhase
+		testutil.WaitFor(t, fmt.Sprintf("%d more answers %s", perPhase, what), func() bool { return sent.Load() >= want })
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); load(stop) }()
-	time.Sleep(300 * time.Millisecond)
+	answered("with Redis up")
 	flush()
 	phase.Store(1)
 	redis.Stop() // Redis dies under load...
-	time.Sleep(300 * time.Millisecond)
+	answered("with Redis down")
 	flush() // ...flushes fail and keep their buckets...
 	redis.Restart(t)
 	phase.Store(2)
-	time.Sleep(300 * time.Millisecond)
+	answered("with Redis back")
 	close(stop)
 	<-done
 

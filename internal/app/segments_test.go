@@ -259,35 +259,20 @@ func newTwoModels(t *testing.T, seed int64) *twoModels {
 // setShare sends the share big of the requests to big from now on.
 func (m *twoModels) setShare(big float64) { m.share.Store(math.Float64bits(big)) }
 
-// load sends chat requests from n clients, each to big with the current
-// share, until stop is closed.
-func (m *twoModels) load(seed uint64, n int, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	for w := range n {
-		rng := rand.New(rand.NewPCG(seed, uint64(w)))
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				model := "small"
-				if rng.Float64() < math.Float64frombits(m.share.Load()) {
-					model = "big"
-				}
-				body := fmt.Sprintf(`{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":"w%d q%d"}]}`, model, w, i)
-				resp, err := http.Post(m.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-				if err != nil {
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				time.Sleep(2 * time.Millisecond)
-			}
-		})
+// load sends chat requests from n clients, at most perPeriod in an alert
+// period, each to big with the current share, until stop is closed.
+func (m *twoModels) load(seed uint64, n, perPeriod int, stop <-chan struct{}) *sync.WaitGroup {
+	rngs := make([]*rand.Rand, n)
+	for w := range rngs {
+		rngs[w] = rand.New(rand.NewPCG(seed, uint64(w)))
 	}
-	return &wg
+	return m.pace(n, perPeriod, stop, func(w, i int) string {
+		model := "small"
+		if rngs[w].Float64() < math.Float64frombits(m.share.Load()) {
+			model = "big"
+		}
+		return fmt.Sprintf(`{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":"w%d q%d"}]}`, model, w, i)
+	})
 }
 
 // pin pins the baseline through the admin API.
@@ -318,7 +303,7 @@ func TestSegmentsMixChangeThroughGateway(t *testing.T) {
 			m := newTwoModels(t, seed+1)
 			m.setShare(0.8)
 			stop := make(chan struct{})
-			wg := m.load(uint64(seed+1), 4, stop)
+			wg := m.load(uint64(seed+1), 4, 800, stop)
 			defer func() { close(stop); wg.Wait() }()
 			m.waitPeriods(4)
 			m.pin()
@@ -360,7 +345,7 @@ func TestSegmentsDecayThroughGateway(t *testing.T) {
 	m := newTwoModels(t, 1)
 	m.setShare(0.9)
 	stop := make(chan struct{})
-	wg := m.load(1, 4, stop)
+	wg := m.load(1, 4, 800, stop)
 	defer func() { close(stop); wg.Wait() }()
 	m.waitPeriods(6)
 	m.pin()

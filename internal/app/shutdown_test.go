@@ -11,10 +11,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
 	"github.com/vigil-gw/vigil/gateway"
+	"github.com/vigil-gw/vigil/internal/testutil"
 	"github.com/vigil-gw/vigil/sim"
 	"github.com/vigil-gw/vigil/state/redistest"
 )
@@ -71,8 +73,8 @@ func TestShutdownFlushesEverything(t *testing.T) {
 	}
 }
 
-// slowObserver takes its time over each response, so that the gateway's
-// observer queue is still full when shutdown starts.
+// slowObserver takes its time over each response (on the bubble's clock),
+// so that the gateway's observer queue is still full when shutdown starts.
 type slowObserver struct{ responses atomic.Int64 }
 
 func (o *slowObserver) OnPrompt(time.Time, exchange.Operation, []byte) {}
@@ -85,44 +87,55 @@ func (o *slowObserver) OnResponse(*exchange.Request, *exchange.Response) {
 
 // TestServeGatewayOrder: the analysis is stopped only after the
 // gateway's observer queue drained into it, whatever the queue holds when
-// shutdown starts.
+// shutdown starts. It runs in a synctest bubble, on the in-memory
+// network: the requests take none of the bubble's time and the observer
+// 20 ms of it per response, so that nearly all of them are still queued
+// at the cancellation, however busy the machine.
 func TestServeGatewayOrder(t *testing.T) {
-	cfg := testConfig(simBackend(t, nil))
-	obs := &slowObserver{}
-	gw, err := gateway.New(gateway.Options{Config: cfg, Log: slog.New(slog.DiscardHandler), Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seenAtStop := make(chan int64, 1)
-	analysis := func(ctx context.Context) error {
-		<-ctx.Done()
-		seenAtStop <- obs.responses.Load()
-		return nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ServeGateway(ctx, ln, gw, cfg.Limits, slog.New(slog.DiscardHandler), analysis) }()
-	const n = 20
-	for i := range n {
-		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
-			strings.NewReader(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"q%d"}]}`, i)))
+	synctest.Test(t, func(t *testing.T) {
+		var mem testutil.Network
+		k := sim.DefaultKnobs()
+		k.TTFT, k.ITL = 0, 0
+		cfg := testConfig(mem.Serve(t, sim.New(sim.Options{Model: "m", Seed: 1, Knobs: k}).Handler()))
+		obs := &slowObserver{}
+		gw, err := gateway.New(gateway.Options{Config: cfg, Log: slog.New(slog.DiscardHandler), Observer: obs, Transport: mem.Transport()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	cancel() // about n × 20 ms of observing still queued
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got := <-seenAtStop; got != n {
-		t.Errorf("the analysis was stopped when the observer had %d of %d responses", got, n)
-	}
+		ln := mem.Listen()
+		client := mem.Client()
+		seenAtStop := make(chan int64, 1)
+		analysis := func(ctx context.Context) error {
+			<-ctx.Done()
+			seenAtStop <- obs.responses.Load()
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ServeGateway(ctx, ln, gw, cfg.Limits, slog.New(slog.DiscardHandler), analysis) }()
+		const n = 20
+		for i := range n {
+			resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"q%d"}]}`, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		queued := n - obs.responses.Load()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		client.CloseIdleConnections()
+		if got := <-seenAtStop; got != n {
+			t.Errorf("the analysis was stopped when the observer had %d of %d responses", got, n)
+		}
+		if queued == 0 {
+			t.Errorf("every response was observed before the shutdown began: nothing was left for it to drain")
+		}
+	})
 }
 
 // TestGracefulShutdown stops a gateway as Kubernetes stops a pod, with 50
@@ -181,7 +194,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	// /readyz turns 503 at once, served (not refused) while the delay runs.
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	for {
+	testutil.WaitFor(t, "/readyz to answer 503", func() bool {
 		resp, err := fresh.Get(base + "/readyz")
 		if err != nil {
 			t.Fatalf("GET /readyz %v after the signal: %v (want a 503 while shutdown_delay %v runs)", time.Since(signalled), err, delay)
@@ -189,15 +202,15 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			t.Logf("/readyz answered 503 %v after the signal", time.Since(signalled))
-			break
+			return true
 		}
 		if time.Since(signalled) > delay/2 {
 			t.Fatalf("/readyz still answers %d %v after the signal", resp.StatusCode, time.Since(signalled))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 	// After the delay, new connections are refused.
-	for {
+	testutil.WaitFor(t, "new connections to be refused", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			refused := time.Since(signalled)
@@ -205,14 +218,14 @@ func TestGracefulShutdown(t *testing.T) {
 				t.Errorf("connections refused %v after the signal, before shutdown_delay %v", refused, delay)
 			}
 			t.Logf("new connections refused %v after the signal (shutdown_delay %v)", refused, delay)
-			break
+			return true
 		}
 		c.Close()
 		if time.Since(signalled) > delay+10*time.Second {
 			t.Fatalf("connections still accepted %v after the signal (shutdown_delay %v)", time.Since(signalled), delay)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 
 	lost := 0
 	for range n {

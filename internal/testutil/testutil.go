@@ -1,10 +1,10 @@
 // Package testutil holds the helpers that Vigil's tests share: HTTP calls
 // that fail the test on a transport error, a check of JSON answers
 // against OpenAI's error shape, waiting on a condition with a
-// deadline generous enough for a busy machine, float comparisons for
-// golden values, an in-memory transport for tests that run in a
-// testing/synctest bubble (where real network I/O is not allowed), and
-// readers that cut a body where a network might.
+// deadline generous enough for a busy machine (or the caller's own),
+// float comparisons for golden values, an in-memory transport for tests
+// that run in a testing/synctest bubble (where real network I/O is not
+// allowed), and readers that cut a body where a network might.
 //
 // Only _test.go files import it.
 package testutil
@@ -31,13 +31,25 @@ const WaitDeadline = 30 * time.Second
 // testing/synctest or wait for an event that proves the work was done.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(WaitDeadline)
+	if !Poll(WaitDeadline, 5*time.Millisecond, cond) {
+		t.Fatalf("timed out after %v waiting for %s", WaitDeadline, what)
+	}
+}
+
+// Poll calls cond every interval until it holds, and reports whether it
+// did before limit passed. It is WaitFor for a test that says itself what
+// went wrong, or whose condition costs a request each time (a longer
+// interval), or comes only after a run longer than WaitDeadline. Inside a
+// testing/synctest bubble it polls on the bubble's clock.
+func Poll(limit, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", WaitDeadline, what)
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(interval)
 	}
+	return true
 }
 
 // Post POSTs body to url as application/json and returns the status, the
