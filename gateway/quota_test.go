@@ -284,21 +284,8 @@ func TestQuotaSettlesExact(t *testing.T) {
 		t.Fatalf("stream: %v, %d chunks", err, chunks)
 	}
 	want += r.Usage.PromptTokens + 7 // the same prompt, 7 tokens generated
-	waitSettled(t, gw)
-	_, body := gw.get(t, "/admin/usage")
-	var usage struct {
-		Quotas struct {
-			Tenants []struct {
-				Used struct {
-					Tokens int64 `json:"tokens_last_minute"`
-				}
-			}
-		}
-	}
-	if err := json.Unmarshal(body, &usage); err != nil || len(usage.Quotas.Tenants) != 1 {
-		t.Fatalf("/admin/usage: %v %s", err, body)
-	}
-	if got := usage.Quotas.Tenants[0].Used.Tokens; got != want {
+	got := settledTokens(t, gw)
+	if got != want {
 		t.Errorf("tokens used %d, want %d (the usage reported: %d, then the stream's)", got, want, r.Usage.TotalTokens)
 	}
 }
@@ -321,6 +308,18 @@ func TestQuotaChargesClientThatLeft(t *testing.T) {
 	}
 	cancel()
 	stream.Close()
+	got := settledTokens(t, gw)
+	// The body is under 400 bytes (a prompt estimate under 100 tokens);
+	// the reservation held 500 more.
+	if got < 3 || got >= 500 {
+		t.Errorf("tokens used %d, want the prompt's estimate and the chunks read (3 to 500)", got)
+	}
+}
+
+// settledTokens waits for the settlements and returns the one tenant's
+// tokens in the last minute, as /admin/usage shows them.
+func settledTokens(t *testing.T, gw *testGateway) int64 {
+	t.Helper()
 	waitSettled(t, gw)
 	_, body := gw.get(t, "/admin/usage")
 	var usage struct {
@@ -335,9 +334,5 @@ func TestQuotaChargesClientThatLeft(t *testing.T) {
 	if err := json.Unmarshal(body, &usage); err != nil || len(usage.Quotas.Tenants) != 1 {
 		t.Fatalf("/admin/usage: %v %s", err, body)
 	}
-	// The body is under 400 bytes (a prompt estimate under 100 tokens);
-	// the reservation held 500 more.
-	if got := usage.Quotas.Tenants[0].Used.Tokens; got < 3 || got >= 500 {
-		t.Errorf("tokens used %d, want the prompt's estimate and the chunks read (3 to 500)", got)
-	}
+	return usage.Quotas.Tenants[0].Used.Tokens
 }
