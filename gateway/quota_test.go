@@ -136,6 +136,22 @@ func TestQuotaRequests(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "Request too large") || resp.Header.Get("Retry-After") != "" {
 		t.Errorf("200,000 tokens of 100,000: %d %s, retry-after %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
 	}
+	// The access log says what the quota decided of each request.
+	wantQuota(t, gw, "admitted", "admitted", "admitted", "refused_requests", "", "refused_tokens")
+}
+
+// wantQuota waits for an access log line per request and checks each
+// line's quota decision, in the order given.
+func wantQuota(t *testing.T, gw *testGateway, want ...string) []map[string]any {
+	t.Helper()
+	waitFor(t, "access log", func() bool { return len(gw.access.lines(t)) == len(want) })
+	lines := gw.access.lines(t)
+	for i, l := range lines {
+		if l["quota"] != want[i] {
+			t.Errorf("access line %d: quota %q, want %q (tenant %v, status %v)", i, l["quota"], want[i], l["tenant"], l["status"])
+		}
+	}
+	return lines
 }
 
 // TestQuotaSDKsRetry: one request in flight per tenant; two clients at
@@ -254,6 +270,11 @@ func TestQuotaStoreDown(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("the store's outage held requests %v", d)
 			}
+			if mode == config.QuotaFailClosed {
+				wantQuota(t, gw, "admitted", "unavailable")
+			} else {
+				wantQuota(t, gw, "admitted", "admitted_local", "admitted_local", "refused_requests")
+			}
 		})
 	}
 }
@@ -287,6 +308,15 @@ func TestQuotaSettlesExact(t *testing.T) {
 	got := settledTokens(t, gw)
 	if got != want {
 		t.Errorf("tokens used %d, want %d (the usage reported: %d, then the stream's)", got, want, r.Usage.TotalTokens)
+	}
+	// Each access line says what its request was charged.
+	var logged int64
+	for _, l := range wantQuota(t, gw, "admitted", "admitted") {
+		n, _ := l["quota_tokens"].(float64)
+		logged += int64(n)
+	}
+	if logged != want {
+		t.Errorf("quota_tokens in the access log sum to %d, want %d", logged, want)
 	}
 }
 

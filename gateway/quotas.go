@@ -10,6 +10,7 @@ import (
 	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/quota"
 	"github.com/vigil-gw/vigil/gateway/request"
+	"github.com/vigil-gw/vigil/state"
 )
 
 // SetQuotas puts new quotas (validated) in force, as a reload does: the
@@ -42,6 +43,7 @@ func (s *Server) admitQuota(ctx context.Context, w http.ResponseWriter, x *call,
 	t, refused, err := s.quota.Admit(ctx, x.req.Tenant, x.req.Model, s.quota.Estimate(len(body), maxTokens, set))
 	switch {
 	case err == quota.ErrUnavailable:
+		x.quotaDecision = quotaUnavailable
 		w.Header().Set("Retry-After", "1")
 		s.fail(w, x, apierror.New(http.StatusServiceUnavailable, "server_error", "quota_unavailable",
 			"The gateway cannot check this tenant's quota right now (quotas.fail: closed). Please retry shortly.", exchange.ClassQuotaUnavailable))
@@ -50,13 +52,48 @@ func (s *Server) admitQuota(ctx context.Context, w http.ResponseWriter, x *call,
 		s.fail(w, x, apierror.Upstream(ctx, err))
 		return false
 	case refused != nil:
+		x.quotaDecision = refusedFor(refused.Reason)
 		refused.Headers(w.Header())
 		s.fail(w, x, refusalError(refused))
 		return false
 	}
-	x.quota = t
+	if t == nil {
+		return true // no limit applies to the tenant
+	}
+	x.quota, x.quotaDecision = t, quotaAdmitted
+	if t.Local() {
+		x.quotaDecision = quotaAdmittedLocal
+	}
 	t.Headers(w.Header())
 	return true
+}
+
+// quotaDecision is what the quotas decided of a request, for the access
+// log: a small enum, as call holds it beside its other small fields.
+type quotaDecision uint8
+
+const (
+	quotaNone               quotaDecision = iota // no limit applies (or quotas are off)
+	quotaAdmitted                                // reserved in the shared store
+	quotaAdmittedLocal                           // reserved in this replica's share: the store did not answer
+	quotaRefusedRequests                         // requests_per_minute
+	quotaRefusedTokens                           // tokens_per_minute or tokens_per_day
+	quotaRefusedConcurrency                      // max_concurrent
+	quotaUnavailable                             // the store did not answer and quotas.fail is closed
+)
+
+var quotaDecisions = [...]string{"", "admitted", "admitted_local", "refused_requests", "refused_tokens", "refused_concurrency", "unavailable"}
+
+func (d quotaDecision) String() string { return quotaDecisions[d] }
+
+func refusedFor(reason string) quotaDecision {
+	switch reason {
+	case state.QuotaTokens:
+		return quotaRefusedTokens
+	case state.QuotaConcurrency:
+		return quotaRefusedConcurrency
+	}
+	return quotaRefusedRequests
 }
 
 // refusalError is a quota refusal as OpenAI words its own: a 429 of type

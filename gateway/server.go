@@ -418,6 +418,8 @@ type call struct {
 	// cached: the response cache answered (the access log and metrics
 	// name "cache" as the backend; the Observer sees none).
 	cached bool
+	// quotaDecision is what the tenant's limits decided (quotas.go).
+	quotaDecision quotaDecision
 	// quota is the request's reservation under its tenant's limits
 	// (quotas.go); nil when none holds it.
 	quota *quota.Ticket

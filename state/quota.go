@@ -158,7 +158,9 @@ func (m *Memory) Admit(_ context.Context, a Admission) (QuotaVerdict, error) {
 	v := QuotaVerdict{Admitted: true, Second: sec, Day: day, Use: make([]QuotaUse, len(a.Scopes))}
 	scopes := make([]*memScope, len(a.Scopes))
 	refuse := func(reason string, retry int64, tooLarge bool) {
-		if v.Admitted || retry > v.RetryAfter.Milliseconds() {
+		// A request larger than a limit is refused for that limit,
+		// whatever else it waits on: no wait admits it.
+		if !v.TooLarge && (v.Admitted || retry > v.RetryAfter.Milliseconds() || tooLarge) {
 			v.Reason, v.RetryAfter = reason, time.Duration(retry)*time.Millisecond
 		}
 		v.Admitted = false

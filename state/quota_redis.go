@@ -69,7 +69,9 @@ end
 
 local admitted, reason, large, retry = 1, 0, 0, 0
 local function refuse(r, ms, tooLarge)
-  if admitted == 1 or ms > retry then reason, retry = r, ms end
+  -- A request larger than a limit is refused for that limit, whatever
+  -- else it waits on: no wait admits it.
+  if large == 0 and (admitted == 1 or ms > retry or tooLarge) then reason, retry = r, ms end
   admitted = 0
   if tooLarge then large = 1 end
 end

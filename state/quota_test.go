@@ -72,6 +72,13 @@ func TestQuotas(t *testing.T) {
 		if v := admit("b", 2000, tpm); v.Admitted || !v.TooLarge {
 			t.Fatalf("2,000 tokens of 1,000: %+v, want too large", v)
 		}
+		// Too large while another limit is reached too: refused for the
+		// limit no wait meets.
+		both := state.QuotaScope{Key: "t", RequestsPerMinute: 1, TokensPerMinute: 1000}
+		admit("e", 10, both)
+		if v := admit("e", 2000, both); v.Admitted || !v.TooLarge || v.Reason != state.QuotaTokens {
+			t.Fatalf("2,000 tokens of 1,000, the requests spent too: %+v, want too large for tokens", v)
+		}
 
 		// A day's tokens.
 		day := state.QuotaScope{Key: "t", TokensPerDay: 100}

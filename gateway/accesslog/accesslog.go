@@ -55,9 +55,14 @@ type Line struct {
 	Latency, TTFT                                   float64
 	PromptTokens, CompletionTokens                  int
 	UsageSource, Tenant                             string
-	ITLP50, ITLP95, MaxGap, TPS                     float64
-	ErrorClass                                      string
-	Attempts                                        int
+	// What the tenant's quota decided ("" when no limit applies; see
+	// docs/operations.md) and the tokens it charged once the request
+	// ended.
+	Quota                       string
+	QuotaTokens                 int64
+	ITLP50, ITLP95, MaxGap, TPS float64
+	ErrorClass                  string
+	Attempts                    int
 	// How the backend was chosen: the balancer's strategy ("owner" for a
 	// request pinned to the backend that holds its stored response), and
 	// for the prefix strategy the prompt's hashed blocks, the leading ones
@@ -121,6 +126,8 @@ func (l *Line) attrs() []slog.Attr {
 		slog.Int("completion_tokens", l.CompletionTokens),
 		slog.String("usage_source", l.UsageSource),
 		slog.String("tenant", l.Tenant),
+		slog.String("quota", l.Quota),
+		slog.Int64("quota_tokens", l.QuotaTokens),
 		slog.Float64("itl_p50_ms", l.ITLP50),
 		slog.Float64("itl_p95_ms", l.ITLP95),
 		slog.Float64("max_gap_ms", l.MaxGap),
@@ -183,6 +190,10 @@ func (l *Line) appendJSON(b []byte, t time.Time) []byte {
 	b = appendJSONString(b, l.UsageSource)
 	b = append(b, `,"tenant":`...)
 	b = appendJSONString(b, l.Tenant)
+	b = append(b, `,"quota":`...)
+	b = appendJSONString(b, l.Quota)
+	b = append(b, `,"quota_tokens":`...)
+	b = strconv.AppendInt(b, l.QuotaTokens, 10)
 	b = append(b, `,"itl_p50_ms":`...)
 	b = appendJSONFloat(b, l.ITLP50)
 	b = append(b, `,"itl_p95_ms":`...)

@@ -15,7 +15,7 @@ func TestAccessLogEncoder(t *testing.T) {
 	base := Line{
 		RequestID: "3f2a9c1e5b7d4f608a1b2c3d4e5f6a7b", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 		Route: "/v1/chat/completions", Path: "/v1/chat/completions", Model: "llama-3-8b", Backend: "a", Status: 200, Stream: true,
-		Latency: 912.4, TTFT: 81.2, PromptTokens: 42, CompletionTokens: 128, UsageSource: "reported", Tenant: "team-a",
+		Latency: 912.4, TTFT: 81.2, PromptTokens: 42, CompletionTokens: 128, UsageSource: "reported", Tenant: "team-a", Quota: "admitted", QuotaTokens: 170,
 		ITLP50: 11.9, ITLP95: 14.2, MaxGap: 31.5, TPS: 82.4, Attempts: 1,
 		RouteStrategy: "prefix", RouteBlocks: 12, RouteMatched: 9, RouteReason: "match",
 	}

@@ -190,7 +190,19 @@ type Ticket struct {
 	verdict state.QuotaVerdict
 	local   bool
 	done    atomic.Bool
+	charged int64 // what Settle charged, for the access log
 }
+
+// Local reports whether the ticket came from this replica's own share of
+// the limits (the store did not answer and quotas.fail is open).
+func (t *Ticket) Local() bool { return t.local }
+
+// Reserved is the tokens reserved at admission: the request's estimate.
+func (t *Ticket) Reserved() int64 { return t.adm.Tokens }
+
+// Charged is the tokens Settle charged (0 before it, or when the request
+// was not charged).
+func (t *Ticket) Charged() int64 { return t.charged }
 
 // A Refusal is a request refused by a limit.
 type Refusal struct {
@@ -307,6 +319,9 @@ func (l *Limiter) Settle(t *Ticket, used int64, charged bool) {
 	}
 	if used < 0 {
 		used = t.adm.Tokens
+	}
+	if charged {
+		t.charged = used
 	}
 	st := state.Settlement{ID: t.adm.ID, Tenant: t.adm.Tenant, Second: t.verdict.Second, Day: t.verdict.Day,
 		Tokens: used - t.adm.Tokens}
