@@ -2,12 +2,15 @@ package quota
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vigil-gw/vigil/config"
 	"github.com/vigil-gw/vigil/internal/testutil"
@@ -188,5 +191,61 @@ func TestOpenOutageSyncs(t *testing.T) {
 	}
 	if got := v.Use[0].TokensDay; got != 240 {
 		t.Errorf("the day's tokens in Redis after the outage: %d, want the 240 admitted locally", got)
+	}
+}
+
+// BenchmarkAdmit is the admission's cost on the request path: Admit and
+// Settle of one request under a tenant's limits (never reached), against
+// the memory store and against a real Redis on this machine, one request
+// at a time and from as many goroutines as GOMAXPROCS. Settle only queues:
+// Run settles in the background, and the settlements it could not keep up
+// with are reported as dropped/op.
+func BenchmarkAdmit(b *testing.B) {
+	cfg := limits(map[string]config.QuotaLimits{"team-a": {RequestsPerMinute: 1 << 40, TokensPerMinute: 1 << 50, TokensPerDay: 1 << 50}})
+	stores := map[string]func(b *testing.B) state.Quotas{
+		"memory": func(*testing.B) state.Quotas { return nil },
+		"redis": func(b *testing.B) state.Quotas {
+			srv := redistest.Start(b)
+			c, err := state.OpenRedis(srv.URL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			return state.NewRedis(c, "bench")
+		},
+	}
+	for _, name := range []string{"memory", "redis"} {
+		for _, parallel := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/parallel=%v", name, parallel), func(b *testing.B) {
+				l := New(cfg, stores[name](b), "r", nil, nil)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { defer close(done); l.Run(ctx) }()
+				defer func() { cancel(); <-done }()
+				one := func() {
+					t, ref, err := l.Admit(ctx, "team-a", "m", 300)
+					if err != nil || ref != nil {
+						b.Errorf("admit: %v %+v", err, ref) // not Fatal: RunParallel's goroutines
+						return
+					}
+					l.Settle(t, 250, true)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				if parallel {
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							one()
+						}
+					})
+				} else {
+					for b.Loop() {
+						one()
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(promtestutil.ToFloat64(l.m.dropped)/float64(b.N), "dropped/op")
+			})
+		}
 	}
 }
