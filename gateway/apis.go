@@ -297,7 +297,7 @@ type apiDocJSON struct {
 }
 
 // apiUsage records what a stream's rare events carry: the response's id
-// (its owner) and model, and the token usage.
+// (its owner), model and finish reason, and the token usage.
 func (x *call) apiUsage(typ string, payload []byte) {
 	var e struct {
 		Response *apiDocJSON   `json:"response"`
@@ -313,21 +313,19 @@ func (x *call) apiUsage(typ string, payload []byte) {
 	switch typ {
 	case "response.created":
 		if r := e.Response; r != nil && r.ID != "" {
-			x.span.respID, x.span.respModel = r.ID, r.Model
+			x.span.found(r.ID, r.Model, "")
 			if x.findOwner {
 				x.recordOwner(r.ID)
 			}
 		}
 	case "response.completed", "response.incomplete", "response.failed":
 		if r := e.Response; r != nil {
-			if r.Status != "" {
-				x.span.finish = r.Status
-			}
+			x.span.found("", "", r.Status)
 			x.apiTokens(r.Usage, true)
 		}
 	case "message_start":
 		if m := e.Message; m != nil {
-			x.span.respID, x.span.respModel = m.ID, m.Model
+			x.span.found(m.ID, m.Model, "")
 			if m.Usage != nil && m.Usage.InputTokens != nil {
 				// The output count comes with message_delta; until then
 				// the stream's deltas are counted.
@@ -336,9 +334,7 @@ func (x *call) apiUsage(typ string, payload []byte) {
 			}
 		}
 	case "message_delta":
-		if e.Delta.StopReason != "" {
-			x.span.finish = e.Delta.StopReason
-		}
+		x.span.found("", "", e.Delta.StopReason)
 		x.apiTokens(e.Usage, false)
 	}
 }
@@ -389,12 +385,10 @@ func (x *call) apiUsageFromCapture() {
 	if json.Unmarshal(x.resp.captured, &d) != nil {
 		return
 	}
-	x.span.respID, x.span.respModel = d.ID, d.Model
-	switch {
-	case d.StopReason != "":
-		x.span.finish = d.StopReason
-	case d.Status != "":
-		x.span.finish = d.Status
+	finish := d.StopReason // Messages'
+	if finish == "" {
+		finish = d.Status // Responses'
 	}
+	x.span.found(d.ID, d.Model, finish)
 	x.apiTokens(d.Usage, true)
 }

@@ -146,8 +146,7 @@ func (s *Server) attempt(x *call, out *http.Request) (*http.Response, error) {
 	if !x.parsed {
 		f = nil
 	}
-	ictx, infer := s.startInference(x.ctx, x, f)
-	x.span.infer = infer
+	ictx := s.startInference(x.ctx, x, f)
 	// The attempt's context is out's, which carries the proxy's trace that
 	// passes 1xx answers on; the span reaches the backend in its headers.
 	actx := s.startAttempt(out.Context(), x, ctl)
@@ -349,7 +348,7 @@ func isStream(resp *http.Response) bool {
 func (s *Server) accept(x *call, resp *http.Response) {
 	x.settle()
 	x.resp.status = resp.StatusCode
-	x.span.recording = x.span.infer != nil && x.span.infer.IsRecording()
+	x.span.answering()
 	h := resp.Header
 	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
 	isSSE := isStream(resp)

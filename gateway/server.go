@@ -514,9 +514,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
 	x.path = r.URL.Path
 	req := x.req
-	ctx, server := s.startServer(r, route, ss, x)
-	x.span.server = server
-	req.Span = server.SpanContext()
+	ctx := s.startServer(r, route, ss, x)
+	req.Span = x.span.server.SpanContext()
 	req.ID, req.TraceID = ids(r, req.Span.TraceID())
 	x.hdr[hdrID], x.hdr[hdrTraceID] = req.ID, req.TraceID
 	h := w.Header()
@@ -528,7 +527,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	// span is made only under a recording server span: Vigil's samplers
 	// (tracing.New) would not record it otherwise, and it has no children.
 	var pre trace.Span
-	if server.IsRecording() {
+	if x.span.server.IsRecording() {
 		_, pre = s.tracer.Start(ctx, "preprocess")
 	}
 	f, body, aerr := s.preprocess(ctx, w, r, x, kinds, id)

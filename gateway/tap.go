@@ -276,9 +276,7 @@ func (t *tap) data(payload []byte) {
 		}
 	}
 	if t.spanned {
-		if r := finishReason(payload); r != "" {
-			x.span.finish = r
-		}
+		x.span.found("", "", finishReason(payload))
 	}
 	if hasObject(payload, `"usage"`) || hasObject(payload, `"details"`) {
 		x.usage(payload)
@@ -289,9 +287,7 @@ func (t *tap) data(payload []byte) {
 // keep hands an event's payload to the observer, and to content capture.
 func (t *tap) keep(payload []byte) {
 	x := t.x
-	if t.keepStream > 0 && len(x.span.streamed) < t.keepStream {
-		x.span.streamed = append(x.span.streamed, payload[:min(len(payload), t.keepStream-len(x.span.streamed))]...)
-	}
+	x.span.keep(payload, t.keepStream)
 	if x.disp != nil {
 		x.disp.chunk(x.req, &x.pending, payload)
 	}
@@ -348,7 +344,7 @@ func (x *call) meta(doc []byte) {
 		}
 		u = responseFields{id: m.ID, model: m.Model}
 	}
-	x.span.respID, x.span.respModel = u.id, u.model
+	x.span.found(u.id, u.model, "")
 }
 
 // usageBody holds the token counts of OpenAI (usage) and TGI (details)
@@ -597,18 +593,11 @@ func (x *call) usage(doc []byte) {
 }
 
 func (x *call) setUsage(u *responseFields) {
-	if u.id != "" {
-		x.span.respID = u.id
-	}
-	if u.model != "" {
-		x.span.respModel = u.model
-	}
-	if u.firstFinish != "" {
-		x.span.finish = u.firstFinish
-	}
+	finish := u.firstFinish
 	if u.details && u.detailsFinish != "" {
-		x.span.finish = u.detailsFinish
+		finish = u.detailsFinish
 	}
+	x.span.found(u.id, u.model, finish)
 	switch {
 	case u.usage:
 		x.resp.promptTokens, x.resp.completionTokens = u.promptTokens, u.completionTokens
