@@ -329,8 +329,10 @@ func (x *call) apiUsage(typ string, payload []byte) {
 			if m.Usage != nil && m.Usage.InputTokens != nil {
 				// The output count comes with message_delta; until then
 				// the stream's deltas are counted.
-				x.resp.promptTokens = *m.Usage.InputTokens
-				x.apiCache(m.Usage, true)
+				t := x.resp.tokens()
+				t.prompt = *m.Usage.InputTokens
+				t.apiCache(m.Usage, true)
+				x.resp.setTokens(t)
 			}
 		}
 	case "message_delta":
@@ -345,33 +347,34 @@ func (x *call) apiTokens(u *apiUsageJSON, both bool) {
 	if u == nil || u.OutputTokens == nil {
 		return
 	}
+	t := x.resp.tokens()
 	if u.InputTokens != nil && (both || *u.InputTokens > 0) {
-		x.resp.promptTokens = *u.InputTokens
+		t.prompt = *u.InputTokens
 	}
-	x.apiCache(u, both)
-	x.resp.completionTokens = *u.OutputTokens
-	x.resp.usageReported = true
+	t.apiCache(u, both)
+	t.completion, t.reported = *u.OutputTokens, true
+	x.resp.setTokens(t)
 }
 
-// apiCache records the cached prompt tokens of a usage object: all that
-// it reports, or (message_delta, whose counts are cumulative and may be
-// left out or zero) those above zero.
-func (x *call) apiCache(u *apiUsageJSON, all bool) {
+// apiCache takes the cached prompt tokens of a usage object into t: all
+// that it reports, or (message_delta, whose counts are cumulative and may
+// be left out or zero) those above zero.
+func (t *tokenCounts) apiCache(u *apiUsageJSON, all bool) {
 	set := func(dst *int32, v *int) {
 		if v != nil && (all || *v > 0) {
 			*dst = clampTokens(*v)
 		}
 	}
 	if d := u.InputTokensDetails; d != nil {
-		set(&x.resp.cachedTokens, d.CachedTokens)
+		set(&t.cached, d.CachedTokens)
 	}
 	if u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
 		// Anthropic's input_tokens counts only what follows the last
 		// cache breakpoint: reads and writes come on top of it.
-		read, created := x.resp.cachedTokens, x.resp.extraPrompt-x.resp.cachedTokens
+		read, created := t.cached, t.extraPrompt-t.cached
 		set(&read, u.CacheReadInputTokens)
 		set(&created, u.CacheCreationInputTokens)
-		x.resp.cachedTokens, x.resp.extraPrompt = read, clampTokens(int(read)+int(created))
+		t.cached, t.extraPrompt = read, clampTokens(int(read)+int(created))
 	}
 }
 

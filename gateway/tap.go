@@ -48,6 +48,27 @@ type responseStats struct {
 	apiErr      *apierror.Error // the error the gateway answered with
 }
 
+// tokenCounts is responseStats' token counts as a value, for apis.go's
+// readers of the Responses and Messages usage: each starts from the
+// counts so far (tokens), since an event may report only some of them,
+// and records what it made of them with setTokens, which keeps the writes
+// of responseStats in this file.
+type tokenCounts struct {
+	prompt, completion  int   // promptTokens, completionTokens
+	cached, extraPrompt int32 // cachedTokens, extraPrompt
+	reported            bool  // usageReported
+}
+
+func (r *responseStats) tokens() tokenCounts {
+	return tokenCounts{r.promptTokens, r.completionTokens, r.cachedTokens, r.extraPrompt, r.usageReported}
+}
+
+func (r *responseStats) setTokens(t tokenCounts) {
+	r.promptTokens, r.completionTokens = t.prompt, t.completion
+	r.cachedTokens, r.extraPrompt = t.cached, t.extraPrompt
+	r.usageReported = t.reported
+}
+
 // prompt is the whole prompt's token count: what the backend reported as
 // its input, plus the cache reads and writes that Anthropic's input_tokens
 // leaves out (OpenTelemetry's gen_ai.usage.input_tokens counts them too),
