@@ -257,10 +257,11 @@ func benchCall() *call {
 			Model: "llama-3-8b", Backend: "a", Stream: true, Tenant: "team-a",
 		},
 		resp: responseStats{
-			status: 200, firstByte: start.Add(81 * time.Millisecond), latency: 912 * time.Millisecond,
+			firstByte: start.Add(81 * time.Millisecond), latency: 912 * time.Millisecond,
 			promptTokens: 42, completionTokens: 128, usageSource: exchange.UsageReported,
 		},
-		retry: attemptState{attempts: 1},
+		retry:  attemptState{attempts: 1},
+		answer: answerState{status: 200},
 	}
 	x.resp.gaps = exchange.Gaps{Count: 127, P50: 11900 * time.Microsecond, P95: 14200 * time.Microsecond, Max: 31500 * time.Microsecond}
 	return x

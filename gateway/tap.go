@@ -12,19 +12,17 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
-	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/sse"
 	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
-// responseStats is what a call's response comes to: its status, timing,
+// responseStats is what a call's response body comes to: its timing,
 // token usage, content chunks and gaps, the captured body and how it
-// ended. The tap fills it in as the body passes (accept sets the
-// status, fail and the proxy loop the gateway's own error); finish
-// (server.go) settles it and hands it to the metrics, the access log,
-// the observer and the backend's health.
+// ended (its status, or the gateway's own error, is the proxy's:
+// answerState). Only this file writes it: the tap as the body passes,
+// then ended, which finish (server.go) calls before it hands it to the
+// metrics, the access log, the observer and the backend's health.
 type responseStats struct {
-	status           int
 	firstByte        time.Time
 	latency          time.Duration
 	events           int
@@ -45,7 +43,6 @@ type responseStats struct {
 	gaps        exchange.Gaps
 	captured    []byte
 	readErr     error
-	apiErr      *apierror.Error // the error the gateway answered with
 }
 
 // tokenCounts is responseStats' token counts as a value, for apis.go's
@@ -667,7 +664,7 @@ func (x *call) settleUsage() {
 // bodyUsage reads the usage of an answer the tap kept whole (not a stream
 // whose events carried it).
 func (x *call) bodyUsage() {
-	if x.resp.apiErr != nil || (x.req.Stream && x.resp.events > 0) {
+	if x.answer.apiErr != nil || (x.req.Stream && x.resp.events > 0) {
 		return
 	}
 	if x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages {
