@@ -143,30 +143,28 @@ func rootID(doc []byte) string {
 	return ""
 }
 
-// apiEvent handles one data payload of a Responses or Messages stream:
-// content deltas are counted and timed as chat content chunks are (one
-// scan of the event's root), the few events with usage or the response's
-// id are decoded.
-func (t *tap) apiEvent(payload []byte) {
-	x := t.x
+// apiEvent handles one data payload of a Responses or Messages stream: it
+// reports whether the event is a content delta, which the tap counts and
+// times as a chat content chunk (one scan of the event's root), and
+// decodes the few events with usage or the response's id.
+func (x *call) apiEvent(payload []byte) (content bool) {
 	typ, content, ok := scanAPIEvent(payload)
 	if !ok {
 		var e apiEventJSON
 		if json.Unmarshal(payload, &e) != nil {
-			return
+			return false
 		}
 		typ, content = e.Type, e.Delta.content()
 	}
 	switch typ {
 	case "response.output_text.delta", "response.reasoning_text.delta", "response.refusal.delta",
 		"response.function_call_arguments.delta", "content_block_delta":
-		if content {
-			x.resp.chunks.add(1, 0, t.at)
-		}
+		return content
 	case "response.created", "response.completed", "response.incomplete", "response.failed",
 		"message_start", "message_delta":
 		x.apiUsage(typ, payload)
 	}
+	return false
 }
 
 // scanAPIEvent reads the root "type" of an event and whether its "delta"

@@ -281,7 +281,9 @@ func (t *tap) data(payload []byte) {
 		return
 	}
 	if t.api {
-		t.apiEvent(payload)
+		if x.apiEvent(payload) {
+			x.resp.chunks.add(1, 0, t.at) // as choice 0: these APIs stream one output
+		}
 		t.keep(payload)
 		return
 	}
