@@ -198,10 +198,10 @@ func (st *spanState) found(id, model, finish string) {
 }
 
 // keep adds an SSE payload to the completion that capture_content
-// records, up to max bytes in all.
-func (st *spanState) keep(payload []byte, max int) {
-	if len(st.streamed) < max {
-		st.streamed = append(st.streamed, payload[:min(len(payload), max-len(st.streamed))]...)
+// records, up to limit bytes in all.
+func (st *spanState) keep(payload []byte, limit int) {
+	if len(st.streamed) < limit {
+		st.streamed = append(st.streamed, payload[:min(len(payload), limit-len(st.streamed))]...)
 	}
 }
 
