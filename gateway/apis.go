@@ -143,30 +143,28 @@ func rootID(doc []byte) string {
 	return ""
 }
 
-// apiEvent handles one data payload of a Responses or Messages stream:
-// content deltas are counted and timed as chat content chunks are (one
-// scan of the event's root), the few events with usage or the response's
-// id are decoded.
-func (t *tap) apiEvent(payload []byte) {
-	x := t.x
+// apiEvent handles one data payload of a Responses or Messages stream: it
+// reports whether the event is a content delta, which the tap counts and
+// times as a chat content chunk (one scan of the event's root), and
+// decodes the few events with usage or the response's id.
+func (x *call) apiEvent(payload []byte) (content bool) {
 	typ, content, ok := scanAPIEvent(payload)
 	if !ok {
 		var e apiEventJSON
 		if json.Unmarshal(payload, &e) != nil {
-			return
+			return false
 		}
 		typ, content = e.Type, e.Delta.content()
 	}
 	switch typ {
 	case "response.output_text.delta", "response.reasoning_text.delta", "response.refusal.delta",
 		"response.function_call_arguments.delta", "content_block_delta":
-		if content {
-			x.resp.chunks.add(1, 0, t.at)
-		}
+		return content
 	case "response.created", "response.completed", "response.incomplete", "response.failed",
 		"message_start", "message_delta":
 		x.apiUsage(typ, payload)
 	}
+	return false
 }
 
 // scanAPIEvent reads the root "type" of an event and whether its "delta"
@@ -297,7 +295,7 @@ type apiDocJSON struct {
 }
 
 // apiUsage records what a stream's rare events carry: the response's id
-// (its owner) and model, and the token usage.
+// (its owner), model and finish reason, and the token usage.
 func (x *call) apiUsage(typ string, payload []byte) {
 	var e struct {
 		Response *apiDocJSON   `json:"response"`
@@ -313,32 +311,30 @@ func (x *call) apiUsage(typ string, payload []byte) {
 	switch typ {
 	case "response.created":
 		if r := e.Response; r != nil && r.ID != "" {
-			x.span.respID, x.span.respModel = r.ID, r.Model
+			x.span.found(r.ID, r.Model, "")
 			if x.findOwner {
 				x.recordOwner(r.ID)
 			}
 		}
 	case "response.completed", "response.incomplete", "response.failed":
 		if r := e.Response; r != nil {
-			if r.Status != "" {
-				x.span.finish = r.Status
-			}
+			x.span.found("", "", r.Status)
 			x.apiTokens(r.Usage, true)
 		}
 	case "message_start":
 		if m := e.Message; m != nil {
-			x.span.respID, x.span.respModel = m.ID, m.Model
+			x.span.found(m.ID, m.Model, "")
 			if m.Usage != nil && m.Usage.InputTokens != nil {
 				// The output count comes with message_delta; until then
 				// the stream's deltas are counted.
-				x.resp.promptTokens = *m.Usage.InputTokens
-				x.apiCache(m.Usage, true)
+				t := x.resp.tokens()
+				t.prompt = *m.Usage.InputTokens
+				t.apiCache(m.Usage, true)
+				x.resp.setTokens(t)
 			}
 		}
 	case "message_delta":
-		if e.Delta.StopReason != "" {
-			x.span.finish = e.Delta.StopReason
-		}
+		x.span.found("", "", e.Delta.StopReason)
 		x.apiTokens(e.Usage, false)
 	}
 }
@@ -349,33 +345,34 @@ func (x *call) apiTokens(u *apiUsageJSON, both bool) {
 	if u == nil || u.OutputTokens == nil {
 		return
 	}
+	t := x.resp.tokens()
 	if u.InputTokens != nil && (both || *u.InputTokens > 0) {
-		x.resp.promptTokens = *u.InputTokens
+		t.prompt = *u.InputTokens
 	}
-	x.apiCache(u, both)
-	x.resp.completionTokens = *u.OutputTokens
-	x.resp.usageReported = true
+	t.apiCache(u, both)
+	t.completion, t.reported = *u.OutputTokens, true
+	x.resp.setTokens(t)
 }
 
-// apiCache records the cached prompt tokens of a usage object: all that
-// it reports, or (message_delta, whose counts are cumulative and may be
-// left out or zero) those above zero.
-func (x *call) apiCache(u *apiUsageJSON, all bool) {
+// apiCache takes the cached prompt tokens of a usage object into t: all
+// that it reports, or (message_delta, whose counts are cumulative and may
+// be left out or zero) those above zero.
+func (t *tokenCounts) apiCache(u *apiUsageJSON, all bool) {
 	set := func(dst *int32, v *int) {
 		if v != nil && (all || *v > 0) {
 			*dst = clampTokens(*v)
 		}
 	}
 	if d := u.InputTokensDetails; d != nil {
-		set(&x.resp.cachedTokens, d.CachedTokens)
+		set(&t.cached, d.CachedTokens)
 	}
 	if u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
 		// Anthropic's input_tokens counts only what follows the last
 		// cache breakpoint: reads and writes come on top of it.
-		read, created := x.resp.cachedTokens, x.resp.extraPrompt-x.resp.cachedTokens
+		read, created := t.cached, t.extraPrompt-t.cached
 		set(&read, u.CacheReadInputTokens)
 		set(&created, u.CacheCreationInputTokens)
-		x.resp.cachedTokens, x.resp.extraPrompt = read, clampTokens(int(read)+int(created))
+		t.cached, t.extraPrompt = read, clampTokens(int(read)+int(created))
 	}
 }
 
@@ -389,12 +386,10 @@ func (x *call) apiUsageFromCapture() {
 	if json.Unmarshal(x.resp.captured, &d) != nil {
 		return
 	}
-	x.span.respID, x.span.respModel = d.ID, d.Model
-	switch {
-	case d.StopReason != "":
-		x.span.finish = d.StopReason
-	case d.Status != "":
-		x.span.finish = d.Status
+	finish := d.StopReason // Messages'
+	if finish == "" {
+		finish = d.Status // Responses'
 	}
+	x.span.found(d.ID, d.Model, finish)
 	x.apiTokens(d.Usage, true)
 }

@@ -34,7 +34,7 @@ func (s *Server) recordSuccess(b *upstream.Backend) {
 // answer is its latency.
 func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 	b := x.backend
-	if b == nil || x.retry.attempts == 0 || x.resp.apiErr != nil {
+	if b == nil || x.retry.attempts == 0 || x.answer.apiErr != nil {
 		return
 	}
 	if x.resp.readErr != nil && ctx.Err() == nil {
@@ -44,10 +44,10 @@ func (s *Server) observeBackend(ctx context.Context, x *call, now time.Time) {
 		s.recordFailure(b)
 		return
 	}
-	if x.tapped && x.tap.sse && x.resp.status < 500 {
+	if x.tapped && x.tap.sse && x.answer.status < 500 {
 		s.recordSuccess(b) // a stream's success is its end (judge, proxy.go)
 	}
-	if !x.resp.firstByte.IsZero() && x.resp.status < 500 {
+	if !x.resp.firstByte.IsZero() && x.answer.status < 500 {
 		b.ObserveLatency(x.resp.firstByte.Sub(x.retry.start), now)
 	}
 	if x.resp.usageReported {

@@ -257,10 +257,11 @@ func benchCall() *call {
 			Model: "llama-3-8b", Backend: "a", Stream: true, Tenant: "team-a",
 		},
 		resp: responseStats{
-			status: 200, firstByte: start.Add(81 * time.Millisecond), latency: 912 * time.Millisecond,
+			firstByte: start.Add(81 * time.Millisecond), latency: 912 * time.Millisecond,
 			promptTokens: 42, completionTokens: 128, usageSource: exchange.UsageReported,
 		},
-		retry: attemptState{attempts: 1},
+		retry:  attemptState{attempts: 1},
+		answer: answerState{status: 200},
 	}
 	x.resp.gaps = exchange.Gaps{Count: 127, P50: 11900 * time.Microsecond, P95: 14200 * time.Microsecond, Max: 31500 * time.Microsecond}
 	return x
@@ -430,11 +431,10 @@ func BenchmarkMicroSpans(b *testing.B) {
 	for b.Loop() {
 		x := benchCall()
 		x.backend = gw.pool.Backends()[0]
-		ctx, server := gw.startServer(r, "/v1/chat/completions", ss, x)
-		x.span.server = server
+		ctx := gw.startServer(r, "/v1/chat/completions", ss, x)
 		_, pre := gw.tracer.Start(ctx, "preprocess")
 		pre.End()
-		_, x.span.infer = gw.startInference(ctx, x, &f)
+		gw.startInference(ctx, x, &f)
 		gw.endSpans(x, 200, exchange.ClassNone)
 	}
 }

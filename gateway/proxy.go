@@ -68,6 +68,15 @@ type attemptState struct {
 	ctl0 attemptCtl
 }
 
+// answerState is what the client is answered: the status of the response
+// passed on (the backend's, or the response cache's), or the error the
+// gateway answers with itself. The proxy loop and fail decide it; only
+// this file writes it.
+type answerState struct {
+	status int             // of the response passed on; 0 until one is accepted
+	apiErr *apierror.Error // the error the gateway answered with; nil: none
+}
+
 // maxAttempts bounds retries.attempts (config validates [1, 10]).
 const maxAttempts = 10
 
@@ -84,7 +93,7 @@ type verdict uint8
 const (
 	answered verdict = iota // a response goes to the client
 	retried                 // the next attempt goes to x.backend, chosen by failover
-	failed                  // x.resp.apiErr is the client's answer
+	failed                  // x.answer.apiErr is the client's answer
 )
 
 // proxy sends the prepared body to x.backend, and on to others while
@@ -146,8 +155,7 @@ func (s *Server) attempt(x *call, out *http.Request) (*http.Response, error) {
 	if !x.parsed {
 		f = nil
 	}
-	ictx, infer := s.startInference(x.ctx, x, f)
-	x.span.infer = infer
+	ictx := s.startInference(x.ctx, x, f)
 	// The attempt's context is out's, which carries the proxy's trace that
 	// passes 1xx answers on; the span reaches the backend in its headers.
 	actx := s.startAttempt(out.Context(), x, ctl)
@@ -257,7 +265,7 @@ func (s *Server) judgeError(x *call, err error) verdict {
 
 // fail answers with a gateway-made error.
 func (s *Server) fail(w http.ResponseWriter, x *call, e *apierror.Error) {
-	x.resp.apiErr = e
+	x.answer.apiErr = e
 	x.writeError(w, e)
 }
 
@@ -274,13 +282,13 @@ func (x *call) writeError(w http.ResponseWriter, e *apierror.Error) {
 // not a backend, so to the analyzers the request is one the gateway
 // answered (the Observer's contract).
 func (x *call) servedFromCache(status int) {
-	x.resp.status, x.backend, x.cached = status, nil, true
+	x.answer.status, x.backend, x.cached = status, nil, true
 }
 
 // fail settles the request with the gateway's answer e.
 func (x *call) fail(e *apierror.Error) verdict {
 	x.settle()
-	x.resp.apiErr = e
+	x.answer.apiErr = e
 	return failed
 }
 
@@ -348,8 +356,8 @@ func isStream(resp *http.Response) bool {
 // strippers of what the gateway asked for on its own account.
 func (s *Server) accept(x *call, resp *http.Response) {
 	x.settle()
-	x.resp.status = resp.StatusCode
-	x.span.recording = x.span.infer != nil && x.span.infer.IsRecording()
+	x.answer.status = resp.StatusCode
+	x.span.answering()
 	h := resp.Header
 	ct, plain := h.Get("Content-Type"), h.Get("Content-Encoding") == ""
 	isSSE := isStream(resp)
@@ -419,11 +427,11 @@ func unsized(resp *http.Response) {
 }
 
 // failedCall is the error RoundTrip returns when the gateway answers the
-// request itself (x.resp.apiErr): a call, so that answerFailure finds it
+// request itself (x.answer.apiErr): a call, so that answerFailure finds it
 // without an allocation.
 type failedCall call
 
-func (f *failedCall) Error() string { return f.resp.apiErr.Message }
+func (f *failedCall) Error() string { return f.answer.apiErr.Message }
 
 // answerFailure is the proxy's ErrorHandler: it writes the gateway's
 // answer for a request whose attempts failed, unless the client left.
@@ -435,13 +443,13 @@ func answerFailure(w http.ResponseWriter, _ *http.Request, err error) {
 		return
 	}
 	x := (*call)(f)
-	if x.resp.apiErr.Status == apierror.StatusClientClosed {
+	if x.answer.apiErr.Status == apierror.StatusClientClosed {
 		return // nobody to answer
 	}
 	if x.closeConn {
 		w.Header().Set("Connection", "close")
 	}
-	x.writeError(w, x.resp.apiErr)
+	x.writeError(w, x.answer.apiErr)
 }
 
 // forwardedHeaders makes the values of the X-Forwarded-* headers that

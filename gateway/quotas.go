@@ -124,10 +124,10 @@ func (s *Server) settleQuota(x *call, status int, class exchange.ErrorClass) {
 	if x.quota == nil {
 		return
 	}
-	charged := x.resp.apiErr == nil && status < 500 && !class.Failed()
+	charged := x.answer.apiErr == nil && status < 500 && !class.Failed()
 	var used int64
 	switch {
-	case x.cached, x.resp.status >= 400:
+	case x.cached, x.answer.status >= 400:
 		// A cache hit, or the backend's refusal (a bad request, a
 		// prompt too long): no generation, a request and no token. The
 		// backend's status, not the outcome's: a client that left (499)

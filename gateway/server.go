@@ -382,6 +382,7 @@ type call struct {
 	pending batch // what the observer gets next (observer.go)
 
 	retry  attemptState    // the attempts and their retries (proxy.go)
+	answer answerState     // the status passed on, or the gateway's own error (proxy.go)
 	resp   responseStats   // what the response turns into for finish (tap.go)
 	shadow shadowState     // the shadow comparison's inputs
 	span   spanState       // the spans and what they record (spans.go)
@@ -516,9 +517,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	x.req = &exchange.Request{Route: route, Operation: op, Start: time.Now(), Tenant: s.tenants.Of(r)}
 	x.path = r.URL.Path
 	req := x.req
-	ctx, server := s.startServer(r, route, ss, x)
-	x.span.server = server
-	req.Span = server.SpanContext()
+	ctx := s.startServer(r, route, ss, x)
+	req.Span = x.span.server.SpanContext()
 	req.ID, req.TraceID = ids(r, req.Span.TraceID())
 	x.hdr[hdrID], x.hdr[hdrTraceID] = req.ID, req.TraceID
 	h := w.Header()
@@ -530,7 +530,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, route string
 	// span is made only under a recording server span: Vigil's samplers
 	// (tracing.New) would not record it otherwise, and it has no children.
 	var pre trace.Span
-	if server.IsRecording() {
+	if x.span.server.IsRecording() {
 		_, pre = s.tracer.Start(ctx, "preprocess")
 	}
 	f, body, aerr := s.preprocess(ctx, w, r, x, kinds, id)
@@ -625,7 +625,7 @@ func (s *Server) cached(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		cw := s.cache.Capture(w)
 		w.Header().Set("X-Vigil-Cache", "miss")
 		s.forward(ctx, cw, r, x, f, body)
-		cr := cw.Result(x.resp.apiErr == nil && x.resp.readErr == nil && x.resp.status == http.StatusOK)
+		cr := cw.Result(x.answer.apiErr == nil && x.resp.readErr == nil && x.answer.status == http.StatusOK)
 		if cr != nil {
 			s.cache.Put(ctx, key, cr)
 		}
@@ -787,25 +787,25 @@ func (s *Server) finish(ctx context.Context, x *call) {
 
 // outcome gives the status to record and the error class of a finished request.
 func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorClass) {
-	if x.resp.apiErr != nil {
-		return x.resp.apiErr.Status, x.resp.apiErr.Class
+	if x.answer.apiErr != nil {
+		return x.answer.apiErr.Status, x.answer.apiErr.Class
 	}
 	if aborted || x.resp.readErr != nil {
 		if ctx.Err() != nil {
 			return apierror.StatusClientClosed, exchange.ClassClientCancel
 		}
-		return x.resp.status, exchange.ClassUpstream5xx
+		return x.answer.status, exchange.ClassUpstream5xx
 	}
 	switch {
-	case x.resp.status >= 500:
-		return x.resp.status, exchange.ClassUpstream5xx
-	case x.resp.status >= 400:
+	case x.answer.status >= 500:
+		return x.answer.status, exchange.ClassUpstream5xx
+	case x.answer.status >= 400:
 		if isPromptTooLong(x.resp.captured) {
-			return x.resp.status, exchange.ClassPromptTooLong
+			return x.answer.status, exchange.ClassPromptTooLong
 		}
-		return x.resp.status, exchange.ClassUpstream4xx
+		return x.answer.status, exchange.ClassUpstream4xx
 	}
-	return x.resp.status, exchange.ClassNone
+	return x.answer.status, exchange.ClassNone
 }
 
 // isPromptTooLong recognises vLLM's and TGI's context-length errors.

@@ -19,9 +19,10 @@ import (
 )
 
 // spanState is a call's spans and what they record from the response.
-// serveProxy (server.go), attempt and accept (proxy.go) set the spans; the
-// tap fills in the response's id, model, finish reason and content when
-// recording is set; startServer, startInference and endSpans read it.
+// Only this file writes it: startServer and startInference set the spans,
+// accept (proxy.go) marks the answering one through answering, and the
+// response's readers (tap.go, apis.go) hand what it says of itself to
+// found and its content to keep; endSpans reads it.
 type spanState struct {
 	server trace.Span // the request's SERVER span
 	infer  trace.Span // the CLIENT span of the current attempt; nil between attempts
@@ -71,26 +72,27 @@ func newServerSpan(method, route string) *serverSpan {
 	}}
 }
 
-// startServer starts the request's server span, continuing the caller's
-// trace (traceparent, tracestate, baggage). ss, when its method and path
-// are the request's, spares making the name and attributes.
-func (s *Server) startServer(r *http.Request, route string, ss *serverSpan, x *call) (context.Context, trace.Span) {
+// startServer starts the request's server span, x.span.server,
+// continuing the caller's trace (traceparent, tracestate, baggage), and
+// returns its context. ss, when its method and path are the request's,
+// spares making the name and attributes.
+func (s *Server) startServer(r *http.Request, route string, ss *serverSpan, x *call) context.Context {
 	ctx := s.prop.Extract(r.Context(), headerCarrier(r.Header))
 	if ss != nil && r.Method == ss.method && r.URL.Path == ss.route {
-		ctx, sp := s.tracer.Start(ctx, ss.name, serverStart...)
-		if sp.IsRecording() {
+		ctx, x.span.server = s.tracer.Start(ctx, ss.name, serverStart...)
+		if sp := x.span.server; sp.IsRecording() {
 			sp.SetAttributes(ss.attrs...)
 		}
-		return ctx, sp
+		return ctx
 	}
-	ctx, sp := s.tracer.Start(ctx, r.Method+" "+route, serverStart...)
-	if sp.IsRecording() {
+	ctx, x.span.server = s.tracer.Start(ctx, r.Method+" "+route, serverStart...)
+	if sp := x.span.server; sp.IsRecording() {
 		sp.SetAttributes(append(x.span.attrs[:0],
 			attribute.String(tracing.AttrHTTPRequestMethod, r.Method),
 			attribute.String(tracing.AttrURLPath, r.URL.Path),
 		)...)
 	}
-	return ctx, sp
+	return ctx
 }
 
 // headerCarrier is propagation.HeaderCarrier with the W3C headers'
@@ -127,11 +129,12 @@ func (h headerCarrier) Set(key, value string)      { h[traceHeaderKey(key)] = []
 func (h headerCarrier) Keys() []string             { return propagation.HeaderCarrier(h).Keys() }
 
 // startInference starts the CLIENT span of one attempt at the backend,
-// named "{gen_ai.operation.name} {gen_ai.request.model}". The name and the
-// attributes of the operation, model and backend are made once per model
-// label (see series); the attributes are set after the start, from
-// x.span.attrs, and only on a recording span.
-func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields) (context.Context, trace.Span) {
+// x.span.infer, named "{gen_ai.operation.name} {gen_ai.request.model}",
+// and returns its context. The name and the attributes of the operation,
+// model and backend are made once per model label (see series); the
+// attributes are set after the start, from x.span.attrs, and only on a
+// recording span.
+func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields) context.Context {
 	b := x.backend
 	label := s.metrics.models.label(x.req.Model)
 	se := s.metrics.seriesFor(x.req.Operation, label, b.Name)
@@ -145,8 +148,9 @@ func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields)
 		ss = newSeriesSpan(x.req.Operation, x.req.Model, b)
 	}
 	ctx, sp := s.tracer.Start(ctx, ss.name, clientStart...)
+	x.span.infer = sp
 	if !sp.IsRecording() {
-		return ctx, sp
+		return ctx
 	}
 	attrs := append(x.span.attrs[:0], ss.attrs...)
 	if f != nil {
@@ -168,7 +172,37 @@ func (s *Server) startInference(ctx context.Context, x *call, f *request.Fields)
 		attrs = append(attrs, attribute.Int("vigil.attempt", x.retry.attempts))
 	}
 	sp.SetAttributes(attrs...)
-	return ctx, sp
+	return ctx
+}
+
+// answering notes, once an attempt's response is the client's answer,
+// whether that attempt's inference span records (recording).
+func (st *spanState) answering() {
+	st.recording = st.infer != nil && st.infer.IsRecording()
+}
+
+// found records what the response says of itself: its id, model and
+// finish reason. A reader passes "" for what a body or event leaves out,
+// which keeps what an earlier event said (a stream's usage chunk may
+// carry no id, and only its last events a finish reason).
+func (st *spanState) found(id, model, finish string) {
+	if id != "" {
+		st.respID = id
+	}
+	if model != "" {
+		st.respModel = model
+	}
+	if finish != "" {
+		st.finish = finish
+	}
+}
+
+// keep adds an SSE payload to the completion that capture_content
+// records, up to limit bytes in all.
+func (st *spanState) keep(payload []byte, limit int) {
+	if len(st.streamed) < limit {
+		st.streamed = append(st.streamed, payload[:min(len(payload), limit-len(st.streamed))]...)
+	}
 }
 
 // firstNum returns the first of nums that is set.

@@ -12,19 +12,17 @@ import (
 	"time"
 
 	"github.com/vigil-gw/vigil/exchange"
-	"github.com/vigil-gw/vigil/gateway/apierror"
 	"github.com/vigil-gw/vigil/gateway/sse"
 	"github.com/vigil-gw/vigil/internal/jsonscan"
 )
 
-// responseStats is what a call's response comes to: its status, timing,
+// responseStats is what a call's response body comes to: its timing,
 // token usage, content chunks and gaps, the captured body and how it
-// ended. The tap fills it in as the body passes (accept sets the
-// status, fail and the proxy loop the gateway's own error); finish
-// (server.go) settles it and hands it to the metrics, the access log,
-// the observer and the backend's health.
+// ended (its status, or the gateway's own error, is the proxy's:
+// answerState). Only this file writes it: the tap as the body passes,
+// then ended, which finish (server.go) calls before it hands it to the
+// metrics, the access log, the observer and the backend's health.
 type responseStats struct {
-	status           int
 	firstByte        time.Time
 	latency          time.Duration
 	events           int
@@ -45,7 +43,27 @@ type responseStats struct {
 	gaps        exchange.Gaps
 	captured    []byte
 	readErr     error
-	apiErr      *apierror.Error // the error the gateway answered with
+}
+
+// tokenCounts is responseStats' token counts as a value, for apis.go's
+// readers of the Responses and Messages usage: each starts from the
+// counts so far (tokens), since an event may report only some of them,
+// and records what it made of them with setTokens, which keeps the writes
+// of responseStats in this file.
+type tokenCounts struct {
+	prompt, completion  int   // promptTokens, completionTokens
+	cached, extraPrompt int32 // cachedTokens, extraPrompt
+	reported            bool  // usageReported
+}
+
+func (r *responseStats) tokens() tokenCounts {
+	return tokenCounts{r.promptTokens, r.completionTokens, r.cachedTokens, r.extraPrompt, r.usageReported}
+}
+
+func (r *responseStats) setTokens(t tokenCounts) {
+	r.promptTokens, r.completionTokens = t.prompt, t.completion
+	r.cachedTokens, r.extraPrompt = t.cached, t.extraPrompt
+	r.usageReported = t.reported
 }
 
 // prompt is the whole prompt's token count: what the backend reported as
@@ -263,7 +281,9 @@ func (t *tap) data(payload []byte) {
 		return
 	}
 	if t.api {
-		t.apiEvent(payload)
+		if x.apiEvent(payload) {
+			x.resp.chunks.add(1, 0, t.at) // as choice 0: these APIs stream one output
+		}
 		t.keep(payload)
 		return
 	}
@@ -276,9 +296,7 @@ func (t *tap) data(payload []byte) {
 		}
 	}
 	if t.spanned {
-		if r := finishReason(payload); r != "" {
-			x.span.finish = r
-		}
+		x.span.found("", "", finishReason(payload))
 	}
 	if hasObject(payload, `"usage"`) || hasObject(payload, `"details"`) {
 		x.usage(payload)
@@ -289,9 +307,7 @@ func (t *tap) data(payload []byte) {
 // keep hands an event's payload to the observer, and to content capture.
 func (t *tap) keep(payload []byte) {
 	x := t.x
-	if t.keepStream > 0 && len(x.span.streamed) < t.keepStream {
-		x.span.streamed = append(x.span.streamed, payload[:min(len(payload), t.keepStream-len(x.span.streamed))]...)
-	}
+	x.span.keep(payload, t.keepStream)
 	if x.disp != nil {
 		x.disp.chunk(x.req, &x.pending, payload)
 	}
@@ -348,7 +364,7 @@ func (x *call) meta(doc []byte) {
 		}
 		u = responseFields{id: m.ID, model: m.Model}
 	}
-	x.span.respID, x.span.respModel = u.id, u.model
+	x.span.found(u.id, u.model, "")
 }
 
 // usageBody holds the token counts of OpenAI (usage) and TGI (details)
@@ -597,18 +613,11 @@ func (x *call) usage(doc []byte) {
 }
 
 func (x *call) setUsage(u *responseFields) {
-	if u.id != "" {
-		x.span.respID = u.id
-	}
-	if u.model != "" {
-		x.span.respModel = u.model
-	}
-	if u.firstFinish != "" {
-		x.span.finish = u.firstFinish
-	}
+	finish := u.firstFinish
 	if u.details && u.detailsFinish != "" {
-		x.span.finish = u.detailsFinish
+		finish = u.detailsFinish
 	}
+	x.span.found(u.id, u.model, finish)
 	switch {
 	case u.usage:
 		x.resp.promptTokens, x.resp.completionTokens = u.promptTokens, u.completionTokens
@@ -657,7 +666,7 @@ func (x *call) settleUsage() {
 // bodyUsage reads the usage of an answer the tap kept whole (not a stream
 // whose events carried it).
 func (x *call) bodyUsage() {
-	if x.resp.apiErr != nil || (x.req.Stream && x.resp.events > 0) {
+	if x.answer.apiErr != nil || (x.req.Stream && x.resp.events > 0) {
 		return
 	}
 	if x.req.Operation == exchange.OpResponses || x.req.Operation == exchange.OpMessages {
