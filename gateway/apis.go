@@ -146,25 +146,30 @@ func rootID(doc []byte) string {
 // apiEvent handles one data payload of a Responses or Messages stream: it
 // reports whether the event is a content delta, which the tap counts and
 // times as a chat content chunk (one scan of the event's root), and
-// decodes the few events with usage or the response's id.
-func (x *call) apiEvent(payload []byte) (content bool) {
+// whether it ends the stream; it decodes the few events with usage or the
+// response's id.
+func (x *call) apiEvent(payload []byte) (content, end bool) {
 	typ, content, ok := scanAPIEvent(payload)
 	if !ok {
 		var e apiEventJSON
 		if json.Unmarshal(payload, &e) != nil {
-			return false
+			return false, false
 		}
 		typ, content = e.Type, e.Delta.content()
 	}
 	switch typ {
 	case "response.output_text.delta", "response.reasoning_text.delta", "response.refusal.delta",
 		"response.function_call_arguments.delta", "content_block_delta":
-		return content
-	case "response.created", "response.completed", "response.incomplete", "response.failed",
-		"message_start", "message_delta":
+		return content, false
+	case "response.created", "message_start", "message_delta":
 		x.apiUsage(typ, payload)
+	case "response.completed", "response.incomplete", "response.failed":
+		x.apiUsage(typ, payload)
+		return false, true
+	case "message_stop":
+		return false, true
 	}
-	return false
+	return false, false
 }
 
 // scanAPIEvent reads the root "type" of an event and whether its "delta"
@@ -226,7 +231,7 @@ var apiEventTypes = []string{
 	"response.output_text.delta", "response.reasoning_text.delta", "response.refusal.delta",
 	"response.function_call_arguments.delta", "content_block_delta",
 	"response.created", "response.completed", "response.incomplete", "response.failed",
-	"message_start", "message_delta",
+	"message_start", "message_delta", "message_stop",
 }
 
 func apiEventType(raw []byte) string {

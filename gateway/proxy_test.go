@@ -525,3 +525,49 @@ func TestForwardedHeadersAsStdlib(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLeavesAfterStreamEnd: a client that closes as soon as it has
+// read a stream's end marker (openai-go does), while the backend has yet
+// to end its body, got its whole answer: the request is a success, not a
+// 499. Each API's end marker counts: chat's [DONE], the Messages API's
+// message_stop, the Responses API's response.completed.
+func TestClientLeavesAfterStreamEnd(t *testing.T) {
+	cases := []struct {
+		path, body, end string
+	}{
+		{"/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"},
+		{"/v1/messages", `{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
+		{"/v1/responses", `{"model":"m","stream":true,"input":"hi"}`,
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"model\":\"m\",\"status\":\"completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n"},
+	}
+	for _, c := range cases {
+		t.Run(strings.TrimPrefix(c.path, "/v1/"), func(t *testing.T) {
+			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, c.end)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // the body ends only when the gateway goes
+			}))
+			defer be.Close()
+			gw := startGateway(t, []config.Backend{backend("a", be.URL, "m")}, nil)
+			req, _ := http.NewRequest(http.MethodPost, gw.URL+c.path, strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(c.end))
+			if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != c.end {
+				t.Fatalf("read %q, %v; want %q", got, err, c.end)
+			}
+			resp.Body.Close()
+			waitFor(t, "access log line", func() bool { return len(gw.access.lines(t)) == 1 })
+			if l := gw.access.lines(t)[0]; l["status"] != float64(http.StatusOK) || l["error_class"] != "" {
+				t.Errorf("status %v, error_class %q; want 200 and none", l["status"], l["error_class"])
+			}
+		})
+	}
+}

@@ -790,7 +790,7 @@ func (x *call) outcome(ctx context.Context, aborted bool) (int, exchange.ErrorCl
 	if x.answer.apiErr != nil {
 		return x.answer.apiErr.Status, x.answer.apiErr.Class
 	}
-	if aborted || x.resp.readErr != nil {
+	if (aborted || x.resp.readErr != nil) && !x.resp.complete {
 		if ctx.Err() != nil {
 			return apierror.StatusClientClosed, exchange.ClassClientCancel
 		}

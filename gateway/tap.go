@@ -30,6 +30,10 @@ type responseStats struct {
 	completionTokens int
 	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
 	truncated        bool // captured holds only the first analyzers.max_capture_bytes
+	// complete: the stream's end marker passed ([DONE], message_stop,
+	// response.completed): the client has its whole answer, whatever
+	// fails after it.
+	complete bool
 	// cachedTokens is the part of the prompt the backend reported reading
 	// from its prefix cache (OpenAI's cached_tokens, Anthropic's
 	// cache_read_input_tokens); extraPrompt the prompt tokens that
@@ -169,6 +173,13 @@ func (t *tap) Read(p []byte) (int, error) {
 			}
 			return n, err
 		}
+		if t.x.resp.complete {
+			// Past the end marker: the client has its whole answer, and
+			// what fails now (the client left as soon as it read the
+			// marker, before the backend ended its body) is no fault of
+			// the answer's.
+			return n, io.EOF
+		}
 		if t.x.resp.readErr == nil {
 			t.x.resp.readErr = err
 		}
@@ -278,12 +289,15 @@ func (t *tap) data(payload []byte) {
 	x := t.x
 	x.resp.events++
 	if bytes.Equal(payload, doneMarker) {
+		x.resp.complete = true
 		return
 	}
 	if t.api {
-		if x.apiEvent(payload) {
+		content, end := x.apiEvent(payload)
+		if content {
 			x.resp.chunks.add(1, 0, t.at) // as choice 0: these APIs stream one output
 		}
+		x.resp.complete = x.resp.complete || end
 		t.keep(payload)
 		return
 	}
