@@ -73,7 +73,7 @@ func (s *Server) admitQuota(ctx context.Context, w http.ResponseWriter, x *call,
 type quotaDecision uint8
 
 const (
-	quotaNone               quotaDecision = iota // no limit applies (or quotas are off)
+	_                       quotaDecision = iota // the zero value, "": no limit applies (or quotas are off)
 	quotaAdmitted                                // reserved in the shared store
 	quotaAdmittedLocal                           // reserved in this replica's share: the store did not answer
 	quotaRefusedRequests                         // requests_per_minute

@@ -201,9 +201,6 @@ type Ticket struct {
 // the limits (the store did not answer and quotas.fail is open).
 func (t *Ticket) Local() bool { return t.local }
 
-// Reserved is the tokens reserved at admission: the request's estimate.
-func (t *Ticket) Reserved() int64 { return t.adm.Tokens }
-
 // Charged is the tokens Settle charged (0 before it, or when the request
 // was not charged).
 func (t *Ticket) Charged() int64 { return t.charged }
