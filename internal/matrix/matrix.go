@@ -361,8 +361,10 @@ type infra struct {
 // startInfra starts a redis-server on a free port (when one is installed;
 // redisErr says why not otherwise) and the collector, each behind a
 // relay. stop ends whatever it started.
-func startInfra(ctx context.Context) (w *infra, redisErr error, err error) {
-	w = &infra{}
+func startInfra(ctx context.Context) (_ *infra, redisErr error, err error) {
+	// w is not the named result: a failed start returns nil, and the
+	// deferred stop must still see what was started.
+	w := &infra{}
 	defer func() {
 		if err != nil {
 			w.stop()
