@@ -84,3 +84,41 @@ func TestComponentFallbacksAreConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicasSeedApart: replicas with one analyzers.seed draw their own
+// sampling keys (their merged samples would otherwise hold prompts in
+// pairs of equal keys), each reproducibly: the seed is mixed with the
+// replica's name, given or made up, and a process alone keeps
+// analyzers.seed itself.
+func TestReplicasSeedApart(t *testing.T) {
+	cfg := config.Default().Analyzers
+	cfg.Seed = 7
+	seedOf := func(replica string, shared bool) uint64 {
+		t.Helper()
+		o := Options{Config: cfg}
+		if shared {
+			o.Sharing = &share.Config{Store: state.NewMemory(), Replica: replica}
+		}
+		p, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shared && p.share.Config().Replica == "" {
+			t.Errorf("replica %q: the share has no name", replica)
+		}
+		return p.segs.seed
+	}
+	r1, r2 := seedOf("r1", true), seedOf("r2", true)
+	if r1 == r2 {
+		t.Errorf("replicas r1 and r2 share the seed %#x", r1)
+	}
+	if again := seedOf("r1", true); again != r1 {
+		t.Errorf("r1's seed %#x, then %#x: not reproducible", r1, again)
+	}
+	if anon1, anon2 := seedOf("", true), seedOf("", true); anon1 == anon2 {
+		t.Errorf("two replicas without a name share the seed %#x", anon1)
+	}
+	if alone := seedOf("", false); alone != 7 {
+		t.Errorf("a process alone: seed %#x, want analyzers.seed 7", alone)
+	}
+}
