@@ -530,11 +530,14 @@ func TestForwardedHeadersAsStdlib(t *testing.T) {
 // read a stream's end marker (openai-go does), while the backend has yet
 // to end its body, got its whole answer: the request is a success, not a
 // 499. Each API's end marker counts: chat's [DONE], the Messages API's
-// message_stop, the Responses API's response.completed.
+// message_stop, the Responses API's response.completed, TGI's last event
+// (the one with details).
 func TestClientLeavesAfterStreamEnd(t *testing.T) {
 	cases := []struct {
 		path, body, end string
 	}{
+		{"/generate_stream", `{"inputs":"hi","parameters":{"max_new_tokens":1}}`,
+			"data:{\"index\":1,\"token\":{\"id\":1,\"text\":\"hi\",\"logprob\":-0.1,\"special\":false},\"generated_text\":\"hi\",\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":1,\"seed\":null}}\n\n"},
 		{"/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 			"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"},
 		{"/v1/messages", `{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
@@ -543,7 +546,7 @@ func TestClientLeavesAfterStreamEnd(t *testing.T) {
 			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"model\":\"m\",\"status\":\"completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n"},
 	}
 	for _, c := range cases {
-		t.Run(strings.TrimPrefix(c.path, "/v1/"), func(t *testing.T) {
+		t.Run(strings.TrimPrefix(strings.TrimPrefix(c.path, "/v1/"), "/"), func(t *testing.T) {
 			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				io.Copy(io.Discard, r.Body)
 				w.Header().Set("Content-Type", "text/event-stream")
@@ -552,7 +555,11 @@ func TestClientLeavesAfterStreamEnd(t *testing.T) {
 				<-r.Context().Done() // the body ends only when the gateway goes
 			}))
 			defer be.Close()
-			gw := startGateway(t, []config.Backend{backend("a", be.URL, "m")}, nil)
+			b := backend("a", be.URL, "m")
+			if c.path == "/generate_stream" {
+				b = tgiBackend("a", be.URL)
+			}
+			gw := startGateway(t, []config.Backend{b}, nil)
 			req, _ := http.NewRequest(http.MethodPost, gw.URL+c.path, strings.NewReader(c.body))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)

@@ -31,8 +31,8 @@ type responseStats struct {
 	usageReported    bool // the backend reported usage (promptTokens, completionTokens)
 	truncated        bool // captured holds only the first analyzers.max_capture_bytes
 	// complete: the stream's end marker passed ([DONE], message_stop,
-	// response.completed): the client has its whole answer, whatever
-	// fails after it.
+	// response.completed, TGI's details): the client has its whole
+	// answer, whatever fails after it.
 	complete bool
 	// cachedTokens is the part of the prompt the backend reported reading
 	// from its prefix cache (OpenAI's cached_tokens, Anthropic's
@@ -640,6 +640,9 @@ func (x *call) setUsage(u *responseFields) {
 	case u.details:
 		x.resp.completionTokens = u.generatedTokens
 		x.resp.usageReported = true
+		// TGI sends its details with a stream's last event alone: the
+		// end of the answer, as [DONE] is in OpenAI's.
+		x.resp.complete = true
 	}
 }
 
