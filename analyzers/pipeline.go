@@ -7,7 +7,6 @@ package analyzers
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -143,17 +142,6 @@ type Pipeline struct {
 	unscored atomic.Int64
 }
 
-// replicaSeed is the seed of a replica's samplers: analyzers.seed mixed
-// with the replica's name. With one seed every replica would draw the same
-// sequence of sampling keys, and the merged samples would hold their
-// prompts in pairs of equal keys (the replicas' i-th prompts tied): each
-// replica draws its own, and a replica's run is still reproducible.
-func replicaSeed(seed int64, replica string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(replica))
-	return uint64(seed) ^ h.Sum64()
-}
-
 // New builds a pipeline from validated options.
 func New(o Options) (*Pipeline, error) {
 	c := o.Config
@@ -167,17 +155,8 @@ func New(o Options) (*Pipeline, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
-	seed := uint64(c.Seed)
-	if o.Sharing != nil && o.Sharing.Store != nil {
-		sc := *o.Sharing
-		if sc.Replica == "" {
-			sc.Replica = share.ReplicaID() // named here, for the seed: share.New keeps it
-		}
-		o.Sharing = &sc
-		seed = replicaSeed(c.Seed, sc.Replica)
-	}
 	var err error
-	if p.fleet, err = newMonitors(c, seed, false, nil); err != nil {
+	if p.fleet, err = newMonitors(c, uint64(c.Seed), false, nil); err != nil {
 		return nil, err
 	}
 	span := p.alertPeriod
@@ -201,7 +180,7 @@ func New(o Options) (*Pipeline, error) {
 	}
 	// A segment reports its requests and error rate over analyzers.window
 	// (/admin/signals), which may be longer than any alert's span.
-	p.segs = newSegments(c, seed, max(span, c.Window), o.BaseModel, slices.Collect(maps.Keys(p.models)), backends)
+	p.segs = newSegments(c, max(span, c.Window), o.BaseModel, slices.Collect(maps.Keys(p.models)), backends)
 	p.usage = usage.New(p.models, o.Backends)
 	p.backendLabels = backendLabels(o.Backends, o.Alerts)
 	p.gatewayLabels = gatewayLabels(o.Backends, o.Alerts)
@@ -257,7 +236,7 @@ func New(o Options) (*Pipeline, error) {
 			return nil, fmt.Errorf("analyzers.drift.text.embeddings.backend: no backend named %q", e.Backend)
 		}
 		p.embed = embed.New(e, o.Backends[i].URL, reg, p.log)
-		p.embedPick = rand.New(rand.NewPCG(seed, 0xe3b))
+		p.embedPick = rand.New(rand.NewPCG(uint64(c.Seed), 0xe3b))
 	}
 	p.alerts = p.newAlerts(o, reg)
 	p.backendStates = o.BackendStates

@@ -58,10 +58,9 @@ type segments struct {
 	m  map[string]*modelMonitors // the active names and segment.Other
 }
 
-// newSegments returns the segments of validated analyzer settings, their
-// samplers seeded from seed; errSpan is the longest span asked of the
-// error counts.
-func newSegments(c config.Analyzers, seed uint64, errSpan time.Duration, base func(string) string, known, backends []string) *segments {
+// newSegments returns the segments of validated analyzer settings;
+// errSpan is the longest span asked of the error counts.
+func newSegments(c config.Analyzers, errSpan time.Duration, base func(string) string, known, backends []string) *segments {
 	sc := c
 	sc.Drift.Reservoir = c.Segments.Reservoir
 	// Within a segment the model is constant (or, in "other", a mix of
@@ -80,7 +79,7 @@ func newSegments(c config.Analyzers, seed uint64, errSpan time.Duration, base fu
 		base = func(string) string { return "" }
 	}
 	s := &segments{
-		cfg: sc, seed: seed, base: base, backends: backends,
+		cfg: sc, seed: uint64(c.Seed), base: base, backends: backends,
 		// Half-life: the current window's span, so that "most active"
 		// follows the traffic the signals judge.
 		reg:  segment.New(c.Segments.MaxModels, c.Window, c.Bucket, c.Window),

@@ -95,7 +95,7 @@ func BenchmarkSegmentMemory(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		s := newSegments(cfg, uint64(cfg.Seed), time.Hour, nil, nil, []string{"a"})
+		s := newSegments(cfg, time.Hour, nil, nil, []string{"a"})
 		rng := rand.New(rand.NewPCG(1, 2))
 		t := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 		end := t.Add(cfg.Window + cfg.Reference)
