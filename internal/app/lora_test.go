@@ -42,11 +42,13 @@ func TestLoRABaseModel(t *testing.T) {
 	// The responses reach the analyzers asynchronously, and the list is
 	// read by the gateway's scraper: evaluate (which rebalances the
 	// segments, asking again for a base model not known yet) until the
-	// adapter's segment shows its base.
-	testutil.WaitFor(t, `the segment of base-lora with "base_model":"base"`, func() bool {
+	// adapter's segment shows its base and the base model's request has
+	// a segment too (the adapter's first request may get there alone).
+	testutil.WaitFor(t, `the segment of base-lora with "base_model":"base", and base's`, func() bool {
 		a.pipeline.Evaluate()
 		code, b := segment("base-lora")
-		return code == http.StatusOK && bytes.Contains(b, []byte(`"model":"base-lora","base_model":"base"`))
+		baseCode, _ := segment("base")
+		return code == http.StatusOK && bytes.Contains(b, []byte(`"model":"base-lora","base_model":"base"`)) && baseCode == http.StatusOK
 	})
 
 	code, b := segment("base")
