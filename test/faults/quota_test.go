@@ -88,6 +88,19 @@ func (c *tenantTally) add(status int, tokens int64) {
 	c.byPhase[c.phase][status]++
 }
 
+// answered is how many requests of phase got an answer (any status).
+func (c *tenantTally) answered(phase string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for s, k := range c.byPhase[phase] {
+		if s != 0 {
+			n += k
+		}
+	}
+	return n
+}
+
 func (c *tenantTally) read() (tokens int64, byPhase map[string]map[int]int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -234,13 +247,19 @@ func quotaAcrossReplicas(t *testing.T, mode string) {
 		t.Fatalf("the stream to cut: %d chunks, %v", chunks, stream.Err())
 	}
 
-	time.Sleep(6 * time.Second)
+	// Each phase lasts until both tenants have had answers enough in it.
+	phaseFor := func(ph string, hammerN, quietN int) {
+		waitFor(t, ph+": answers to both tenants", 30*time.Second, func() bool {
+			return hammer.answered(ph) >= hammerN && quiet.answered(ph) >= quietN
+		})
+	}
+	phaseFor("shared", 1000, 30)
 	hammer.setPhase("store gone")
 	quiet.setPhase("store gone")
 	served1, _ := hammer.read()
 	closed := closedPort(t)
 	px.SetUpstream(t, closed)
-	time.Sleep(4 * time.Second)
+	phaseFor("store gone", 150, 15)
 	px.SetUpstream(t, redis.Addr)
 	back := waitFor(t, "the store answers every replica", 15*time.Second, func() bool {
 		for _, r := range replicas {
@@ -252,7 +271,7 @@ func quotaAcrossReplicas(t *testing.T, mode string) {
 	})
 	hammer.setPhase("store back")
 	quiet.setPhase("store back")
-	time.Sleep(2 * time.Second)
+	phaseFor("store back", 150, 10)
 	cancel()
 	wg.Wait()
 	settled("the settlements after the load")
@@ -267,8 +286,8 @@ func quotaAcrossReplicas(t *testing.T, mode string) {
 		locals += q.AdmittedLocal
 		outages += q.StoreOutages
 	}
-	t.Logf("store gone %v after the shared phase; back in %v; %d admissions from the replicas' own shares, %d outages seen",
-		4*time.Second, back.Round(100*time.Millisecond), locals, outages)
+	t.Logf("store back in %v once restored; %d admissions from the replicas' own shares, %d outages seen",
+		back.Round(100*time.Millisecond), locals, outages)
 
 	// Held across the replicas: the shared phase's tokens.
 	const reservation = 8 + 30 // max_tokens and a token per 4 of the body's ~110 bytes
